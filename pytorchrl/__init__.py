@@ -1,0 +1,47 @@
+"""pytorchrl: scalable reinforcement learning with PyTorch on Ray.
+
+The public API: config loading, the components' factories, the scheme and the learner.
+"""
+
+from pytorchrl.agent.actors import OnPolicyActor
+from pytorchrl.agent.algorithms import A2C, PPO, Algorithm
+from pytorchrl.agent.storages import GAEBuffer
+from pytorchrl.config import Config, ConfigError, SchemeConfig, RunConfig, load_config
+from pytorchrl.envs import VecEnv
+from pytorchrl.learner import Learner
+from pytorchrl.scheme import (
+    CollectionWorker,
+    CollectionWorkerSet,
+    GradientWorker,
+    GradientWorkerSet,
+    Scheme,
+    UpdateWorker,
+    build_scheme,
+)
+from pytorchrl.utils.errors import CheckpointError, InputError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "A2C",
+    "Algorithm",
+    "CheckpointError",
+    "CollectionWorker",
+    "CollectionWorkerSet",
+    "Config",
+    "ConfigError",
+    "GAEBuffer",
+    "GradientWorker",
+    "GradientWorkerSet",
+    "InputError",
+    "Learner",
+    "OnPolicyActor",
+    "PPO",
+    "RunConfig",
+    "Scheme",
+    "SchemeConfig",
+    "UpdateWorker",
+    "VecEnv",
+    "build_scheme",
+    "load_config",
+]

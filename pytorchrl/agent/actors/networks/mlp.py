@@ -1,0 +1,50 @@
+"""MLP feature extractor and initialisation helpers."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "tanh": torch.tanh,
+    "relu": torch.relu,
+    "elu": F.elu,
+    "gelu": F.gelu,
+}
+
+
+class MLP(nn.Module):
+    """``Linear -> activation`` blocks; ``out_features`` is the last hidden width (input width if none).
+
+    ``forward`` calls the functional ops directly instead of each submodule: on small networks
+    the per-module call overhead costs more than the matrix products.
+    """
+
+    def __init__(self, in_features: int, hidden_sizes: tuple[int, ...], *, activation: str = "tanh") -> None:
+        super().__init__()
+        widths = (in_features, *hidden_sizes)
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
+        self.activation = activation
+        self._act = ACTIVATIONS[activation]
+        self.out_features = widths[-1]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = self._act(F.linear(x, layer.weight, layer.bias))
+        return x
+
+
+def orthogonal_init(module: nn.Module, gain: float) -> None:
+    """Orthogonal weights with ``gain`` and zero biases for every Linear in ``module``
+    (Saxe et al. 2014; the PPO implementation details of Engstrom et al. 2020)."""
+    for layer in module.modules():
+        if isinstance(layer, nn.Linear):
+            nn.init.orthogonal_(layer.weight, gain=gain)
+            nn.init.zeros_(layer.bias)
+
+
+HIDDEN_GAIN = math.sqrt(2)

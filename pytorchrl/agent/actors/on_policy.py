@@ -1,0 +1,103 @@
+"""Actor-critic network for on-policy algorithms."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pytorchrl.agent.actors.distributions import ActionHead, DiagGaussianHead, make_action_head
+from pytorchrl.agent.actors.networks.mlp import HIDDEN_GAIN, MLP, orthogonal_init
+
+
+class OnPolicyActor(nn.Module):
+    """A policy head and a value head over MLP features (shared or separate).
+
+    :param observation_space: a Box space (flattened).
+    :param action_space: Discrete, Box or MultiDiscrete.
+    :param hidden_sizes: hidden widths of the MLP(s).
+    :param activation: hidden activation name.
+    :param shared_network: one MLP for both heads instead of two.
+    :param log_std_init: initial log std of Gaussian policies.
+    :param ortho_init: orthogonal initialisation with the usual PPO gains.
+    """
+
+    is_recurrent = False
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        *,
+        hidden_sizes: tuple[int, ...] = (64, 64),
+        activation: str = "tanh",
+        shared_network: bool = False,
+        log_std_init: float = 0.0,
+        ortho_init: bool = True,
+    ) -> None:
+        super().__init__()
+        self.observation_space = observation_space
+        self.action_space = action_space
+        in_features = int(np.prod(observation_space.shape))
+        self.policy_net = MLP(in_features, tuple(hidden_sizes), activation=activation)
+        self.value_net = None if shared_network else MLP(in_features, tuple(hidden_sizes), activation=activation)
+        width = self.policy_net.out_features
+        self.action_head: ActionHead = make_action_head(width, action_space, log_std_init=log_std_init)
+        self.value_head = nn.Linear(width, 1)
+        if ortho_init:
+            orthogonal_init(self.policy_net, HIDDEN_GAIN)
+            if self.value_net is not None:
+                orthogonal_init(self.value_net, HIDDEN_GAIN)
+            orthogonal_init(self.action_head, 0.01)
+            orthogonal_init(self.value_head, 1.0)
+        self.continuous = isinstance(self.action_head, DiagGaussianHead)
+
+    @classmethod
+    def create_factory(cls, observation_space: gym.Space, action_space: gym.Space, **kwargs: Any) -> Callable[..., OnPolicyActor]:
+        """A picklable ``factory(device="cpu") -> OnPolicyActor``."""
+        return functools.partial(_build_actor, cls, observation_space, action_space, **kwargs)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Distribution parameters and state values (shape ``[batch]``)."""
+        obs = obs.flatten(1)
+        features = self.policy_net.forward(obs)
+        value_features = features if self.value_net is None else self.value_net.forward(obs)
+        return self.action_head.forward(features), self._value(value_features)
+
+    def _value(self, features: torch.Tensor) -> torch.Tensor:
+        return F.linear(features, self.value_head.weight, self.value_head.bias).squeeze(-1)
+
+    def get_action(
+        self, obs: torch.Tensor, rhs: Any = None, done: torch.Tensor | None = None, deterministic: bool = False
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], Any]:
+        """Act on a batch of observations.
+
+        :return: ``action, {"log_prob", "value"}, rhs`` (rhs: recurrent state, None here).
+        """
+        params, value = self.forward(obs)
+        action, log_prob = self.action_head.sample(params, deterministic)
+        return action, {"log_prob": log_prob, "value": value}, rhs
+
+    def get_value(self, obs: torch.Tensor, rhs: Any = None, done: torch.Tensor | None = None) -> torch.Tensor:
+        """State values only."""
+        obs = obs.flatten(1)
+        net = self.policy_net if self.value_net is None else self.value_net
+        return self._value(net.forward(obs))
+
+    def evaluate_actions(
+        self, obs: torch.Tensor, actions: torch.Tensor, rhs: Any = None, done: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``log_prob(actions), entropy, value`` under the current parameters (for the losses)."""
+        params, value = self.forward(obs)
+        log_prob, entropy = self.action_head.log_prob_entropy(params, actions)
+        return log_prob, entropy, value
+
+
+def _build_actor(cls: type[OnPolicyActor], observation_space: gym.Space, action_space: gym.Space, device: str | torch.device = "cpu", **kwargs: Any) -> OnPolicyActor:
+    return cls(observation_space, action_space, **kwargs).to(device)

@@ -1,0 +1,135 @@
+"""``pytorchrl train | evaluate | benchmark``.
+
+Exit codes: 0 done, 2 bad input (config, env id, checkpoint) with one line on stderr naming the
+key or file, 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import signal
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pytorchrl.utils.errors import InputError
+
+EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    try:
+        return int(args.func(args) or EXIT_OK)
+    except InputError as exc:
+        print(f"pytorchrl: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pytorchrl", description="Scalable reinforcement learning with PyTorch on Ray.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train from a YAML config (or resume a run)")
+    train.add_argument("config", nargs="?", help="YAML config file, e.g. configs/ppo/cartpole.yaml")
+    train.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. algorithm.lr=3e-4 run.seed=3")
+    train.add_argument("--resume", metavar="RUN_DIR", help="continue RUN_DIR from its newest intact checkpoint")
+    train.add_argument("--run-dir", help="run directory (default runs/<config name>-<timestamp>)")
+    train.add_argument("--quiet", action="store_true", help="no progress line")
+    train.set_defaults(func=_train)
+
+    evaluate = sub.add_parser("evaluate", help="run deterministic episodes of a trained policy")
+    evaluate.add_argument("path", metavar="RUN_DIR|CHECKPOINT")
+    evaluate.add_argument("--episodes", type=int, default=10)
+    evaluate.add_argument("--video", metavar="DIR", help="also record one episode per env as a GIF in DIR")
+    evaluate.set_defaults(func=_evaluate)
+
+    bench = sub.add_parser("benchmark", help="print the figures of BENCHMARKS.md")
+    bench.add_argument("names", nargs="*", metavar="NAME", help="benchmarks to run (default: all); see --list")
+    bench.add_argument("--list", action="store_true", help="list the benchmarks")
+    bench.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    bench.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    bench.set_defaults(func=_benchmark)
+    return parser
+
+
+def _train(args: argparse.Namespace) -> int:
+    from pytorchrl.config import load_config
+    from pytorchrl.learner import Learner
+
+    if args.resume:
+        if args.config is not None:  # `train --resume DIR k=v`: the first override lands in `config`
+            args.overrides = [args.config, *args.overrides]
+        _check_overrides(args.overrides)
+        learner = Learner.resume(args.resume, args.overrides, progress=not args.quiet)
+    else:
+        if args.config is None:
+            raise InputError("train needs a CONFIG.yaml (or --resume RUN_DIR)")
+        _check_overrides(args.overrides)
+        config = load_config(args.config, args.overrides)
+        run_dir = Path(args.run_dir) if args.run_dir else _default_run_dir(args.config)
+        learner = Learner.from_config(config, run_dir=run_dir, progress=not args.quiet)
+    print(f"pytorchrl: run directory {learner.run_dir}", file=sys.stderr)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        summary = learner.train()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        learner.close()
+    print(json.dumps(summary))
+    return EXIT_OK
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _check_overrides(overrides: list[str]) -> None:
+    for item in overrides:
+        if "=" not in item:
+            raise InputError(f"argument {item!r} is not a KEY=VALUE override (e.g. run.seed=3)")
+
+
+def _default_run_dir(config_path: str) -> Path:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    parts = Path(config_path).with_suffix("").parts
+    name = "-".join(parts[-2:]) if len(parts) >= 2 else parts[-1]
+    return Path("runs") / f"{name}-{stamp}"
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from pytorchrl.evaluation import evaluate_checkpoint
+
+    if args.episodes < 1:
+        raise InputError(f"--episodes = {args.episodes} is out of range: must be >= 1")
+    result = evaluate_checkpoint(args.path, episodes=args.episodes, video_dir=args.video)
+    print(json.dumps(result))
+    return EXIT_OK
+
+
+def _benchmark(args: argparse.Namespace) -> int:
+    from pytorchrl.benchmarks import BENCHMARKS, run_benchmarks
+
+    if args.list:
+        for name, bench in BENCHMARKS.items():
+            print(f"{name:20s} {bench.__doc__.strip().splitlines()[0] if bench.__doc__ else ''}")
+        return EXIT_OK
+    unknown = [n for n in args.names if n not in BENCHMARKS]
+    if unknown:
+        raise InputError(f"unknown benchmark {unknown[0]!r}; allowed: {', '.join(BENCHMARKS)}")
+    results = run_benchmarks(args.names or list(BENCHMARKS), seeds=args.seeds)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2, default=str))
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,382 @@
+"""Typed, frozen run configuration loaded from YAML, with dotted CLI overrides.
+
+A config has six sections: ``env``, ``actor``, ``storage``, ``algorithm``, ``scheme``, ``run``.
+Each is a frozen dataclass whose fields carry their documentation and constraints in
+``metadata`` (see :func:`param`), so that validation, the error messages and the docs come from
+one place. ``algorithm.name`` picks the algorithm's own dataclass.
+
+Every bad value raises :class:`ConfigError` with one line naming the key, the value and what
+is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pytorchrl.utils.errors import ConfigError
+
+__all__ = [
+    "A2CConfig",
+    "ActorConfig",
+    "Config",
+    "ConfigError",
+    "EnvConfig",
+    "PPOConfig",
+    "RunConfig",
+    "SchemeConfig",
+    "StorageConfig",
+    "WorkerResources",
+    "apply_overrides",
+    "config_to_dict",
+    "load_config",
+]
+
+
+def param(
+    default: Any,
+    doc: str,
+    *,
+    min: float | None = None,  # noqa: A002 - reads naturally at the call site
+    max: float | None = None,  # noqa: A002
+    min_exclusive: bool = False,
+    choices: tuple[Any, ...] | None = None,
+) -> Any:
+    """A dataclass field with its documentation and constraints.
+
+    :param default: default value (a dict or list default is copied per instance).
+    :param doc: one sentence: what the field means.
+    :param min: smallest allowed value (inclusive unless ``min_exclusive``).
+    :param max: largest allowed value (inclusive).
+    :param choices: the allowed values.
+    """
+    meta = {"doc": doc, "min": min, "max": max, "min_exclusive": min_exclusive, "choices": choices}
+    if isinstance(default, (dict, list)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """The environments: what to run and how to vectorize and normalise it."""
+
+    env_id: str = param("CartPole-v1", "A registered gymnasium id, or 'module:function' returning a gymnasium.Env.")
+    env_kwargs: dict = param({}, "Keyword arguments passed to gymnasium.make or to the env function.")
+    num_envs: int = param(8, "Environments per collection worker, stepped as one vector env.", min=1)
+    vectorization: str = param(
+        "auto",
+        "How the envs are batched: 'native' (the env's own vector implementation), 'sync' "
+        "(SyncVectorEnv), 'async' (subprocesses), or 'auto' (native where it exists, else sync).",
+        choices=("auto", "native", "sync", "async"),
+    )
+    max_episode_steps: int | None = param(None, "Override of the env's time limit (episodes are truncated there).", min=1)
+    normalize_obs: bool = param(False, "Normalise observations by a running mean/std (saved in checkpoints).")
+    normalize_reward: bool = param(False, "Scale rewards by the running std of the discounted return.")
+    clip_obs: float = param(10.0, "Clip normalised observations to [-clip_obs, clip_obs].", min=0, min_exclusive=True)
+    clip_reward: float = param(10.0, "Clip scaled rewards to [-clip_reward, clip_reward].", min=0, min_exclusive=True)
+    reward_gamma: float = param(0.99, "Discount used by reward scaling's running return.", min=0, max=1)
+    num_test_envs: int = param(10, "Environments used (vectorized) for deterministic evaluation.", min=1)
+
+
+@dataclass(frozen=True)
+class ActorConfig:
+    """The policy (and value) network."""
+
+    hidden_sizes: tuple[int, ...] = param((64, 64), "Widths of the MLP feature extractor's hidden layers.")
+    activation: str = param("tanh", "Hidden-layer activation.", choices=("tanh", "relu", "elu", "gelu"))
+    shared_network: bool = param(False, "One feature extractor for policy and value (else two separate MLPs).")
+    log_std_init: float = param(0.0, "Initial log standard deviation of Gaussian policies (state independent).")
+    ortho_init: bool = param(True, "Orthogonal initialisation (gain sqrt(2) hidden, 0.01 policy, 1 value).")
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """The rollout storage of on-policy algorithms."""
+
+    num_steps: int = param(128, "Steps per env in one rollout; a rollout holds num_steps * num_envs transitions.", min=1)
+
+
+@dataclass(frozen=True)
+class _OnPolicyConfig:
+    """Hyper-parameters shared by the on-policy algorithms."""
+
+    name: str = param("ppo", "The algorithm.", choices=("ppo", "a2c"))
+    lr: float = param(3e-4, "Adam learning rate.", min=0, min_exclusive=True)
+    anneal_lr: bool = param(False, "Decay the learning rate linearly to 0 over run.target_steps.")
+    gamma: float = param(0.99, "Discount factor.", min=0, max=1)
+    gae_lambda: float = param(0.95, "GAE lambda (Schulman et al. 2016); 1 gives Monte-Carlo returns.", min=0, max=1)
+    normalize_advantages: bool = param(True, "Normalise advantages per minibatch to zero mean, unit std.")
+    ent_coef: float = param(0.0, "Entropy bonus coefficient.", min=0)
+    vf_coef: float = param(0.5, "Value loss coefficient.", min=0)
+    max_grad_norm: float | None = param(0.5, "Clip the global gradient norm to this (null: no clipping).", min=0, min_exclusive=True)
+    adam_eps: float = param(1e-5, "Adam epsilon.", min=0, min_exclusive=True)
+
+
+@dataclass(frozen=True)
+class PPOConfig(_OnPolicyConfig):
+    """Proximal Policy Optimisation (Schulman et al. 2017), clipped objective."""
+
+    num_epochs: int = param(10, "Passes over each rollout.", min=1)
+    minibatch_size: int = param(64, "Transitions per gradient step.", min=1)
+    clip_range: float = param(0.2, "Clip range of the probability ratio.", min=0, min_exclusive=True)
+    anneal_clip_range: bool = param(False, "Decay clip_range linearly to 0 over run.target_steps.")
+    clip_range_vf: float | None = param(None, "Clip the value update around the old value (null: off).", min=0, min_exclusive=True)
+    target_kl: float | None = param(None, "Stop a rollout's epochs early once the approximate KL exceeds this.", min=0, min_exclusive=True)
+
+
+@dataclass(frozen=True)
+class A2CConfig(_OnPolicyConfig):
+    """Advantage Actor-Critic (Mnih et al. 2016), synchronous, one gradient step per rollout."""
+
+    name: str = param("a2c", "The algorithm.", choices=("ppo", "a2c"))
+    lr: float = param(7e-4, "Adam learning rate.", min=0, min_exclusive=True)
+    gae_lambda: float = param(1.0, "GAE lambda; 1 gives the n-step returns of the original A2C.", min=0, max=1)
+    normalize_advantages: bool = param(False, "Normalise advantages to zero mean, unit std.")
+
+
+ALGORITHM_CONFIGS: dict[str, type] = {"ppo": PPOConfig, "a2c": A2CConfig}
+
+
+@dataclass(frozen=True)
+class WorkerResources:
+    """Ray resources of one remote worker."""
+
+    num_cpus: float = param(1.0, "CPUs reserved per worker.", min=0)
+    num_gpus: float = param(0.0, "GPUs reserved per worker.", min=0)
+    memory: int | None = param(None, "Bytes of memory reserved per worker (null: no reservation).", min=0)
+    resources: dict = param({}, "Custom Ray resources per worker, e.g. {node_a: 1} to pin workers to nodes.")
+
+
+@dataclass(frozen=True)
+class SchemeConfig:
+    """How collection, gradient and update workers are laid out and talk."""
+
+    num_col_workers: int = param(0, "Remote collection workers (0: the local worker collects, Ray is not started).", min=0)
+    col_communication: str = param("synchronous", "Collection mode.", choices=("synchronous", "asynchronous"))
+    num_grad_workers: int = param(0, "Remote gradient workers (0: gradients computed locally).", min=0)
+    grad_communication: str = param("synchronous", "Gradient mode.", choices=("synchronous", "asynchronous"))
+    update_execution: str = param("centralised", "Where gradients are applied.", choices=("centralised", "decentralised"))
+    max_policy_lag: int | None = param(None, "Drop batches collected more than this many policy versions ago (null: keep all).", min=0)
+    fraction_samples: float = param(1.0, "Synchronous collection: stop a round once this fraction of the data arrived.", min=0, max=1, min_exclusive=True)
+    fraction_workers: float = param(1.0, "Synchronous collection: stop a round once this fraction of workers answered.", min=0, max=1, min_exclusive=True)
+    compress_data: bool = param(False, "lz4-compress rollouts and gradients sent between workers.")
+    col_worker_resources: WorkerResources = param(WorkerResources(), "Ray resources of each remote collection worker.")
+    grad_worker_resources: WorkerResources = param(WorkerResources(), "Ray resources of each remote gradient worker.")
+    max_worker_restarts: int = param(10, "Replacements of dead remote workers allowed in one run.", min=0)
+    worker_restart_delay_s: float = param(1.0, "Seconds to wait before replacing a dead worker.", min=0)
+    ignore_worker_failures: bool = param(False, "Go on with fewer workers instead of replacing dead ones.")
+    worker_timeout_s: float = param(60.0, "A worker that has not answered in this many seconds is treated as dead.", min=0, min_exclusive=True)
+    ray_num_cpus: int | None = param(None, "CPUs of the embedded local Ray (null: all of this machine's).", min=1)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The run: budget, seeds, logging, evaluation, checkpoints, stop conditions."""
+
+    seed: int = param(0, "Run seed; every random stream is derived from it.", min=0)
+    target_steps: int = param(100_000, "Stop after this many environment steps.", min=1)
+    log_every: int = param(2_000, "Write a progress.csv / TensorBoard row every this many env steps.", min=1)
+    eval_every: int = param(4_000, "Evaluate deterministically every this many env steps (0: only at the end).", min=0)
+    eval_episodes: int = param(10, "Episodes per evaluation.", min=1)
+    checkpoint_every: int = param(50_000, "Write a checkpoint every this many env steps (0: only at the end).", min=0)
+    keep_checkpoints: int = param(3, "Keep the newest this many checkpoints.", min=1)
+    max_time_s: float | None = param(None, "Stop after this many seconds of wall-clock (null: no limit).", min=0, min_exclusive=True)
+    stop_at_return: float | None = param(None, "Stop once a deterministic evaluation's mean return reaches this.")
+    device: str = param("cpu", "Torch device of the learner ('cpu', 'cuda', 'cuda:1', 'auto').")
+    torch_threads: int = param(1, "torch.set_num_threads in every process (small nets run fastest on 1).", min=1)
+
+
+@dataclass(frozen=True)
+class Config:
+    """A whole run."""
+
+    env: EnvConfig = param(EnvConfig(), "The environments.")
+    actor: ActorConfig = param(ActorConfig(), "The policy network.")
+    storage: StorageConfig = param(StorageConfig(), "The rollout storage.")
+    algorithm: PPOConfig | A2CConfig = param(PPOConfig(), "The algorithm; 'name' picks which.")
+    scheme: SchemeConfig = param(SchemeConfig(), "Worker layout and communication.")
+    run: RunConfig = param(RunConfig(), "Budget, logging, evaluation, checkpoints.")
+
+
+# ----------------------------------------------------------------------------------- loading
+
+
+def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a YAML config and apply ``key=value`` overrides.
+
+    :param path: the YAML file.
+    :param overrides: dotted overrides such as ``algorithm.lr=3e-4`` (values parsed as YAML).
+    :raises ConfigError: for a missing or unreadable file, unknown keys or bad values.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" (line {where.line + 1})" if where is not None else ""
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML{line}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping of sections, got {type(raw).__name__}")
+    return from_dict(apply_overrides(raw, overrides))
+
+
+def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...]) -> dict:
+    """Return a copy of the nested dict ``raw`` with dotted ``key=value`` overrides applied."""
+    out = _deep_copy(raw)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} must look like section.key=value")
+        try:
+            value = yaml.safe_load(text) if text else None
+        except yaml.YAMLError:
+            value = text
+        node = out
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r}: {part!r} is not a section")
+        node[parts[-1]] = value
+    return out
+
+
+def from_dict(raw: dict) -> Config:
+    """Build and validate a :class:`Config` from a nested dict."""
+    algo = raw.get("algorithm") or {}
+    if not isinstance(algo, dict):
+        raise ConfigError(f"algorithm: expected a mapping, got {algo!r}")
+    name = algo.get("name", "ppo")
+    if name not in ALGORITHM_CONFIGS:
+        raise ConfigError(_bad_choice("algorithm.name", name, tuple(ALGORITHM_CONFIGS)))
+    sections = {"algorithm": ALGORITHM_CONFIGS[name]}
+    config = _build(Config, raw, "", sections)
+    _check_cross_field(config)
+    return config
+
+
+def config_to_dict(config: Any) -> Any:
+    """The config as plain YAML-ready data (tuples become lists)."""
+    if dataclasses.is_dataclass(config):
+        return {f.name: config_to_dict(getattr(config, f.name)) for f in dataclasses.fields(config)}
+    if isinstance(config, (tuple, list)):
+        return [config_to_dict(v) for v in config]
+    if isinstance(config, dict):
+        return {k: config_to_dict(v) for k, v in config.items()}
+    return config
+
+
+def _build(cls: type, raw: Any, prefix: str, sections: dict[str, type] | None = None) -> Any:
+    where = prefix.rstrip(".") or "config"
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping of keys, got {raw!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in raw:
+        if key not in fields:
+            near = difflib.get_close_matches(str(key), list(fields), n=1)
+            hint = f"; did you mean {prefix + near[0]!r}?" if near else f"; allowed: {', '.join(fields)}"
+            raise ConfigError(f"unknown config key {prefix + str(key)!r}{hint}")
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for name, f in fields.items():
+        if name not in raw:
+            continue
+        key = f"{prefix}{name}"
+        sub = (sections or {}).get(name)
+        typ = sub or hints[name]
+        if sub is not None or (isinstance(typ, type) and dataclasses.is_dataclass(typ)):
+            values[name] = _build(typ, raw[name], key + ".")
+        else:
+            values[name] = _check_value(key, raw[name], typ, f.metadata)
+    if sections and "algorithm" in sections and "algorithm" not in values:
+        values["algorithm"] = sections["algorithm"]()
+    return cls(**values)
+
+
+def _check_value(key: str, value: Any, typ: Any, meta: Any) -> Any:
+    value = _coerce(key, value, typ)
+    if value is None:
+        return None
+    choices = meta.get("choices")
+    if choices is not None and value not in choices:
+        raise ConfigError(_bad_choice(key, value, choices))
+    lo, hi = meta.get("min"), meta.get("max")
+    if lo is not None and (value < lo or (meta.get("min_exclusive") and value == lo)):
+        rel = ">" if meta.get("min_exclusive") else ">="
+        raise ConfigError(f"config key {key!r} = {value!r} is out of range: must be {rel} {lo}")
+    if hi is not None and value > hi:
+        raise ConfigError(f"config key {key!r} = {value!r} is out of range: must be <= {hi}")
+    return value
+
+
+def _coerce(key: str, value: Any, typ: Any) -> Any:
+    """Check ``value`` against the annotation ``typ``; ints are accepted where floats are."""
+    origin = typing.get_origin(typ)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(typ)
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(key, value, inner[0])
+    if origin is tuple:
+        (item, _) = typing.get_args(typ)
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"config key {key!r} = {value!r} has the wrong type: expected a list of {item.__name__}")
+        return tuple(_coerce(f"{key}[{i}]", v, item) for i, v in enumerate(value))
+    if typ is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if typ is float and isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if typ is dict and isinstance(value, dict):
+        return dict(value)
+    if isinstance(typ, type) and isinstance(value, typ) and not (typ is int and isinstance(value, bool)):
+        return value
+    name = getattr(typ, "__name__", str(typ))
+    raise ConfigError(f"config key {key!r} = {value!r} has the wrong type: expected {name}")
+
+
+def _bad_choice(key: str, value: Any, choices: tuple[Any, ...]) -> str:
+    near = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    allowed = ", ".join(repr(c) for c in choices)
+    return f"config key {key!r} = {value!r} is not allowed{hint}; allowed: {allowed}"
+
+
+def _check_cross_field(config: Config) -> None:
+    scheme = config.scheme
+    if scheme.update_execution == "decentralised" and scheme.grad_communication == "asynchronous":
+        raise ConfigError(
+            "config key 'scheme.update_execution' = 'decentralised' needs scheme.grad_communication "
+            "'synchronous' (asynchronous gradients cannot be applied identically on every worker)"
+        )
+    for name in ("hidden_sizes",):
+        sizes = getattr(config.actor, name)
+        if any(s < 1 for s in sizes):
+            raise ConfigError(f"config key 'actor.{name}' = {list(sizes)!r} is out of range: every width must be >= 1")
+
+
+def _deep_copy(raw: Any) -> Any:
+    if isinstance(raw, dict):
+        return {k: _deep_copy(v) for k, v in raw.items()}
+    if isinstance(raw, list):
+        return [_deep_copy(v) for v in raw]
+    return raw
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """``{field name: documentation}`` of a config dataclass (used by the README and ``--help``)."""
+    return {f.name: f.metadata.get("doc", "") for f in dataclasses.fields(cls)}

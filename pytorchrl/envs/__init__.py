@@ -1,0 +1,7 @@
+"""Vector environments, normalisation wrappers and pytorchrl's registered envs."""
+
+from pytorchrl.envs import registration as _registration  # noqa: F401  (registers pytorchrl/* ids)
+from pytorchrl.envs.normalization import ObservationNormalizer, RewardScaler, RunningMeanStd
+from pytorchrl.envs.vec_env import VecEnv, check_env_id
+
+__all__ = ["ObservationNormalizer", "RewardScaler", "RunningMeanStd", "VecEnv", "check_env_id"]

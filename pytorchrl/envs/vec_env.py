@@ -1,0 +1,304 @@
+"""Vectorized environments with torch tensors at the boundary.
+
+:class:`VecEnv` wraps a gymnasium >= 1.0 vector env (the env's native vector implementation,
+``SyncVectorEnv`` or ``AsyncVectorEnv``) and adds seeding, episode statistics and optional
+observation normalisation and reward scaling, whose statistics travel in checkpoints.
+
+Autoreset follows gymnasium's default *next-step* mode, which every vector env supports: the
+step that ends an episode returns the episode's final observation, and the next ``step`` call
+of that env resets it (its action is ignored and its reward is 0). :meth:`VecEnv.step` marks
+that reset step ``valid=False``. This is what makes truncation cheap to handle correctly: the
+observation following a truncated step *is* the final observation, so its value, computed by
+the ordinary acting pass, is the bootstrap value (see :mod:`pytorchrl.agent.storages`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode
+
+from pytorchrl.envs.normalization import ObservationNormalizer, RewardScaler
+from pytorchrl.utils.errors import InputError
+from pytorchrl.utils.seeding import TEST_ROLE, TRAIN_ROLE, derive_seed
+
+SUPPORTED_ACTION_SPACES = (gym.spaces.Discrete, gym.spaces.Box, gym.spaces.MultiDiscrete)
+
+
+def resolve_env_fn(env_id: str) -> Callable[..., gym.Env] | None:
+    """Return the function named by ``'module:function'``, or None for a registered id."""
+    if ":" not in env_id or env_id in gym.registry:
+        return None
+    module_name, _, attr = env_id.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InputError(f"env.env_id = {env_id!r}: cannot import module {module_name!r} ({exc})") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise InputError(f"env.env_id = {env_id!r}: module {module_name!r} has no function {attr!r}")
+    return fn
+
+
+def check_env_id(env_id: str) -> None:
+    """Raise :class:`InputError` naming close registered ids if ``env_id`` is unknown."""
+    if resolve_env_fn(env_id) is not None or env_id in gym.registry:
+        return
+    _import_env_families()
+    if env_id in gym.registry:
+        return
+    near = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
+    hint = f"; did you mean {', '.join(repr(n) for n in near)}?" if near else ""
+    raise InputError(f"env.env_id = {env_id!r} is not a registered gymnasium id nor 'module:function'{hint}")
+
+
+def _import_env_families() -> None:
+    """Register pytorchrl's own envs (test and fault-injection envs)."""
+    importlib.import_module("pytorchrl.envs.registration")
+
+
+class VecEnv:
+    """A batch of ``num_envs`` environments stepped together, tensors in and out.
+
+    :param env_id: a registered gymnasium id, or ``'module:function'`` returning a gymnasium.Env.
+    :param num_envs: number of environments.
+    :param seed: the run seed; each env's stream is derived from (seed, role, worker, env index).
+    :param worker_index: index of the owning collection worker (0 for the local one).
+    :param test: an evaluation env (own seed stream, no reward scaling, frozen normaliser).
+    :param vectorization: ``auto`` | ``native`` | ``sync`` | ``async``.
+    :param env_kwargs: keyword arguments for the env.
+    :param max_episode_steps: override of the time limit.
+    :param normalize_obs: running mean/std observation normalisation.
+    :param normalize_reward: reward scaling by the running return std.
+    :param clip_obs: clip of normalised observations.
+    :param clip_reward: clip of scaled rewards.
+    :param reward_gamma: discount of the reward scaler's running return.
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        *,
+        num_envs: int,
+        seed: int = 0,
+        worker_index: int = 0,
+        test: bool = False,
+        vectorization: str = "auto",
+        env_kwargs: dict | None = None,
+        max_episode_steps: int | None = None,
+        normalize_obs: bool = False,
+        normalize_reward: bool = False,
+        clip_obs: float = 10.0,
+        clip_reward: float = 10.0,
+        reward_gamma: float = 0.99,
+    ) -> None:
+        check_env_id(env_id)
+        self.env_id = env_id
+        self.num_envs = num_envs
+        self.env = _make_vector_env(env_id, num_envs, vectorization, dict(env_kwargs or {}), max_episode_steps)
+        self.observation_space = self.env.single_observation_space
+        self.action_space = self.env.single_action_space
+        check_spaces(env_id, self.observation_space, self.action_space)
+        self._discrete = isinstance(self.action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete))
+        self._low = getattr(self.action_space, "low", None)
+        self._high = getattr(self.action_space, "high", None)
+        role = TEST_ROLE if test else TRAIN_ROLE
+        self._seeds = [derive_seed(seed, role, worker_index, i) for i in range(num_envs)]
+        self._native = not isinstance(self.env, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv))
+        obs_shape = self.observation_space.shape
+        self.obs_normalizer = ObservationNormalizer(obs_shape, clip=clip_obs) if normalize_obs else None
+        if self.obs_normalizer is not None and test:
+            self.obs_normalizer.frozen = True
+        self.reward_scaler = (
+            RewardScaler(num_envs, gamma=reward_gamma, clip=clip_reward) if normalize_reward and not test else None
+        )
+        self._episode_return = np.zeros(num_envs, dtype=np.float64)
+        self._episode_length = np.zeros(num_envs, dtype=np.int64)
+        self._prev_done = np.zeros(num_envs, dtype=bool)
+        self._finished: list[tuple[int, float, int]] = []
+        self._seeded = False
+
+    @classmethod
+    def create_factory(
+        cls, env_id: str, *, num_envs: int, seed: int = 0, num_test_envs: int | None = None, **kwargs: Any
+    ) -> tuple[Callable[..., VecEnv], gym.Space, gym.Space]:
+        """Check the env and return ``(factory, observation_space, action_space)``.
+
+        ``factory(worker_index=0, test=False)`` builds the vector env inside whatever process calls
+        it; test envs have ``num_test_envs`` envs (default ``num_envs``).
+
+        :raises InputError: for an unknown env id or an unsupported space.
+        """
+        check_env_id(env_id)
+        probe = _make_single_env(env_id, dict(kwargs.get("env_kwargs") or {}), None)
+        obs_space, act_space = probe.observation_space, probe.action_space
+        probe.close()
+        check_spaces(env_id, obs_space, act_space)
+        factory = functools.partial(
+            _build_vec_env, cls, env_id, num_envs=num_envs, seed=seed, num_test_envs=num_test_envs or num_envs, **kwargs
+        )
+        return factory, obs_space, act_space
+
+    # ------------------------------------------------------------------------ stepping
+
+    def reset(self) -> torch.Tensor:
+        """Reset every env (seeded with the derived seeds on the first call) and return obs."""
+        if self._seeded:
+            obs, _ = self.env.reset()
+        else:
+            obs, _ = self.env.reset(seed=self._seeds[0] if self._native else self._seeds)
+            self._seeded = True
+        self._episode_return[:] = 0.0
+        self._episode_length[:] = 0
+        self._prev_done[:] = False
+        return self._obs(obs)
+
+    def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Step every env.
+
+        :param actions: a batch of actions, one row per env.
+        :return: ``obs, reward, terminated, truncated, valid`` as tensors of length ``num_envs``;
+            ``valid`` is False for the reset steps of next-step autoreset (see the module doc).
+        """
+        act = actions.numpy() if actions.device.type == "cpu" else actions.cpu().numpy()
+        if not self._discrete:
+            act = np.clip(act, self._low, self._high)
+        obs, reward, terminated, truncated, _ = self.env.step(act)
+        valid = ~self._prev_done
+        done = terminated | truncated
+        self._episode_return += reward
+        self._episode_length += valid
+        if done.any():
+            for i in np.flatnonzero(done).tolist():
+                self._finished.append((i, float(self._episode_return[i]), int(self._episode_length[i])))
+            self._episode_return[done] = 0.0
+            self._episode_length[done] = 0
+        self._prev_done = done
+        if self.reward_scaler is not None:
+            reward = self.reward_scaler(reward, done)
+        return (
+            self._obs(obs),
+            torch.from_numpy(np.asarray(reward, dtype=np.float32)),
+            torch.from_numpy(terminated),
+            torch.from_numpy(truncated),
+            torch.from_numpy(valid),
+        )
+
+    def _obs(self, obs: np.ndarray) -> torch.Tensor:
+        if self.obs_normalizer is not None:
+            obs = self.obs_normalizer(obs)
+        return torch.from_numpy(np.asarray(obs, dtype=np.float32))
+
+    def pop_episodes(self) -> list[tuple[int, float, int]]:
+        """``(env index, return, length)`` of the episodes finished since the last call, in order.
+
+        Returns are undiscounted and unscaled (the env's own rewards).
+        """
+        out, self._finished = self._finished, []
+        return out
+
+    @property
+    def episodes_in_progress(self) -> np.ndarray:
+        """Mask of envs in the middle of an episode (not waiting for their reset step)."""
+        return ~self._prev_done
+
+    # --------------------------------------------------------------------------- state
+
+    def copy_normalization_from(self, other: VecEnv) -> None:
+        """Use ``other``'s observation statistics (evaluation envs use the training ones)."""
+        if self.obs_normalizer is not None and other.obs_normalizer is not None:
+            self.obs_normalizer.rms.load_state_dict(other.obs_normalizer.rms.state_dict())
+
+    def state_dict(self) -> dict[str, Any]:
+        """Normaliser statistics and the envs' random generator states."""
+        state: dict[str, Any] = {"rng": self._rng_states()}
+        if self.obs_normalizer is not None:
+            state["obs_rms"] = self.obs_normalizer.rms.state_dict()
+        if self.reward_scaler is not None:
+            state["ret_rms"] = self.reward_scaler.rms.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.obs_normalizer is not None and "obs_rms" in state:
+            self.obs_normalizer.rms.load_state_dict(state["obs_rms"])
+        if self.reward_scaler is not None and "ret_rms" in state:
+            self.reward_scaler.rms.load_state_dict(state["ret_rms"])
+        self._pending_rng = state.get("rng")
+
+    def reset_from_state(self) -> torch.Tensor:
+        """Reset, then continue the random streams saved by :meth:`load_state_dict`."""
+        obs = self.reset()
+        rng = getattr(self, "_pending_rng", None)
+        if rng:
+            self._set_rng_states(rng)
+        return obs
+
+    def _rng_states(self) -> list[dict]:
+        if self._native:
+            return [self.env.np_random.bit_generator.state]
+        if isinstance(self.env, gym.vector.SyncVectorEnv):
+            return [e.np_random.bit_generator.state for e in self.env.envs]
+        return []  # subprocess envs: their generators live in other processes
+
+    def _set_rng_states(self, states: list[dict]) -> None:
+        if self._native:
+            self.env.np_random.bit_generator.state = states[0]
+        elif isinstance(self.env, gym.vector.SyncVectorEnv):
+            for env, st in zip(self.env.envs, states):
+                env.np_random.bit_generator.state = st
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _build_vec_env(cls: type[VecEnv], env_id: str, *, num_test_envs: int, num_envs: int, worker_index: int = 0, test: bool = False, **kwargs: Any) -> VecEnv:
+    return cls(env_id, num_envs=num_test_envs if test else num_envs, worker_index=worker_index, test=test, **kwargs)
+
+
+def check_spaces(env_id: str, obs_space: gym.Space, act_space: gym.Space) -> None:
+    """Raise :class:`InputError` for spaces the MLP actors cannot handle."""
+    if not isinstance(obs_space, gym.spaces.Box):
+        raise InputError(f"env.env_id = {env_id!r} has observation space {obs_space}; supported: Box")
+    if not isinstance(act_space, SUPPORTED_ACTION_SPACES):
+        raise InputError(f"env.env_id = {env_id!r} has action space {act_space}; supported: Discrete, Box, MultiDiscrete")
+
+
+def _make_single_env(env_id: str, env_kwargs: dict, max_episode_steps: int | None) -> gym.Env:
+    fn = resolve_env_fn(env_id)
+    if fn is not None:
+        env = fn(**env_kwargs)
+        if max_episode_steps is not None:
+            env = gym.wrappers.TimeLimit(env, max_episode_steps)
+        return env
+    if max_episode_steps is not None:
+        env_kwargs = {**env_kwargs, "max_episode_steps": max_episode_steps}
+    return gym.make(env_id, **env_kwargs)
+
+
+def _make_vector_env(
+    env_id: str, num_envs: int, vectorization: str, env_kwargs: dict, max_episode_steps: int | None
+) -> gym.vector.VectorEnv:
+    fn = resolve_env_fn(env_id)
+    spec = None if fn is not None else gym.spec(env_id)
+    has_native = spec is not None and spec.vector_entry_point is not None
+    if vectorization == "native" and not has_native:
+        raise InputError(f"env.vectorization = 'native': {env_id!r} has no native vector implementation; use 'sync' or 'async'")
+    if vectorization in ("native", "auto") and has_native:
+        kwargs = dict(env_kwargs)
+        if max_episode_steps is not None:
+            kwargs["max_episode_steps"] = max_episode_steps
+        env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs)
+        if env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP) == AutoresetMode.NEXT_STEP:
+            return env
+        env.close()  # a native env with another autoreset mode: fall back to sync
+    make = functools.partial(_make_single_env, env_id, env_kwargs, max_episode_steps)
+    if vectorization == "async":
+        return gym.vector.AsyncVectorEnv([make] * num_envs, autoreset_mode=AutoresetMode.NEXT_STEP)
+    return gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode=AutoresetMode.NEXT_STEP)

@@ -1,0 +1,90 @@
+"""Evaluate a saved policy: ``pytorchrl evaluate RUN_DIR|CHECKPOINT``."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pytorchrl.config import from_dict
+from pytorchrl.learner import Learner
+from pytorchrl.utils.checkpoint import META_FILE, load_checkpoint, load_newest_checkpoint
+from pytorchrl.utils.errors import CheckpointError, InputError
+
+
+def evaluate_checkpoint(path: str | Path, *, episodes: int = 10, video_dir: str | Path | None = None) -> dict[str, Any]:
+    """Deterministic returns of the policy in a run directory (newest checkpoint) or checkpoint.
+
+    :param path: a run directory or one of its ``checkpoints/step_N`` directories.
+    :param episodes: number of episodes.
+    :param video_dir: if given, record one episode as an animated GIF there.
+    """
+    path = Path(path)
+    if (path / META_FILE).is_file():
+        checkpoint, run_dir = path, path.parent.parent
+        state, meta = load_checkpoint(path)
+    elif path.is_dir():
+        run_dir = path
+        checkpoint, state, meta = load_newest_checkpoint(path / "checkpoints")
+    else:
+        raise CheckpointError(f"{str(path)!r} is neither a run directory nor a checkpoint directory")
+    config_path = run_dir / "config.yaml"
+    if not config_path.is_file():
+        raise CheckpointError(f"{str(config_path)!r} is missing: cannot rebuild the policy of {str(checkpoint)!r}")
+    config = from_dict(yaml.safe_load(config_path.read_text()) or {})
+    learner = Learner.from_config(config, progress=False)
+    try:
+        learner.load_state(state)
+        returns = learner.scheme.evaluate(episodes)
+        video = _record_gif(learner, Path(video_dir)) if video_dir is not None else None
+    finally:
+        learner.close()
+    mean = sum(returns) / len(returns)
+    result = {
+        "checkpoint": str(checkpoint),
+        "env_steps": meta.get("env_steps"),
+        "episodes": episodes,
+        "return_mean": mean,
+        "return_std": math.sqrt(sum((r - mean) ** 2 for r in returns) / len(returns)),
+        "returns": returns,
+    }
+    if video is not None:
+        result["video"] = str(video)
+    return result
+
+
+def _record_gif(learner: Learner, video_dir: Path) -> Path:
+    """One deterministic episode rendered to ``video_dir/episode.gif`` (needs the env's rgb_array render)."""
+    import gymnasium as gym
+    import torch
+
+    try:
+        from PIL import Image
+    except ImportError:
+        raise InputError("--video needs Pillow: pip install 'pytorchrl[video]'") from None
+    worker = learner.scheme.collection_workers.local_worker
+    envs = worker.envs
+    assert envs is not None
+    try:
+        env = gym.make(envs.env_id, render_mode="rgb_array")
+        obs, _ = env.reset(seed=0)
+        frames = [env.render()]
+    except (gym.error.DependencyNotInstalled, ImportError) as exc:
+        raise InputError(f"--video: env {envs.env_id!r} cannot render ({exc}); try pip install 'pytorchrl[video]'") from None
+    done = False
+    while not done:
+        x = torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0)
+        if envs.obs_normalizer is not None:
+            x = torch.from_numpy(envs.obs_normalizer.normalize(x.numpy(), update=False))
+        action, _, _ = worker.algo.acting_step(x, deterministic=True)
+        obs, _, terminated, truncated, _ = env.step(action[0].numpy())
+        frames.append(env.render())
+        done = terminated or truncated
+    env.close()
+    video_dir.mkdir(parents=True, exist_ok=True)
+    out = video_dir / "episode.gif"
+    images = [Image.fromarray(f) for f in frames]
+    images[0].save(out, save_all=True, append_images=images[1:], duration=20, loop=0)
+    return out

@@ -1,0 +1,336 @@
+"""The learner: drives the scheme's update worker to ``run.target_steps``; logs, evaluates,
+checkpoints, stops, resumes."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pytorchrl.config import Config, RunConfig, apply_overrides, config_to_dict, from_dict
+from pytorchrl.logging.writers import CSVWriter, ProgressLine, TensorBoardWriter
+from pytorchrl.scheme.scheme import Scheme, build_scheme
+from pytorchrl.utils.checkpoint import load_checkpoint, load_newest_checkpoint, prune_checkpoints, save_checkpoint
+from pytorchrl.utils.errors import CheckpointError, ConfigError
+from pytorchrl.utils.seeding import get_rng_state, seed_everything, set_rng_state
+
+#: interval means of these per-update diagnostics go into each log row
+_MEAN_KEYS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance", "lr", "clip_range")
+
+
+class Learner:
+    """Steps a :class:`Scheme` until ``run.target_steps``, ``run.max_time_s`` or ``run.stop_at_return``.
+
+    One :meth:`step` is one gradient update. Logging, evaluation and checkpoints happen at the
+    end of a round (once the data of one collection has been used), every ``log_every``,
+    ``eval_every`` and ``checkpoint_every`` env steps.
+
+    :param scheme: the workers.
+    :param run: budget, logging, evaluation and checkpoint settings.
+    :param run_dir: where ``progress.csv``, ``tb/``, ``checkpoints/`` and ``summary.json`` go
+        (None: write nothing, e.g. in tests and custom scripts).
+    :param progress: print the live progress line.
+    """
+
+    def __init__(self, scheme: Scheme, *, run: RunConfig | None = None, run_dir: str | Path | None = None, progress: bool = True) -> None:
+        self.scheme = scheme
+        self.run = run = run or RunConfig()
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.env_steps = 0
+        self.updates = 0
+        self.episodes = 0
+        self.policy_version = 0
+        self.wall_time_offset = 0.0
+        self.solved_at: tuple[int, float] | None = None
+        self.last_eval: float | None = None
+        self.stop_reason: str | None = None
+        self._returns: deque[float] = deque(maxlen=100)
+        self._lengths: deque[float] = deque(maxlen=100)
+        self._interval: dict[str, list[float]] = {}
+        self._round_end = True
+        self._eval_steps = -1
+        self._eval_row: dict[str, Any] = {}
+        self._start: float | None = None
+        self._log_mark = (0, 0.0)
+        self._next = {"log": run.log_every, "eval": run.eval_every or math.inf, "checkpoint": run.checkpoint_every or math.inf}
+        self._progress = ProgressLine(run.target_steps, enabled=progress)
+        self._csv = CSVWriter(self.run_dir / "progress.csv") if self.run_dir else None
+        self._tb = TensorBoardWriter(self.run_dir / "tb") if self.run_dir else None
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def from_config(cls, config: Config, *, run_dir: str | Path | None = None, progress: bool = True) -> Learner:
+        """Seed, build the scheme from ``config`` and, with a ``run_dir``, write ``config.yaml`` there."""
+        seed_everything(config.run.seed)
+        scheme = build_scheme(config)
+        if run_dir is not None:
+            run_dir = Path(run_dir)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
+        return cls(scheme, run=config.run, run_dir=run_dir, progress=progress)
+
+    @classmethod
+    def resume(cls, run_dir: str | Path, overrides: list[str] | tuple[str, ...] = (), *, progress: bool = True) -> Learner:
+        """Rebuild the run in ``run_dir`` from its ``config.yaml`` (plus ``overrides``, e.g. a larger
+        ``run.target_steps``) and continue from its newest readable checkpoint.
+
+        :raises CheckpointError: when the directory has no config or no readable checkpoint.
+        """
+        run_dir = Path(run_dir)
+        config_path = run_dir / "config.yaml"
+        if not config_path.is_file():
+            raise CheckpointError(f"--resume {str(run_dir)!r}: no config.yaml there (not a pytorchrl run directory)")
+        path, state, meta = load_newest_checkpoint(run_dir / "checkpoints")
+        raw = yaml.safe_load(config_path.read_text()) or {}
+        try:
+            config = from_dict(apply_overrides(raw, overrides))
+        except ConfigError as exc:
+            raise ConfigError(f"{config_path}: {exc}") from None
+        learner = cls.from_config(config, run_dir=run_dir, progress=progress)
+        learner.load_state(state)
+        truncate_progress(run_dir / "progress.csv", learner.env_steps)
+        return learner
+
+    # ------------------------------------------------------------------------ stepping
+
+    def step(self) -> dict[str, Any]:
+        """One gradient update (collecting first when the round's data is used up).
+
+        :return: the update's info: the algorithm's diagnostics, plus collection info
+            (``env_steps``, episode returns) on the first update of a round.
+        """
+        if self._start is None:
+            self._start = time.perf_counter()
+        info = self.scheme.update_worker.step()
+        if not info.get("skipped"):
+            self.updates += 1
+        self.policy_version = info.get("policy_version", self.policy_version)
+        if "env_steps" in info:
+            self._on_collection(info)
+        for key in (*_MEAN_KEYS, "policy_lag_mean"):
+            if key in info and info[key] is not None:
+                self._interval.setdefault(key, []).append(info[key])
+        for key in ("collect_time_s", "gradient_time_s", "apply_time_s"):
+            if key in info:
+                self._interval.setdefault(key, [0.0])[0] += info[key]
+        self._round_end = bool(info.get("round_end", True))
+        if self._round_end:
+            self._after_round()
+        return info
+
+    def _on_collection(self, info: dict[str, Any]) -> None:
+        self.env_steps += info["env_steps"]
+        self.episodes += len(info["episode_returns"])
+        self._returns.extend(info["episode_returns"])
+        self._lengths.extend(info["episode_lengths"])
+        self.scheme.update_worker.set_progress(min(1.0, self.env_steps / self.run.target_steps))
+
+    def _after_round(self) -> None:
+        evaluated = False
+        if self.env_steps >= self._next["eval"]:
+            self.evaluate()
+            evaluated = True
+            self._advance("eval", self.run.eval_every)
+        if self.env_steps >= self._next["log"] or evaluated and self.solved_at is not None:
+            self.log()
+            self._advance("log", self.run.log_every)
+        if self.env_steps >= self._next["checkpoint"]:
+            self.checkpoint()
+            self._advance("checkpoint", self.run.checkpoint_every)
+        self._progress.update(self.metrics())
+
+    def _advance(self, name: str, every: int) -> None:
+        while self._next[name] <= self.env_steps:
+            self._next[name] += every
+
+    @property
+    def wall_time_s(self) -> float:
+        """Seconds of training, over all sessions of a resumed run."""
+        running = 0.0 if self._start is None else time.perf_counter() - self._start
+        return self.wall_time_offset + running
+
+    def done(self) -> bool:
+        """True at the end of a round once the budget, the time limit or the return target is reached."""
+        if not self._round_end:
+            return False
+        if self.solved_at is not None:
+            self.stop_reason = "stop_at_return"
+        elif self.env_steps >= self.run.target_steps:
+            self.stop_reason = "target_steps"
+        elif self.run.max_time_s is not None and self.wall_time_s >= self.run.max_time_s:
+            self.stop_reason = "max_time_s"
+        return self.stop_reason is not None
+
+    def train(self) -> dict[str, Any]:
+        """Step until :meth:`done`, then evaluate, checkpoint and summarise.
+
+        A ``KeyboardInterrupt`` (SIGINT, or SIGTERM through the CLI) stops at once and still writes
+        the final checkpoint and summary.
+
+        :return: the summary (also written to ``summary.json``).
+        """
+        try:
+            while not self.done():
+                self.step()
+        except KeyboardInterrupt:
+            self.stop_reason = "interrupted"
+        return self.finish()
+
+    def finish(self) -> dict[str, Any]:
+        """Final evaluation (unless just done), log row, checkpoint and ``summary.json``."""
+        if self.stop_reason != "interrupted" and (self.last_eval is None or self._eval_steps != self.env_steps):
+            self.evaluate()
+        if self._eval_row or self._log_mark[0] != self.env_steps:
+            self.log()
+        if self.run_dir is not None:
+            self.checkpoint()
+        summary = {
+            "env_steps": self.env_steps,
+            "updates": self.updates,
+            "wall_time_s": round(self.wall_time_s, 3),
+            "final_eval_return_mean": self.last_eval,
+            "solved_at_env_steps": self.solved_at[0] if self.solved_at else None,
+            "solved_at_wall_time_s": round(self.solved_at[1], 3) if self.solved_at else None,
+            "stop_reason": self.stop_reason or "target_steps",
+        }
+        if self.run_dir is not None:
+            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        self._progress.close()
+        return summary
+
+    # ---------------------------------------------------------------- eval, logging
+
+    def evaluate(self) -> float:
+        """Deterministic mean return over ``run.eval_episodes`` episodes; records solving."""
+        start = time.perf_counter()
+        returns = self.scheme.evaluate(self.run.eval_episodes)
+        self.last_eval = sum(returns) / len(returns)
+        self._eval_steps = self.env_steps
+        self._interval.setdefault("eval_time_s", [0.0])[0] += time.perf_counter() - start
+        self._eval_row = {"eval_return_mean": self.last_eval, "eval_return_std": _std(returns)}
+        target = self.run.stop_at_return
+        if target is not None and self.solved_at is None and self.last_eval >= target:
+            self.solved_at = (self.env_steps, self.wall_time_s)
+        return self.last_eval
+
+    def metrics(self) -> dict[str, Any]:
+        """The current log row (interval means since the last :meth:`log`)."""
+        wall = self.wall_time_s
+        steps0, wall0 = self._log_mark
+        row: dict[str, Any] = {
+            "env_steps": self.env_steps,
+            "updates": self.updates,
+            "wall_time_s": round(wall, 3),
+            "fps": (self.env_steps - steps0) / (wall - wall0) if wall > wall0 else 0.0,
+            "train_return_mean": _mean(self._returns),
+            "train_length_mean": _mean(self._lengths),
+            "episodes": self.episodes,
+            "eval_return_mean": None,
+            "eval_return_std": None,
+            "policy_version": self.policy_version,
+            "policy_lag_mean": 0.0,
+            "worker_restarts": 0,
+            "dropped_batches": 0,
+        }
+        for key, values in self._interval.items():
+            row[key] = values[0] if key.endswith("_time_s") else _mean(values)
+        row.update(self._eval_row)
+        return row
+
+    def log(self) -> dict[str, Any]:
+        """Write the current row to progress.csv and TensorBoard and start a new interval."""
+        row = self.metrics()
+        if self._csv is not None:
+            self._csv.write(row)
+        if self._tb is not None:
+            self._tb.write(row)
+        self._progress.update(row, force=True)
+        self._interval = {}
+        self._eval_row = {}
+        self._log_mark = (self.env_steps, self.wall_time_s)
+        return row
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def state_dict(self) -> dict[str, Any]:
+        counters = {
+            "env_steps": self.env_steps, "updates": self.updates, "episodes": self.episodes,
+            "policy_version": self.policy_version, "wall_time_s": self.wall_time_s,
+            "next": {k: (None if math.isinf(v) else v) for k, v in self._next.items()},
+            "returns": list(self._returns), "lengths": list(self._lengths),
+            "solved_at": list(self.solved_at) if self.solved_at else None,
+            "last_eval": self.last_eval,
+        }
+        return {"learner": counters, "scheme": self.scheme.state_dict(), "rng": get_rng_state()}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Continue from a checkpoint's state (counters, weights, optimizer, envs, RNG streams)."""
+        try:
+            c = state["learner"]
+            self.scheme.load_state_dict(state["scheme"])
+            self.env_steps, self.updates, self.episodes = int(c["env_steps"]), int(c["updates"]), int(c["episodes"])
+            self.policy_version = int(c["policy_version"])
+            self.wall_time_offset = float(c["wall_time_s"])
+            self._next = {k: (math.inf if v is None else v) for k, v in c["next"].items()}
+            self._returns.extend(c["returns"])
+            self._lengths.extend(c["lengths"])
+            self.solved_at = tuple(c["solved_at"]) if c["solved_at"] else None  # type: ignore[assignment]
+            self.last_eval = c["last_eval"]
+            set_rng_state(state["rng"])
+        except (KeyError, TypeError, RuntimeError, ValueError) as exc:
+            raise CheckpointError(f"checkpoint does not match this run's config ({type(exc).__name__}: {exc})") from None
+        self._log_mark = (self.env_steps, self.wall_time_offset)
+        self.scheme.update_worker.set_progress(min(1.0, self.env_steps / self.run.target_steps))
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        """Continue from the checkpoint directory ``path``."""
+        state, _ = load_checkpoint(path)
+        self.load_state(state)
+
+    def checkpoint(self, path: str | Path | None = None) -> Path:
+        """Write a checkpoint atomically (default ``run_dir/checkpoints/step_N``) and prune old ones."""
+        if path is None:
+            if self.run_dir is None:
+                raise ValueError("checkpoint() needs a path when the learner has no run_dir")
+            path = self.run_dir / "checkpoints" / f"step_{self.env_steps}"
+        meta = {
+            "env_steps": self.env_steps, "updates": self.updates, "policy_version": self.policy_version,
+            "wall_time_s": round(self.wall_time_s, 3), "created": datetime.datetime.now().isoformat(timespec="seconds"),
+        }
+        out = save_checkpoint(path, self.state_dict(), meta)
+        if self.run_dir is not None and Path(path).parent == self.run_dir / "checkpoints":
+            prune_checkpoints(self.run_dir / "checkpoints", self.run.keep_checkpoints)
+        return out
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+        self.scheme.close()
+
+
+def truncate_progress(path: Path, env_steps: int) -> None:
+    """Drop progress.csv rows written after the checkpoint a run resumes from (they will be redone)."""
+    if not path.is_file():
+        return
+    lines = path.read_text().splitlines(keepends=True)
+    if not lines:
+        return
+    keep = [lines[0]] + [ln for ln in lines[1:] if ln.split(",", 1)[0].isdigit() and int(ln.split(",", 1)[0]) <= env_steps]
+    path.write_text("".join(keep))
+
+
+def _mean(values: Any) -> float | None:
+    values = list(values)
+    return sum(values) / len(values) if values else None
+
+
+def _std(values: list[float]) -> float:
+    m = sum(values) / len(values)
+    return math.sqrt(sum((v - m) ** 2 for v in values) / len(values))

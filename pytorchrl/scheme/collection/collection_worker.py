@@ -1,0 +1,149 @@
+"""The collection worker: steps its envs with its actor and fills its storage."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from pytorchrl.envs.vec_env import VecEnv
+
+
+class CollectionWorker:
+    """Owns a train :class:`VecEnv`, a test VecEnv (made on first evaluation), an actor, an
+    algorithm (for acting only) and a storage. A plain class: worker sets make it remote.
+
+    :param index: worker index (0 is the local worker); part of every env seed.
+    :param env_factory: ``env_factory(worker_index, test=False) -> VecEnv``.
+    :param actor_factory: ``actor_factory(device) -> actor``.
+    :param algo_factory: ``algo_factory(actor, device) -> Algorithm``.
+    :param storage_factory: ``storage_factory(device=...) -> storage``.
+    :param collect: build train envs and collect (a local worker beside remote ones only holds weights).
+    :param device: torch device for acting.
+    :param torch_threads: ``torch.set_num_threads`` for this process.
+    """
+
+    def __init__(
+        self,
+        index: int,
+        *,
+        env_factory: Callable[..., VecEnv],
+        actor_factory: Callable[..., Any],
+        algo_factory: Callable[..., Any],
+        storage_factory: Callable[..., Any],
+        collect: bool = True,
+        device: str = "cpu",
+        torch_threads: int = 1,
+    ) -> None:
+        torch.set_num_threads(torch_threads)
+        self.index = index
+        self.device = torch.device(device)
+        self.env_factory = env_factory
+        self.actor = actor_factory(self.device)
+        self.algo = algo_factory(self.actor, self.device)
+        self.envs = env_factory(worker_index=index) if collect else None
+        self.storage = storage_factory(device=self.device) if collect else None
+        self.test_envs: VecEnv | None = None
+        self._started = False
+
+    # ---------------------------------------------------------------------- collection
+
+    def collect_data(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Step the envs until the storage holds one rollout; return it with its info.
+
+        Info: ``env_steps``, ``episode_returns``, ``episode_lengths``, ``policy_version``,
+        ``collect_time_s``, ``worker_index``.
+        """
+        if self.envs is None or self.storage is None:
+            raise RuntimeError(f"collection worker {self.index} was built without envs (collect=False)")
+        start = time.perf_counter()
+        envs, storage, actor = self.envs, self.storage, self.actor
+        if not self._started:
+            storage.reset(envs.reset())
+            self._started = True
+        obs = storage.last_obs
+        with torch.no_grad():
+            while not storage.full:
+                action, extra, _ = actor.get_action(obs)
+                next_obs, reward, terminated, truncated, valid = envs.step(action)
+                storage.insert(
+                    action=action, log_prob=extra["log_prob"], value=extra["value"], reward=reward,
+                    terminated=terminated, truncated=truncated, valid=valid, next_obs=next_obs,
+                )
+                obs = next_obs
+            storage.set_bootstrap_value(actor.get_value(obs))
+        data = storage.get_data()
+        episodes = envs.pop_episodes()
+        info = {
+            "env_steps": int(data["rewards"].numel()),
+            "episode_returns": [r for _, r, _ in episodes],
+            "episode_lengths": [n for _, _, n in episodes],
+            "policy_version": self.algo.version,
+            "collect_time_s": time.perf_counter() - start,
+            "worker_index": self.index,
+        }
+        return data, info
+
+    def evaluate(self, num_episodes: int, deterministic: bool = True) -> list[float]:
+        """Returns of ``num_episodes`` episodes on the test envs.
+
+        Each test env contributes a fixed share of the episodes, so that short episodes do not
+        crowd out long ones (the bias of "take the first N that finish").
+        """
+        if self.test_envs is None:
+            self.test_envs = self.env_factory(worker_index=self.index, test=True)
+        envs = self.test_envs
+        if self.envs is not None:
+            envs.copy_normalization_from(self.envs)
+        quota = np.array([(num_episodes + i) // envs.num_envs for i in range(envs.num_envs)][::-1])
+        returns: list[float] = []
+        obs = envs.reset()
+        envs.pop_episodes()
+        with torch.no_grad():
+            while quota.any():
+                action, _, _ = self.actor.get_action(obs, deterministic=deterministic)
+                obs, *_ = envs.step(action)
+                for i, ret, _ in envs.pop_episodes():
+                    if quota[i] > 0:
+                        quota[i] -= 1
+                        returns.append(ret)
+        return returns
+
+    # ------------------------------------------------------------------------ weights
+
+    def set_weights(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        self.algo.set_weights(weights, version)
+
+    def get_weights(self) -> dict[str, torch.Tensor]:
+        return self.algo.get_weights()
+
+    # -------------------------------------------------------------------------- state
+
+    def state_dict(self) -> dict[str, Any]:
+        """Env statistics and random streams (the rollout itself restarts on resume)."""
+        state: dict[str, Any] = {}
+        if self.envs is not None:
+            state["envs"] = self.envs.state_dict()
+        if self.test_envs is not None:
+            state["test_envs"] = self.test_envs.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.envs is not None and "envs" in state:
+            self.envs.load_state_dict(state["envs"])
+            assert self.storage is not None
+            self.storage.reset(self.envs.reset_from_state())
+            self._started = True
+        if "test_envs" in state:
+            if self.test_envs is None:
+                self.test_envs = self.env_factory(worker_index=self.index, test=True)
+            self.test_envs.load_state_dict(state["test_envs"])
+            self.test_envs.reset_from_state()
+
+    def close(self) -> None:
+        for envs in (self.envs, self.test_envs):
+            if envs is not None:
+                envs.close()

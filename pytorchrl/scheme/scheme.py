@@ -1,0 +1,142 @@
+"""The scheme: collection, gradient and update workers wired from factories, in one place."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+
+from pytorchrl.agent.actors.on_policy import OnPolicyActor
+from pytorchrl.agent.algorithms import ALGORITHMS
+from pytorchrl.agent.storages.on_policy.gae_buffer import GAEBuffer
+from pytorchrl.config import Config, SchemeConfig
+from pytorchrl.envs.vec_env import VecEnv
+from pytorchrl.scheme.collection.collection_worker_set import CollectionWorkerSet
+from pytorchrl.scheme.gradients.gradient_worker_set import GradientWorkerSet
+from pytorchrl.scheme.updates.update_worker import UpdateWorker
+
+
+class Scheme:
+    """Collection workers feed gradient workers, which feed the update worker.
+
+    :param env_factory: ``(worker_index, test=False) -> VecEnv`` (see :meth:`VecEnv.create_factory`).
+    :param actor_factory: ``(device) -> actor``.
+    :param algo_factory: ``(actor, device) -> Algorithm``.
+    :param storage_factory: ``(device=...) -> storage``.
+    :param config: worker counts, communication modes, resources and fault tolerance.
+    :param device: torch device of the learner (gradient and update workers).
+    :param torch_threads: ``torch.set_num_threads`` in every worker.
+    """
+
+    def __init__(
+        self,
+        *,
+        env_factory: Callable[..., VecEnv],
+        actor_factory: Callable[..., Any],
+        algo_factory: Callable[..., Any],
+        storage_factory: Callable[..., Any],
+        config: SchemeConfig | None = None,
+        device: str = "cpu",
+        torch_threads: int = 1,
+    ) -> None:
+        self.config = config = config or SchemeConfig()
+        col_kwargs = {
+            "env_factory": env_factory, "actor_factory": actor_factory, "algo_factory": algo_factory,
+            "storage_factory": storage_factory, "torch_threads": torch_threads,
+        }
+        col_workers_factory = CollectionWorkerSet.create_factory(
+            worker_kwargs=col_kwargs,
+            num_workers=config.num_col_workers,
+            communication=config.col_communication,
+            resources=dataclasses.asdict(config.col_worker_resources),
+        )
+        grad_kwargs = {
+            "col_workers_factory": col_workers_factory, "actor_factory": actor_factory, "algo_factory": algo_factory,
+            "storage_factory": storage_factory, "device": device, "torch_threads": torch_threads,
+        }
+        self.grad_workers = GradientWorkerSet(
+            worker_kwargs=grad_kwargs,
+            num_workers=config.num_grad_workers,
+            communication=config.grad_communication,
+            resources=dataclasses.asdict(config.grad_worker_resources),
+        )
+        self.update_worker = UpdateWorker(self.grad_workers, update_execution=config.update_execution)
+
+    @property
+    def algorithm(self) -> Any:
+        """The master algorithm (weights, optimizer, version)."""
+        return self.update_worker.algo
+
+    @property
+    def collection_workers(self) -> CollectionWorkerSet:
+        """The local gradient worker's collection workers."""
+        return self.grad_workers.local_worker.col_workers
+
+    def evaluate(self, num_episodes: int) -> list[float]:
+        """Deterministic returns of the current policy on the local collection worker's test envs."""
+        col = self.collection_workers
+        col.local_worker.set_weights(self.algorithm.get_weights(), self.algorithm.version)
+        return col.evaluate(num_episodes)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.update_worker.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.update_worker.load_state_dict(state)
+
+    def close(self) -> None:
+        self.grad_workers.close()
+
+
+def build_scheme(config: Config) -> Scheme:
+    """Build every factory from ``config`` (each from its own section) and wire the scheme.
+
+    :raises InputError: for an unknown env id or unsupported spaces.
+    """
+    env, run, algo = config.env, config.run, config.algorithm
+    env_factory, obs_space, action_space = VecEnv.create_factory(
+        env.env_id,
+        num_envs=env.num_envs,
+        seed=run.seed,
+        num_test_envs=env.num_test_envs,
+        vectorization=env.vectorization,
+        env_kwargs=env.env_kwargs,
+        max_episode_steps=env.max_episode_steps,
+        normalize_obs=env.normalize_obs,
+        normalize_reward=env.normalize_reward,
+        clip_obs=env.clip_obs,
+        clip_reward=env.clip_reward,
+        reward_gamma=env.reward_gamma,
+    )
+    actor_factory = OnPolicyActor.create_factory(obs_space, action_space, **dataclasses.asdict(config.actor))
+    storage_factory = GAEBuffer.create_factory(
+        num_steps=config.storage.num_steps,
+        num_envs=env.num_envs,
+        obs_shape=obs_space.shape,
+        action_shape=action_space.shape if not isinstance(action_space, gym.spaces.Discrete) else (),
+        discrete=isinstance(action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)),
+        gamma=algo.gamma,
+        gae_lambda=algo.gae_lambda,
+    )
+    algo_params = {k: v for k, v in dataclasses.asdict(algo).items() if k not in ("name", "gamma", "gae_lambda")}
+    algo_factory = ALGORITHMS[algo.name].create_factory(**algo_params)
+    return Scheme(
+        env_factory=env_factory,
+        actor_factory=actor_factory,
+        algo_factory=algo_factory,
+        storage_factory=storage_factory,
+        config=config.scheme,
+        device=resolve_device(run.device),
+        torch_threads=run.torch_threads,
+    )
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` means CUDA when available."""
+    if device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device

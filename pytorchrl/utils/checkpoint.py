@@ -1,0 +1,102 @@
+"""Atomic checkpoint directories: ``state.pt`` (tensors and plain data) and ``meta.json``.
+
+A checkpoint is written into a temporary sibling directory and renamed into place, so a crash
+while writing leaves the previous checkpoints untouched. It is loaded with
+``torch.load(weights_only=True)``: a checkpoint can hold tensors, numbers, strings and
+containers, never arbitrary pickled objects.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pytorchrl.utils.errors import CheckpointError
+
+STATE_FILE = "state.pt"
+META_FILE = "meta.json"
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+def save_checkpoint(directory: str | Path, state: dict[str, Any], meta: dict[str, Any]) -> Path:
+    """Write ``state`` and ``meta`` to ``directory`` atomically (replacing an existing one)."""
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
+    try:
+        with open(tmp / STATE_FILE, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True))
+        if directory.exists():
+            shutil.rmtree(directory)
+        os.replace(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return directory
+
+
+def load_checkpoint(directory: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Read a checkpoint directory; :class:`CheckpointError` names the file if it is unreadable."""
+    directory = Path(directory)
+    state_path, meta_path = directory / STATE_FILE, directory / META_FILE
+    for path in (state_path, meta_path):
+        if not path.is_file():
+            raise CheckpointError(f"checkpoint file {str(path)!r} is missing")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint file {str(meta_path)!r} is not valid JSON ({exc})") from None
+    try:
+        state = torch.load(state_path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # truncated, corrupt or foreign files raise many kinds of errors
+        reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        raise CheckpointError(f"checkpoint file {str(state_path)!r} is truncated or corrupt ({reason})") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint file {str(state_path)!r} does not hold a pytorchrl state")
+    return state, meta
+
+
+def list_checkpoints(checkpoints_dir: str | Path) -> list[Path]:
+    """``step_N`` directories under ``checkpoints_dir``, oldest first."""
+    root = Path(checkpoints_dir)
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _STEP_DIR.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def load_newest_checkpoint(checkpoints_dir: str | Path) -> tuple[Path, dict[str, Any], dict[str, Any]]:
+    """The newest readable checkpoint; unreadable newer ones are skipped with a warning.
+
+    :raises CheckpointError: when there is no readable checkpoint.
+    """
+    candidates = list_checkpoints(checkpoints_dir)
+    if not candidates:
+        raise CheckpointError(f"no checkpoint in {str(checkpoints_dir)!r} (expected step_N directories)")
+    errors = []
+    for path in reversed(candidates):
+        try:
+            state, meta = load_checkpoint(path)
+        except CheckpointError as exc:
+            warnings.warn(f"skipping unreadable checkpoint: {exc}", stacklevel=2)
+            errors.append(str(exc))
+            continue
+        return path, state, meta
+    raise CheckpointError(f"no readable checkpoint in {str(checkpoints_dir)!r}: {errors[0]}")
+
+
+def prune_checkpoints(checkpoints_dir: str | Path, keep: int) -> None:
+    """Delete all but the newest ``keep`` checkpoints."""
+    for path in list_checkpoints(checkpoints_dir)[:-keep]:
+        shutil.rmtree(path, ignore_errors=True)

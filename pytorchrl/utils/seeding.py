@@ -1,0 +1,53 @@
+"""Seed derivation and global RNG state capture.
+
+Every random stream in a run is derived from the run seed and a key naming its owner
+(worker index, env index, role), through numpy's ``SeedSequence`` so that no two streams
+overlap (O'Neill 2015; numpy's "parallel random number generation" guidance).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+TRAIN_ROLE = 0
+TEST_ROLE = 1
+
+
+def derive_seed(run_seed: int, *keys: int) -> int:
+    """Return a 32-bit seed for the stream named by ``keys`` inside run ``run_seed``.
+
+    :param run_seed: the run's seed (``run.seed``).
+    :param keys: non-negative integers naming the stream, e.g. ``(role, worker_index, env_index)``.
+    """
+    seq = np.random.SeedSequence(entropy=int(run_seed), spawn_key=tuple(int(k) for k in keys))
+    return int(seq.generate_state(1, dtype=np.uint32)[0])
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python's, numpy's and torch's global generators."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def get_rng_state() -> dict[str, Any]:
+    """Capture the global python, numpy and torch RNG states (tensors and plain data only)."""
+    py_state = random.getstate()
+    np_state = np.random.get_state(legacy=False)
+    return {
+        "python": [py_state[0], list(py_state[1]), py_state[2]],
+        "numpy": np_state,
+        "torch": torch.get_rng_state(),
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore a state captured by :func:`get_rng_state`."""
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])

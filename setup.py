@@ -1,0 +1,32 @@
+"""pytorchrl: scalable reinforcement learning with PyTorch on Ray."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="pytorchrl",
+    version="0.1.0",
+    description="Scalable reinforcement learning with PyTorch on Ray: distributed schemes from one YAML config.",
+    long_description=open("README.md").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["pytorchrl", "pytorchrl.*"]),
+    package_data={"pytorchrl": ["py.typed"]},
+    python_requires=">=3.10",
+    install_requires=[
+        "torch>=2.1",
+        "ray[default]>=2.9",
+        "gymnasium>=1.0",
+        "numpy>=1.24",
+        "pyyaml>=6.0",
+        "tensorboard>=2.12",
+        "lz4>=4.0",
+    ],
+    extras_require={
+        "test": ["pytest>=7", "pytest-timeout>=2.1", "ruff>=0.4", "mypy>=1.8", "types-PyYAML"],
+        "video": ["pygame>=2.1", "pillow>=9"],
+        "box2d": ["gymnasium[box2d]>=1.0"],
+        "mujoco": ["gymnasium[mujoco]>=1.0"],
+        "atari": ["gymnasium[atari]>=1.0", "ale-py>=0.9"],
+    },
+    entry_points={"console_scripts": ["pytorchrl=pytorchrl.cli:main"]},
+    classifiers=["Programming Language :: Python :: 3", "License :: OSI Approved :: MIT License"],
+)

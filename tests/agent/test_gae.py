@@ -1,0 +1,62 @@
+"""GAE against a hand-worked example with a termination and a truncation inside the rollout."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pytorchrl.agent.storages import GAEBuffer, compute_gae
+
+
+def test_gae_hand_worked_termination_and_truncation():
+    # One env, 6 steps, gamma 0.5, lambda 0.5.
+    # t=0,1: a normal episode that terminates at t=1; t=2 is the reset step (invalid);
+    # t=3: truncated (obs[4] is the final observation, V=10); t=4 reset step; t=5 normal.
+    g, lam = 0.5, 0.5
+    rewards = torch.tensor([[1.0], [2.0], [0.0], [3.0], [0.0], [4.0]])
+    values = torch.tensor([[1.0], [2.0], [5.0], [1.0], [10.0], [2.0], [8.0]])  # V(obs_0..obs_6)
+    terminated = torch.tensor([[0], [1], [0], [0], [0], [0]], dtype=torch.bool)
+    truncated = torch.tensor([[0], [0], [0], [1], [0], [0]], dtype=torch.bool)
+    valid = torch.tensor([[1], [1], [0], [1], [0], [1]], dtype=torch.bool)
+    adv, ret = compute_gae(rewards, values, terminated, truncated, valid, gamma=g, gae_lambda=lam)
+    # by hand:
+    d5 = 4 + g * 8 - 2  # 6.0, bootstraps from obs_6
+    d3 = 3 + g * 10 - 1  # 7.0, truncated: bootstraps from the final obs value
+    d1 = 2 + 0 - 2  # 0.0, terminated: no bootstrap
+    d0 = 1 + g * 2 - 1  # 1.0
+    expected = torch.tensor([[d0 + g * lam * d1], [d1], [0.0], [d3], [0.0], [d5]])
+    assert torch.allclose(adv, expected)
+    assert torch.allclose(ret, expected + values[:-1])
+
+
+def _fill(buffer: GAEBuffer, steps: int, n: int):
+    buffer.reset(torch.zeros(n, 3))
+    for t in range(steps):
+        buffer.insert(
+            action=torch.full((n,), t % 2), log_prob=torch.zeros(n), value=torch.full((n,), float(t)),
+            reward=torch.ones(n), terminated=torch.zeros(n, dtype=torch.bool), truncated=torch.zeros(n, dtype=torch.bool),
+            valid=torch.tensor([t != 2] * n), next_obs=torch.full((n, 3), float(t + 1)),
+        )
+    buffer.set_bootstrap_value(torch.zeros(n))
+
+
+def test_buffer_joins_workers_and_samples_only_valid_steps():
+    buf = GAEBuffer(num_steps=4, num_envs=2, obs_shape=(3,), action_shape=(), discrete=True, gamma=0.9, gae_lambda=0.9)
+    _fill(buf, 4, 2)
+    assert buf.full
+    first, second = buf.get_data(), None
+    assert torch.equal(buf.obs[0], first["obs"][4])  # rolled over for the next rollout
+    _fill(buf, 4, 2)
+    second = buf.get_data()
+    learner = GAEBuffer(num_steps=4, num_envs=2, obs_shape=(3,), action_shape=(), discrete=True)
+    learner.add_data(first)
+    learner.add_data(second)
+    learner.before_gradients()
+    assert learner.num_samples == 2 * 2 * 3  # 2 workers x 2 envs x 3 valid steps
+    batches = list(learner.generate_batches(minibatch_size=4, num_epochs=2))
+    assert len(batches) == 6 and all(len(b["obs"]) == 4 for b in batches)
+    seen = torch.cat([b["obs"][:, 0] for b in batches[:3]])
+    assert sorted(seen.tolist()) == sorted([0.0, 1.0, 3.0] * 4)  # obs of step 2 (invalid) never sampled
+    learner.after_gradients()
+    with pytest.raises(RuntimeError):
+        learner.before_gradients()

@@ -1,0 +1,80 @@
+"""Config loading, overrides and validation: every bad value is one clear ConfigError."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytorchrl.config import A2CConfig, ConfigError, PPOConfig, config_to_dict, from_dict, load_config
+from tests.conftest import CONFIGS
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.rglob("*.yaml")), ids=lambda p: str(p.relative_to(CONFIGS)))
+def test_shipped_configs_load(path):
+    config = load_config(path)
+    assert config.run.target_steps > 0
+    assert config_to_dict(config)["env"]["env_id"] == config.env.env_id
+
+
+def test_defaults_and_algorithm_section_is_picked_by_name():
+    assert isinstance(from_dict({}).algorithm, PPOConfig)
+    config = from_dict({"algorithm": {"name": "a2c", "lr": 1e-3}})
+    assert isinstance(config.algorithm, A2CConfig) and config.algorithm.lr == 1e-3
+
+
+def test_overrides_are_parsed_as_yaml(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("algorithm:\n  name: ppo\n")
+    config = load_config(path, ["algorithm.lr=3e-4", "env.num_envs=4", "actor.hidden_sizes=[32, 32]", "run.stop_at_return=null"])
+    assert config.algorithm.lr == 3e-4
+    assert config.env.num_envs == 4
+    assert config.actor.hidden_sizes == (32, 32)
+    assert config.run.stop_at_return is None
+
+
+def test_int_accepted_for_float_but_not_bool_for_int():
+    assert from_dict({"algorithm": {"lr": 1}}).algorithm.lr == 1.0
+    with pytest.raises(ConfigError, match=r"'env.num_envs' = True has the wrong type: expected int"):
+        from_dict({"env": {"num_envs": True}})
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"algorithm": {"lrr": 1e-3}}, r"unknown config key 'algorithm.lrr'; did you mean 'algorithm.lr'\?"),
+        ({"envv": {}}, r"unknown config key 'envv'; did you mean 'env'\?"),
+        ({"algorithm": {"lr": -1.0}}, r"'algorithm.lr' = -1.0 is out of range: must be > 0"),
+        ({"env": {"num_envs": 0}}, r"'env.num_envs' = 0 is out of range: must be >= 1"),
+        ({"algorithm": {"gamma": 1.5}}, r"'algorithm.gamma' = 1.5 is out of range: must be <= 1"),
+        ({"algorithm": {"lr": "fast"}}, r"'algorithm.lr' = 'fast' has the wrong type: expected float"),
+        ({"algorithm": {"name": "ppp"}}, r"'algorithm.name' = 'ppp' is not allowed \(did you mean 'ppo'\?\)"),
+        ({"scheme": {"col_communication": "sync"}}, r"allowed: 'synchronous', 'asynchronous'"),
+        ({"actor": {"hidden_sizes": 64}}, r"'actor.hidden_sizes' = 64 has the wrong type: expected a list of int"),
+        ({"actor": {"hidden_sizes": [64, 0]}}, r"every width must be >= 1"),
+        (
+            {"scheme": {"update_execution": "decentralised", "grad_communication": "asynchronous"}},
+            r"'decentralised' needs scheme.grad_communication 'synchronous'",
+        ),
+        ({"algorithm": {"name": "a2c", "num_epochs": 3}}, r"unknown config key 'algorithm.num_epochs'"),
+    ],
+)
+def test_bad_values_raise_one_line(raw, message):
+    with pytest.raises(ConfigError, match=message) as info:
+        from_dict(raw)
+    assert "\n" not in str(info.value)
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match=r"config file '.*nope.yaml' does not exist"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("env: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"is not valid YAML"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match=r"must look like section.key=value"):
+        load_config(CONFIGS / "ppo" / "cartpole.yaml", ["algorithm.lr"])
+
+
+def test_config_is_frozen():
+    config = from_dict({})
+    with pytest.raises(AttributeError):
+        config.run.seed = 3  # type: ignore[misc]
