@@ -60,7 +60,8 @@ def load_checkpoint(directory: str | Path) -> tuple[dict[str, Any], dict[str, An
     try:
         state = torch.load(state_path, map_location="cpu", weights_only=True)
     except Exception as exc:  # truncated, corrupt or foreign files raise many kinds of errors
-        reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
+        reason = text.splitlines()[0][:100] if text else type(exc).__name__
         raise CheckpointError(f"checkpoint file {str(state_path)!r} is truncated or corrupt ({reason})") from None
     if not isinstance(state, dict):
         raise CheckpointError(f"checkpoint file {str(state_path)!r} does not hold a pytorchrl state")

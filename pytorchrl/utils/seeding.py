@@ -38,6 +38,7 @@ def get_rng_state() -> dict[str, Any]:
     """Capture the global python, numpy and torch RNG states (tensors and plain data only)."""
     py_state = random.getstate()
     np_state = np.random.get_state(legacy=False)
+    np_state["state"]["key"] = torch.from_numpy(np_state["state"]["key"].astype(np.int64))  # checkpoint-safe
     return {
         "python": [py_state[0], list(py_state[1]), py_state[2]],
         "numpy": np_state,
@@ -49,5 +50,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
     """Restore a state captured by :func:`get_rng_state`."""
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
-    np.random.set_state(state["numpy"])
+    np_state = dict(state["numpy"])
+    np_state["state"] = {**np_state["state"], "key": np.asarray(np_state["state"]["key"], dtype=np.uint32)}
+    np.random.set_state(np_state)
     torch.set_rng_state(state["torch"])

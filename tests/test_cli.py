@@ -1,0 +1,190 @@
+"""The command line and the run directory (DESIGN.md §7): files, resume, evaluate, bad input."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import subprocess
+
+import pytest
+import torch
+import yaml
+
+from pytorchrl.cli import main
+from pytorchrl.config import Config
+from pytorchrl.logging.writers import REQUIRED_COLUMNS
+from pytorchrl.utils import checkpoint as ckpt
+from tests.conftest import CONFIGS, REPO
+
+TINY = ["run.target_steps=2048", "run.eval_every=1024", "run.log_every=512", "run.checkpoint_every=1024", "run.eval_episodes=2", "run.stop_at_return=null"]
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    """One tiny subprocess training run shared by the tests that read its run directory."""
+    run_dir = tmp_path_factory.mktemp("run") / "ppo"
+    proc = subprocess.run(
+        ["pytorchrl", "train", str(CONFIGS / "ppo" / "cartpole.yaml"), *TINY, "--run-dir", str(run_dir)],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return run_dir, proc
+
+
+def _rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.slow
+def test_train_writes_every_run_directory_file(trained_run):
+    run_dir, proc = trained_run
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == summary
+    assert summary["env_steps"] == 2048 and summary["stop_reason"] == "target_steps"
+    assert summary["solved_at_env_steps"] is None and summary["solved_at_wall_time_s"] is None
+    assert isinstance(summary["final_eval_return_mean"], float) and summary["wall_time_s"] > 0
+    resolved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    for section in dataclasses.fields(Config):  # every default written out
+        assert set(resolved[section.name]) == {f.name for f in dataclasses.fields(getattr(Config(), section.name))}
+    rows = _rows(run_dir / "progress.csv")
+    assert list(rows[0])[: len(REQUIRED_COLUMNS)] == list(REQUIRED_COLUMNS)
+    steps = [int(r["env_steps"]) for r in rows]
+    assert steps == sorted(steps) and steps[-1] == 2048 and len(steps) >= 4
+    assert any(r["eval_return_mean"] for r in rows) and any(not r["eval_return_mean"] for r in rows)
+    assert float(rows[-1]["fps"]) > 0 and rows[-1]["policy_loss"]
+    assert [p.name for p in ckpt.list_checkpoints(run_dir / "checkpoints")] == ["step_1024", "step_2048"]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tb"))
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    assert "train/return_mean" in tags and "eval/return_mean" in tags and "time/fps" in tags
+    assert events.Scalars("learner/updates")[-1].step == 2048
+
+
+@pytest.mark.slow
+def test_resume_continues_counters_and_progress(trained_run, tmp_path):
+    src, _ = trained_run
+    run_dir = tmp_path / "resumed"
+    import shutil
+
+    shutil.copytree(src, run_dir)
+    before = json.loads((run_dir / "summary.json").read_text())
+    assert main(["train", "--resume", str(run_dir), "run.target_steps=3072", "--quiet"]) == 0
+    after = json.loads((run_dir / "summary.json").read_text())
+    assert after["env_steps"] == 3072 and after["updates"] > before["updates"]
+    assert after["wall_time_s"] > before["wall_time_s"]
+    steps = [int(r["env_steps"]) for r in _rows(run_dir / "progress.csv")]
+    assert steps == sorted(steps) and len(steps) == len(set(steps)) and steps[-1] == 3072
+    state, meta = ckpt.load_checkpoint(run_dir / "checkpoints" / "step_3072")
+    assert meta["policy_version"] == after["updates"] == state["learner"]["updates"]
+
+
+@pytest.mark.slow
+def test_evaluate_checkpoint_and_run_dir(trained_run, capsys):
+    run_dir, _ = trained_run
+    assert main(["evaluate", str(run_dir / "checkpoints" / "step_1024"), "--episodes", "3"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["env_steps"] == 1024 and len(result["returns"]) == 3
+    assert main(["evaluate", str(run_dir), "--episodes", "2"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["checkpoint"].endswith("step_2048") and result["return_mean"] > 0
+
+
+def _bad(capsys, argv):
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and err.startswith("pytorchrl: error: ") and "Traceback" not in err
+    return err
+
+
+CARTPOLE = str(CONFIGS / "ppo" / "cartpole.yaml")
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["algorithm.lrr=0.1"], "did you mean 'algorithm.lr'"),
+        (["algorithm.lr=-1"], "'algorithm.lr' = -1.0 is out of range"),
+        (["env.num_envs=0"], "'env.num_envs' = 0 is out of range"),
+        (["env.num_envs=many"], "'env.num_envs' = 'many' has the wrong type"),
+        (["env.env_id=CartPol-v1"], "did you mean 'CartPole-v1'"),
+        (["scheme.num_col_workers=-2"], "'scheme.num_col_workers' = -2 is out of range"),
+        (["run.seed"], "'run.seed' is not a KEY=VALUE override"),
+    ],
+)
+def test_bad_train_input_exits_2_with_one_line(capsys, tmp_path, args, needle):
+    err = _bad(capsys, ["train", CARTPOLE, *args, "--run-dir", str(tmp_path / "r"), "--quiet"])
+    assert needle in err
+
+
+def test_missing_config_and_bad_resume_dirs(capsys, tmp_path):
+    assert "does not exist" in _bad(capsys, ["train", str(tmp_path / "missing.yaml")])
+    assert "no config.yaml there" in _bad(capsys, ["train", "--resume", str(tmp_path)])
+    (tmp_path / "config.yaml").write_text("{}\n")
+    assert "no checkpoint in" in _bad(capsys, ["train", "--resume", str(tmp_path)])
+    assert "neither a run directory nor a checkpoint" in _bad(capsys, ["evaluate", str(tmp_path / "nope")])
+
+
+@pytest.mark.slow
+def test_truncated_checkpoint_is_a_clear_error_and_skipped_on_resume(trained_run, capsys, tmp_path):
+    import shutil
+
+    run_dir = tmp_path / "corrupt"
+    shutil.copytree(trained_run[0], run_dir)
+    newest = run_dir / "checkpoints" / "step_2048" / "state.pt"
+    newest.write_bytes(newest.read_bytes()[:100])
+    err = _bad(capsys, ["evaluate", str(newest.parent)])
+    assert "state.pt' is truncated or corrupt" in err
+    with pytest.warns(UserWarning, match="skipping unreadable checkpoint"):
+        path, _, meta = ckpt.load_newest_checkpoint(run_dir / "checkpoints")
+    assert path.name == "step_1024" and meta["env_steps"] == 1024
+    older = run_dir / "checkpoints" / "step_1024" / "state.pt"
+    older.write_bytes(b"")
+    assert "no readable checkpoint" in _bad(capsys, ["train", "--resume", str(run_dir)])
+
+
+def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
+    target = tmp_path / "checkpoints" / "step_1"
+    ckpt.save_checkpoint(target, {"w": torch.ones(2)}, {"env_steps": 1})
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(OSError):
+        ckpt.save_checkpoint(target, {"w": torch.zeros(2)}, {"env_steps": 2})
+    state, meta = ckpt.load_checkpoint(target)
+    assert torch.equal(state["w"], torch.ones(2)) and meta["env_steps"] == 1
+    assert [p.name for p in target.parent.iterdir()] == ["step_1"]  # no temp dir left
+
+
+def test_checkpoint_rejects_arbitrary_pickles(tmp_path):
+    target = tmp_path / "step_1"
+    ckpt.save_checkpoint(target, {"w": torch.ones(1)}, {})
+    import argparse
+
+    torch.save({"evil": argparse.Namespace(x=1)}, target / "state.pt")  # any non-allowlisted object
+    with pytest.raises(ckpt.CheckpointError, match="truncated or corrupt"):
+        ckpt.load_checkpoint(target)
+
+
+@pytest.mark.slow
+def test_bad_input_in_a_real_subprocess_has_no_traceback(tmp_path):
+    proc = subprocess.run(
+        ["pytorchrl", "train", CARTPOLE, "algorithm.gamma=2", "--run-dir", str(tmp_path / "r")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "pytorchrl: error: config key 'algorithm.gamma' = 2.0 is out of range: must be <= 1"
+
+
+@pytest.mark.slow
+def test_custom_scheme_script_trains(tmp_path):
+    proc = subprocess.run(["python", str(REPO / "scripts" / "custom_scheme.py"), "1024"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = eval(proc.stdout.strip().splitlines()[-1], {})  # the script prints the summary dict
+    assert summary["env_steps"] >= 1024 and summary["final_eval_return_mean"] > 0
