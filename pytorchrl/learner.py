@@ -142,7 +142,8 @@ class Learner:
             self.log()
             self._advance("log", self.run.log_every)
         if self.env_steps >= self._next["checkpoint"]:
-            self.checkpoint()
+            if self.run_dir is not None:
+                self.checkpoint()
             self._advance("checkpoint", self.run.checkpoint_every)
         self._progress.update(self.metrics())
 

@@ -22,9 +22,8 @@ def categorical_sample(log_probs: torch.Tensor, deterministic: bool) -> tuple[to
     if deterministic:
         action = log_probs.argmax(dim=-1)
     else:
-        # Gumbel-max: argmax(log p - log(-log U)) is distributed as softmax(log p).
-        u = torch.rand_like(log_probs).clamp_(min=1e-20)
-        action = (log_probs - torch.log(-torch.log(u))).argmax(dim=-1)
+        # Gumbel-max: argmax(log p + G) ~ softmax(log p) for Gumbel G = -log E, E ~ Exp(1).
+        action = (log_probs - torch.empty_like(log_probs).exponential_().log_()).argmax(dim=-1)
     return action, log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
 
 

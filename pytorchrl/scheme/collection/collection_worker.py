@@ -65,7 +65,7 @@ class CollectionWorker:
             storage.reset(envs.reset())
             self._started = True
         obs = storage.last_obs
-        with torch.no_grad():
+        with torch.inference_mode():
             while not storage.full:
                 action, extra, _ = actor.get_action(obs)
                 next_obs, reward, terminated, truncated, valid = envs.step(action)

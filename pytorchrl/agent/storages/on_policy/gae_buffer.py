@@ -70,6 +70,8 @@ class GAEBuffer:
         self.terminated = torch.zeros((t, n), dtype=torch.bool)
         self.truncated = torch.zeros((t, n), dtype=torch.bool)
         self.valid = torch.ones((t, n), dtype=torch.bool)
+        # numpy views of the same memory: a numpy row assignment costs a fraction of a torch one
+        self._np = {k: getattr(self, k).numpy() for k in ("obs", "values", *STEP_KEYS)}
         self.step = 0
         self._received: list[dict[str, torch.Tensor]] = []
         self._flat: dict[str, torch.Tensor] | None = None
@@ -102,16 +104,19 @@ class GAEBuffer:
         valid: torch.Tensor,
         next_obs: torch.Tensor,
     ) -> None:
-        """Store one step of every env: what was done at ``obs[step]`` and what came of it."""
-        t = self.step
-        self.actions[t] = action
-        self.log_probs[t] = log_prob
-        self.values[t] = value
-        self.rewards[t] = reward
-        self.terminated[t] = terminated
-        self.truncated[t] = truncated
-        self.valid[t] = valid
-        self.obs[t + 1] = next_obs
+        """Store one step of every env: what was done at ``obs[step]`` and what came of it.
+
+        The tensors must be on the CPU (acting happens there; see :class:`CollectionWorker`).
+        """
+        t, np_ = self.step, self._np
+        np_["actions"][t] = action.numpy()
+        np_["log_probs"][t] = log_prob.numpy()
+        np_["values"][t] = value.numpy()
+        np_["rewards"][t] = reward.numpy()
+        np_["terminated"][t] = terminated.numpy()
+        np_["truncated"][t] = truncated.numpy()
+        np_["valid"][t] = valid.numpy()
+        np_["obs"][t + 1] = next_obs.numpy()
         self.step = t + 1
 
     def set_bootstrap_value(self, value: torch.Tensor) -> None:

@@ -1,0 +1,62 @@
+"""The learner in-process: stop conditions, metrics, checkpoints without a run directory."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from pytorchrl.config import from_dict
+from pytorchrl.learner import Learner
+
+TINY = {
+    "env": {"num_envs": 4, "num_test_envs": 2},
+    "storage": {"num_steps": 16},
+    "algorithm": {"name": "ppo", "num_epochs": 2, "minibatch_size": 32},
+    "actor": {"hidden_sizes": [16]},
+}
+
+
+def _learner(run: dict, run_dir=None) -> Learner:
+    return Learner.from_config(from_dict({**TINY, "run": run}), run_dir=run_dir, progress=False)
+
+
+def test_periodic_checkpoints_without_run_dir_are_skipped_not_fatal():
+    learner = _learner({"target_steps": 256, "checkpoint_every": 64, "eval_every": 0, "eval_episodes": 1})
+    summary = learner.train()
+    assert summary["env_steps"] == 256 and summary["stop_reason"] == "target_steps"
+    with pytest.raises(ValueError, match="needs a path"):
+        learner.checkpoint()
+
+
+def test_step_counts_updates_and_rounds():
+    learner = _learner({"target_steps": 64})
+    info = learner.step()
+    assert info["env_steps"] == 64 and learner.env_steps == 64
+    updates_per_round = 2 * round(64 / 32)
+    for _ in range(updates_per_round - 1):
+        info = learner.step()
+    assert info["round_end"] and learner.updates == updates_per_round == learner.policy_version
+    assert learner.done() and learner.stop_reason == "target_steps"
+
+
+def test_stop_at_return_and_max_time():
+    learner = _learner({"target_steps": 10_000, "stop_at_return": -math.inf, "eval_every": 64, "eval_episodes": 1})
+    summary = learner.train()
+    assert summary["stop_reason"] == "stop_at_return" and summary["solved_at_env_steps"] == 64
+    learner = _learner({"target_steps": 10_000_000, "max_time_s": 0.01, "eval_every": 0, "eval_episodes": 1})
+    summary = learner.train()
+    assert summary["stop_reason"] == "max_time_s" and summary["env_steps"] < 10_000_000
+
+
+def test_checkpoint_round_trip_restores_weights_optimizer_counters(tmp_path):
+    a = _learner({"target_steps": 128, "eval_every": 0, "eval_episodes": 1}, run_dir=tmp_path / "a")
+    a.train()
+    b = _learner({"target_steps": 256, "eval_every": 0, "eval_episodes": 1})
+    b.load_checkpoint(tmp_path / "a" / "checkpoints" / "step_128")
+    assert (b.env_steps, b.updates, b.policy_version) == (a.env_steps, a.updates, a.policy_version)
+    for pa, pb in zip(a.scheme.algorithm.actor.parameters(), b.scheme.algorithm.actor.parameters()):
+        assert torch.equal(pa, pb)
+    sa, sb = a.scheme.algorithm.optimizer.state_dict(), b.scheme.algorithm.optimizer.state_dict()
+    assert torch.equal(sa["state"][0]["exp_avg"], sb["state"][0]["exp_avg"])
