@@ -111,3 +111,18 @@ def test_apply_gradients_from_another_copy_matches_local_step():
     for p1, p2 in zip(a1.parameters(), a2.parameters()):
         assert torch.allclose(p1, p2)
     assert alg1.version == alg2.version == 1
+
+
+def test_flat_gradient_buffer_clips_like_torch():
+    a1, a2 = _actor(), _actor()
+    alg = PPO(a1, lr=1e-2, max_grad_norm=0.05)
+    batch = _batch(a1)
+    alg.compute_gradients(batch)
+    assert all(p.grad.untyped_storage().data_ptr() == alg.flat_grad.untyped_storage().data_ptr() for p in alg.params)
+    loss, _ = PPO(a2, lr=1e-2).compute_loss(batch)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(a2.parameters(), 0.05)
+    expected = torch.cat([p.grad.reshape(-1) for p in a2.parameters()])
+    norm = torch.linalg.vector_norm(alg.flat_grad)
+    alg.flat_grad.mul_(torch.clamp(0.05 / (norm + 1e-6), max=1.0))
+    assert torch.allclose(alg.flat_grad, expected, atol=1e-6)

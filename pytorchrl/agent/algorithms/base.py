@@ -37,6 +37,13 @@ class Algorithm:
         self.initial_lr = lr
         self.max_grad_norm = max_grad_norm
         self.params = [p for p in actor.parameters() if p.requires_grad]
+        # Every .grad is a view into one flat buffer: autograd accumulates into existing grads in
+        # place, so zeroing, clipping, copying out and applying a gradient are one op each.
+        self.flat_grad = torch.zeros(sum(p.numel() for p in self.params), device=self.device)
+        offset = 0
+        for p in self.params:
+            p.grad = self.flat_grad[offset : offset + p.numel()].view_as(p)
+            offset += p.numel()
         # fused Adam: one kernel for all parameters, 4x faster than the default on small CPU nets
         self.optimizer = torch.optim.Adam(self.params, lr=lr, eps=adam_eps, fused=True)
         self.version = 0
@@ -66,25 +73,25 @@ class Algorithm:
         Sets ``info["skipped"] = 1.0`` when the algorithm decided not to step (e.g. target KL).
         """
         loss, info = self.compute_loss(batch)
-        for p in self.params:
-            p.grad = None
+        self.flat_grad.zero_()
         if loss is None:
             info["skipped"] = 1.0
             return info
         loss.backward()
         return info
 
-    def get_gradients(self) -> list[torch.Tensor | None]:
-        """A copy of the current gradients, one entry per parameter."""
-        return [None if p.grad is None else p.grad.detach().clone() for p in self.params]
+    def get_gradients(self) -> torch.Tensor:
+        """A copy of the current gradient: one flat tensor, parameters in ``actor.parameters()`` order."""
+        return self.flat_grad.detach().cpu().clone()
 
-    def apply_gradients(self, gradients: list[torch.Tensor | None] | None = None) -> None:
-        """Step the optimizer on ``gradients`` (or on what is already in ``.grad``)."""
+    def apply_gradients(self, gradients: torch.Tensor | None = None) -> None:
+        """Clip the global norm, step the optimizer on ``gradients`` (a flat gradient from
+        :meth:`get_gradients`, e.g. an average over workers) or on what ``.grad`` holds, and bump the version."""
         if gradients is not None:
-            for p, g in zip(self.params, gradients):
-                p.grad = None if g is None else g.to(p.device)
+            self.flat_grad.copy_(gradients)
         if self.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(self.params, self.max_grad_norm, foreach=True)
+            norm = torch.linalg.vector_norm(self.flat_grad)
+            self.flat_grad.mul_(torch.clamp(self.max_grad_norm / (norm + 1e-6), max=1.0))
         self.optimizer.step()
         self.version += 1
 

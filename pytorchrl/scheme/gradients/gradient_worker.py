@@ -48,7 +48,7 @@ class GradientWorker:
         self._batches: Iterator[dict[str, torch.Tensor]] | None = None
         self._remaining = 0
 
-    def step(self, return_gradients: bool = True) -> tuple[list[torch.Tensor | None] | None, dict[str, Any]]:
+    def step(self, return_gradients: bool = True) -> tuple[torch.Tensor | None, dict[str, Any]]:
         """Gradients of the next minibatch (left in ``.grad`` if not ``return_gradients``) and info.
 
         Info holds the algorithm's diagnostics, ``round_end`` (the round's last minibatch), and,

@@ -184,6 +184,10 @@ class GAEBuffer:
             raise RuntimeError("generate_batches() called before before_gradients()")
         n = self.num_samples
         num_batches = max(1, round(n / minibatch_size))
+        if num_batches == 1:  # one minibatch holds everything: its order cannot matter
+            for _ in range(num_epochs):
+                yield self._flat
+            return
         for _ in range(num_epochs):
             order = torch.randperm(n, device=self.device) if shuffle else torch.arange(n, device=self.device)
             for idx in torch.tensor_split(order, num_batches):
