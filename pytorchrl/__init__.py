@@ -6,7 +6,7 @@ The public API: config loading, the components' factories, the scheme and the le
 from pytorchrl.agent.actors import OnPolicyActor
 from pytorchrl.agent.algorithms import A2C, PPO, Algorithm
 from pytorchrl.agent.storages import GAEBuffer
-from pytorchrl.config import Config, ConfigError, SchemeConfig, RunConfig, load_config
+from pytorchrl.config import Config, ConfigError, RunConfig, SchemeConfig, load_config
 from pytorchrl.envs import VecEnv
 from pytorchrl.learner import Learner
 from pytorchrl.scheme import (
@@ -24,6 +24,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "A2C",
+    "PPO",
     "Algorithm",
     "CheckpointError",
     "CollectionWorker",
@@ -36,7 +37,6 @@ __all__ = [
     "InputError",
     "Learner",
     "OnPolicyActor",
-    "PPO",
     "RunConfig",
     "Scheme",
     "SchemeConfig",

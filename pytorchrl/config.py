@@ -44,8 +44,8 @@ def param(
     default: Any,
     doc: str,
     *,
-    min: float | None = None,  # noqa: A002 - reads naturally at the call site
-    max: float | None = None,  # noqa: A002
+    min: float | None = None,
+    max: float | None = None,
     min_exclusive: bool = False,
     choices: tuple[Any, ...] | None = None,
 ) -> Any:

@@ -87,7 +87,7 @@ class Learner:
         config_path = run_dir / "config.yaml"
         if not config_path.is_file():
             raise CheckpointError(f"--resume {str(run_dir)!r}: no config.yaml there (not a pytorchrl run directory)")
-        path, state, meta = load_newest_checkpoint(run_dir / "checkpoints")
+        _, state, _ = load_newest_checkpoint(run_dir / "checkpoints")
         raw = yaml.safe_load(config_path.read_text()) or {}
         try:
             config = from_dict(apply_overrides(raw, overrides))
@@ -138,7 +138,7 @@ class Learner:
             self.evaluate()
             evaluated = True
             self._advance("eval", self.run.eval_every)
-        if self.env_steps >= self._next["log"] or evaluated and self.solved_at is not None:
+        if self.env_steps >= self._next["log"] or (evaluated and self.solved_at is not None):
             self.log()
             self._advance("log", self.run.log_every)
         if self.env_steps >= self._next["checkpoint"]:

@@ -32,7 +32,7 @@ def main() -> None:
         ours.append((run["solved_at_wall_time_s"], run["solved_at_env_steps"]))
         subprocess.run(
             [args.sb3_python, "bench_sb3_ppo.py", "--seeds", str(seed), "--stop-at-threshold", "--out", f"sb3_{seed}"],
-            check=True, cwd=args.peers, env={"BENCH_RESULTS_DIR": str(out), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": ""},
+            check=True, cwd=args.peers, env={"BENCH_RESULTS_DIR": str(out), "PATH": "/usr/bin:/bin"},
         )
         res = json.loads((out / f"sb3_{seed}.json").read_text())["runs"][0]
         theirs.append((res["time_to_threshold_wall_s"], res["steps_to_threshold"]))

@@ -43,7 +43,7 @@ def test_next_step_reset_is_marked_invalid_and_episode_stats_exclude_it():
     env.reset()
     valids, truncs = [], []
     for _ in range(12):
-        _, reward, term, trunc, valid = env.step(torch.zeros(1, dtype=torch.long))
+        _, _, term, trunc, valid = env.step(torch.zeros(1, dtype=torch.long))
         valids.append(bool(valid[0]))
         truncs.append(bool(trunc[0] or term[0]))
     first_end = truncs.index(True)
@@ -88,7 +88,7 @@ def make_short_cartpole(length: int = 3) -> gym.Env:
 
 
 def test_env_function_by_module_path():
-    factory, obs_space, act_space = VecEnv.create_factory(
+    factory, _, _ = VecEnv.create_factory(
         "tests.envs.test_vec_env:make_short_cartpole", num_envs=2, env_kwargs={"length": 2}
     )
     env = factory(worker_index=0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 
@@ -27,7 +28,7 @@ class MLP(nn.Module):
     def __init__(self, in_features: int, hidden_sizes: tuple[int, ...], *, activation: str = "tanh") -> None:
         super().__init__()
         widths = (in_features, *hidden_sizes)
-        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in itertools.pairwise(widths))
         self.activation = activation
         self._act = ACTIVATIONS[activation]
         self.out_features = widths[-1]
