@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from pytorchrl.config import from_dict
@@ -85,6 +86,6 @@ def _record_gif(learner: Learner, video_dir: Path) -> Path:
     env.close()
     video_dir.mkdir(parents=True, exist_ok=True)
     out = video_dir / "episode.gif"
-    images = [Image.fromarray(f) for f in frames]
+    images = [Image.fromarray(np.asarray(f)) for f in frames]
     images[0].save(out, save_all=True, append_images=images[1:], duration=20, loop=0)
     return out

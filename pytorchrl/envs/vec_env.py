@@ -113,6 +113,7 @@ class VecEnv:
         self._seeds = [derive_seed(seed, role, worker_index, i) for i in range(num_envs)]
         self._native = not isinstance(self.env, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv))
         obs_shape = self.observation_space.shape
+        assert obs_shape is not None  # Box spaces always have one (check_spaces)
         self.obs_normalizer = ObservationNormalizer(obs_shape, clip=clip_obs) if normalize_obs else None
         if self.obs_normalizer is not None and test:
             self.obs_normalizer.frozen = True
@@ -153,7 +154,7 @@ class VecEnv:
         if self._seeded:
             obs, _ = self.env.reset()
         else:
-            obs, _ = self.env.reset(seed=self._seeds[0] if self._native else self._seeds)
+            obs, _ = self.env.reset(seed=self._seeds[0] if self._native else self._seeds)  # type: ignore[arg-type]
             self._seeded = True
         self._episode_return[:] = 0.0
         self._episode_length[:] = 0
@@ -240,14 +241,14 @@ class VecEnv:
             self._set_rng_states(rng)
         return obs
 
-    def _rng_states(self) -> list[dict]:
+    def _rng_states(self) -> list[Any]:
         if self._native:
             return [self.env.np_random.bit_generator.state]
         if isinstance(self.env, gym.vector.SyncVectorEnv):
             return [e.np_random.bit_generator.state for e in self.env.envs]
         return []  # subprocess envs: their generators live in other processes
 
-    def _set_rng_states(self, states: list[dict]) -> None:
+    def _set_rng_states(self, states: list[Any]) -> None:
         if self._native:
             self.env.np_random.bit_generator.state = states[0]
         elif isinstance(self.env, gym.vector.SyncVectorEnv):

@@ -126,3 +126,19 @@ def test_flat_gradient_buffer_clips_like_torch():
     norm = torch.linalg.vector_norm(alg.flat_grad)
     alg.flat_grad.mul_(torch.clamp(0.05 / (norm + 1e-6), max=1.0))
     assert torch.allclose(alg.flat_grad, expected, atol=1e-6)
+
+
+def test_cached_mlp_parameters_follow_load_state_dict_and_optimizer_steps():
+    a1, a2 = _actor(), OnPolicyActor(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), hidden_sizes=(8,), ortho_init=True)
+    obs = torch.randn(3, 4)
+    a2.load_state_dict(a1.state_dict())
+    assert torch.allclose(a1.forward(obs)[0], a2.forward(obs)[0])
+    algo = PPO(a1, lr=0.1)
+    algo.compute_gradients(_batch(a1))
+    before = a1.forward(obs)[1].detach().clone()
+    algo.apply_gradients()
+    assert not torch.allclose(before, a1.forward(obs)[1])
+    a2.load_state_dict(a1.state_dict())
+    assert torch.allclose(a1.forward(obs)[1], a2.forward(obs)[1])
+    moved = a2.to(torch.float64)
+    assert moved.forward(obs.double())[0].dtype == torch.float64

@@ -44,6 +44,7 @@ class OnPolicyActor(nn.Module):
         super().__init__()
         self.observation_space = observation_space
         self.action_space = action_space
+        assert observation_space.shape is not None
         in_features = int(np.prod(observation_space.shape))
         self.policy_net = MLP(in_features, tuple(hidden_sizes), activation=activation)
         self.value_net = None if shared_network else MLP(in_features, tuple(hidden_sizes), activation=activation)

@@ -31,7 +31,8 @@ class Algorithm:
     minibatch_size: int | None = None
 
     def __init__(self, actor: nn.Module, device: str | torch.device = "cpu", *, lr: float, adam_eps: float = 1e-5, max_grad_norm: float | None = None) -> None:
-        self.actor = actor
+        # duck-typed: on-policy and off-policy actors offer different methods (get_action, evaluate_actions, ...)
+        self.actor: Any = actor
         self.device = torch.device(device)
         self.lr = lr
         self.initial_lr = lr

@@ -32,10 +32,21 @@ class MLP(nn.Module):
         self.activation = activation
         self._act = ACTIVATIONS[activation]
         self.out_features = widths[-1]
+        self._cache_parameters()
+
+    def _cache_parameters(self) -> None:
+        # nn.Module attribute lookups cost microseconds each; the tensors themselves are updated
+        # in place by optimizers and load_state_dict, so holding them is safe (refreshed on .to()).
+        self._weights: list[tuple[torch.Tensor, torch.Tensor]] = [(lin.weight, lin.bias) for lin in self.layers if isinstance(lin, nn.Linear)]
+
+    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
+        out = super()._apply(fn, recurse)
+        self._cache_parameters()
+        return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            x = self._act(F.linear(x, layer.weight, layer.bias))
+        for weight, bias in self._weights:
+            x = self._act(F.linear(x, weight, bias))
         return x
 
 
