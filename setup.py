@@ -21,7 +21,7 @@ setup(
         "lz4>=4.0",
     ],
     extras_require={
-        "test": ["pytest>=7", "pytest-timeout>=2.1", "ruff>=0.4", "mypy>=1.8", "types-PyYAML"],
+        "test": ["pytest>=7", "pytest-timeout>=2.1", "ruff>=0.4", "mypy>=1.8", "types-PyYAML", "pygame>=2.1", "pillow>=9"],
         "video": ["pygame>=2.1", "pillow>=9"],
         "box2d": ["gymnasium[box2d]>=1.0"],
         "mujoco": ["gymnasium[mujoco]>=1.0"],

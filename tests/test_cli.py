@@ -93,6 +93,19 @@ def test_evaluate_checkpoint_and_run_dir(trained_run, capsys):
     assert result["checkpoint"].endswith("step_2048") and result["return_mean"] > 0
 
 
+@pytest.mark.slow
+def test_evaluate_records_a_gif(trained_run, capsys, tmp_path, monkeypatch):
+    pytest.importorskip("pygame")
+    from PIL import Image
+
+    monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")
+    run_dir, _ = trained_run
+    assert main(["evaluate", str(run_dir), "--episodes", "1", "--video", str(tmp_path / "video")]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    with Image.open(result["video"]) as gif:
+        assert gif.n_frames > 5 and gif.size == (600, 400)
+
+
 def _bad(capsys, argv):
     code = main(argv)
     err = capsys.readouterr().err.strip()
