@@ -24,15 +24,12 @@ def _train(config: str, *overrides: str) -> dict:
 
 @pytest.mark.learning
 @pytest.mark.timeout(300)
-def test_ppo_cartpole_reaches_200_within_30k_steps():
-    summary = _train("ppo/cartpole.yaml", "run.target_steps=30000", "run.stop_at_return=200", "run.eval_every=2048")
+@pytest.mark.parametrize(
+    ("config", "budget", "eval_every"),
+    [("ppo/cartpole.yaml", 30_000, 2048), ("a2c/cartpole.yaml", 60_000, 5000)],
+    ids=["ppo", "a2c"],
+)
+def test_cartpole_reaches_200_within_budget(config, budget, eval_every):
+    summary = _train(config, f"run.target_steps={budget}", "run.stop_at_return=200", f"run.eval_every={eval_every}")
     assert summary["solved_at_env_steps"] is not None, summary
-    assert summary["solved_at_env_steps"] <= 30_000
-
-
-@pytest.mark.learning
-@pytest.mark.timeout(300)
-def test_a2c_cartpole_reaches_200_within_60k_steps():
-    summary = _train("a2c/cartpole.yaml", "run.target_steps=60000", "run.stop_at_return=200", "run.eval_every=5000")
-    assert summary["solved_at_env_steps"] is not None, summary
-    assert summary["solved_at_env_steps"] <= 60_000
+    assert summary["solved_at_env_steps"] <= budget
