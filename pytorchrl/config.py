@@ -376,7 +376,3 @@ def _deep_copy(raw: Any) -> Any:
         return [_deep_copy(v) for v in raw]
     return raw
 
-
-def field_docs(cls: type) -> dict[str, str]:
-    """``{field name: documentation}`` of a config dataclass (used by the README and ``--help``)."""
-    return {f.name: f.metadata.get("doc", "") for f in dataclasses.fields(cls)}

@@ -145,7 +145,8 @@ class Learner:
             if self.run_dir is not None:
                 self.checkpoint()
             self._advance("checkpoint", self.run.checkpoint_every)
-        self._progress.update(self.metrics())
+        if self._progress.due():
+            self._progress.update(self.metrics())
 
     def _advance(self, name: str, every: int) -> None:
         while self._next[name] <= self.env_steps:

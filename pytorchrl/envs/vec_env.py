@@ -205,11 +205,6 @@ class VecEnv:
         out, self._finished = self._finished, []
         return out
 
-    @property
-    def episodes_in_progress(self) -> np.ndarray:
-        """Mask of envs in the middle of an episode (not waiting for their reset step)."""
-        return ~self._prev_done
-
     # --------------------------------------------------------------------------- state
 
     def copy_normalization_from(self, other: VecEnv) -> None:

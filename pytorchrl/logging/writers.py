@@ -85,6 +85,10 @@ class ProgressLine:
         self.live = enabled and self.stream.isatty()
         self._last = 0.0
 
+    def due(self) -> bool:
+        """Whether a live refresh would be shown now (so callers build the row only then)."""
+        return self.enabled and self.live and time.monotonic() - self._last >= 0.25
+
     def update(self, m: dict[str, Any], *, force: bool = False) -> None:
         if not self.enabled or (not self.live and not force):
             return

@@ -52,6 +52,7 @@ def test_buffer_joins_workers_and_samples_only_valid_steps():
     learner.add_data(first)
     learner.add_data(second)
     learner.before_gradients()
+    assert not learner._np  # the gradient side never allocates rollout tensors
     assert learner.num_samples == 2 * 2 * 3  # 2 workers x 2 envs x 3 valid steps
     batches = list(learner.generate_batches(minibatch_size=4, num_epochs=2))
     assert len(batches) == 6 and all(len(b["obs"]) == 4 for b in batches)

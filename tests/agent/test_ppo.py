@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gymnasium as gym
+import pytest
 import torch
 from torch.distributions import Categorical, Normal
 
@@ -142,3 +143,25 @@ def test_cached_mlp_parameters_follow_load_state_dict_and_optimizer_steps():
     assert torch.allclose(a1.forward(obs)[1], a2.forward(obs)[1])
     moved = a2.to(torch.float64)
     assert moved.forward(obs.double())[0].dtype == torch.float64
+
+
+def test_shared_network_uses_one_feature_extractor():
+    space = (gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2))
+    shared = OnPolicyActor(*space, hidden_sizes=(16,), shared_network=True)
+    separate = OnPolicyActor(*space, hidden_sizes=(16,))
+    assert shared.value_net is None and separate.value_net is not None
+    assert sum(p.numel() for p in shared.parameters()) == sum(p.numel() for p in separate.parameters()) - (4 * 16 + 16)
+    obs = torch.randn(3, 4)
+    assert torch.allclose(shared.get_value(obs), shared.forward(obs)[1])
+
+
+def test_linear_annealing_of_lr_and_clip_range():
+    algo = PPO(_actor(), lr=1e-3, clip_range=0.2, anneal_lr=True, anneal_clip_range=True)
+    algo.set_progress(0.25)
+    assert algo.lr == pytest.approx(7.5e-4) and algo.optimizer.param_groups[0]["lr"] == pytest.approx(7.5e-4)
+    assert algo.clip_range == pytest.approx(0.15)
+    algo.set_progress(1.5)
+    assert algo.lr == 0.0 and algo.clip_range == 0.0
+    fixed = PPO(_actor(), lr=1e-3)
+    fixed.set_progress(0.5)
+    assert fixed.lr == 1e-3 and fixed.clip_range == 0.2

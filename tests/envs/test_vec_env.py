@@ -103,3 +103,13 @@ def test_env_function_by_module_path():
 def test_unsupported_observation_space_is_an_input_error():
     with pytest.raises(InputError, match=r"observation space Discrete\(500\); supported: Box"):
         VecEnv.create_factory("Taxi-v4", num_envs=1)
+
+
+@pytest.mark.slow
+def test_async_subprocess_envs_match_sync_for_the_same_seed():
+    sync = _rollout(VecEnv("CartPole-v1", num_envs=2, seed=3, vectorization="sync"), steps=40)
+    env = VecEnv("CartPole-v1", num_envs=2, seed=3, vectorization="async")
+    try:
+        assert torch.equal(_rollout(env, steps=40), sync)
+    finally:
+        env.close()

@@ -76,8 +76,7 @@ class GradientWorker:
             self.storage.add_data(data)
         self.storage.before_gradients()
         size = self.algo.minibatch_size or self.storage.num_samples
-        num_batches = max(1, round(self.storage.num_samples / size))
-        self._remaining = num_batches * self.algo.num_epochs
+        self._remaining = self.storage.num_batches(size) * self.algo.num_epochs
         self._batches = self.storage.generate_batches(minibatch_size=size, num_epochs=self.algo.num_epochs)
         info["explained_variance"] = self.storage.explained_variance()
         return info

@@ -61,7 +61,15 @@ class GAEBuffer:
         self.gamma = gamma
         self.gae_lambda = gae_lambda
         self.device = torch.device(device)
-        t, n = num_steps, num_envs
+        self._shapes = (obs_shape, action_shape, discrete)
+        self._np: dict[str, np.ndarray] = {}  # numpy views of the rollout tensors, once allocated
+        self.step = 0
+        self._received: list[dict[str, torch.Tensor]] = []
+        self._flat: dict[str, torch.Tensor] | None = None
+
+    def _allocate(self) -> None:
+        """The rollout tensors, made on first use: a gradient worker's storage never needs them."""
+        (obs_shape, action_shape, discrete), t, n = self._shapes, self.num_steps, self.num_envs
         self.obs = torch.zeros((t + 1, n, *obs_shape))
         self.values = torch.zeros((t + 1, n))
         self.actions = torch.zeros((t, n, *action_shape), dtype=torch.long if discrete else torch.float32)
@@ -72,9 +80,6 @@ class GAEBuffer:
         self.valid = torch.ones((t, n), dtype=torch.bool)
         # numpy views of the same memory: a numpy row assignment costs a fraction of a torch one
         self._np = {k: getattr(self, k).numpy() for k in ("obs", "values", *STEP_KEYS)}
-        self.step = 0
-        self._received: list[dict[str, torch.Tensor]] = []
-        self._flat: dict[str, torch.Tensor] | None = None
 
     @classmethod
     def create_factory(cls, **kwargs: Any) -> Callable[..., GAEBuffer]:
@@ -85,6 +90,8 @@ class GAEBuffer:
 
     def reset(self, obs: torch.Tensor) -> None:
         """Start from a fresh observation (after an env reset)."""
+        if not self._np:
+            self._allocate()
         self.obs[0].copy_(obs)
         self.step = 0
 
@@ -144,7 +151,8 @@ class GAEBuffer:
         """Join the received rollouts along the env axis and compute advantages and returns."""
         if not self._received:
             raise RuntimeError("before_gradients() called with no data added")
-        data = {k: torch.cat([d[k] for d in self._received], dim=1) for k in self._received[0]}
+        received = self._received
+        data = received[0] if len(received) == 1 else {k: torch.cat([d[k] for d in received], dim=1) for k in received[0]}
         advantages, returns = compute_gae(
             data["rewards"], data["values"], data["terminated"], data["truncated"], data["valid"],
             gamma=self.gamma, gae_lambda=self.gae_lambda,
@@ -174,6 +182,10 @@ class GAEBuffer:
         var = target.var(unbiased=False).item()
         return float("nan") if var == 0 else 1.0 - (target - predicted).var(unbiased=False).item() / var
 
+    def num_batches(self, minibatch_size: int) -> int:
+        """Minibatches per pass: ``round(num_samples / minibatch_size)``, at least one."""
+        return max(1, round(self.num_samples / minibatch_size))
+
     def generate_batches(self, *, minibatch_size: int, num_epochs: int = 1, shuffle: bool = True) -> Iterator[dict[str, torch.Tensor]]:
         """Yield minibatches of about ``minibatch_size`` valid transitions, ``num_epochs`` passes.
 
@@ -183,7 +195,7 @@ class GAEBuffer:
         if self._flat is None:
             raise RuntimeError("generate_batches() called before before_gradients()")
         n = self.num_samples
-        num_batches = max(1, round(n / minibatch_size))
+        num_batches = self.num_batches(minibatch_size)
         if num_batches == 1:  # one minibatch holds everything: its order cannot matter
             for _ in range(num_epochs):
                 yield self._flat
