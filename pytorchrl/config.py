@@ -30,6 +30,7 @@ __all__ = [
     "ConfigError",
     "EnvConfig",
     "PPOConfig",
+    "RayConfig",
     "RunConfig",
     "SchemeConfig",
     "StorageConfig",
@@ -155,6 +156,14 @@ class WorkerResources:
 
 
 @dataclass(frozen=True)
+class RayConfig:
+    """Where remote workers run: an embedded local Ray, or an existing cluster."""
+
+    address: str | None = param(None, "Ray cluster to join ('host:port', 'ray://host:port', 'auto'); null: RAY_ADDRESS, else an embedded local Ray.")
+    num_cpus: int | None = param(None, "CPUs of the embedded local Ray (null: all of this machine's).", min=1)
+
+
+@dataclass(frozen=True)
 class SchemeConfig:
     """How collection, gradient and update workers are laid out and talk."""
 
@@ -173,7 +182,7 @@ class SchemeConfig:
     worker_restart_delay_s: float = param(1.0, "Seconds to wait before replacing a dead worker.", min=0)
     ignore_worker_failures: bool = param(False, "Go on with fewer workers instead of replacing dead ones.")
     worker_timeout_s: float = param(60.0, "A worker that has not answered in this many seconds is treated as dead.", min=0, min_exclusive=True)
-    ray_num_cpus: int | None = param(None, "CPUs of the embedded local Ray (null: all of this machine's).", min=1)
+    ray: RayConfig = param(RayConfig(), "Ray: embedded or a cluster (only used with remote workers).")
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,10 @@ import gymnasium as gym
 from pytorchrl.agent.actors.on_policy import OnPolicyActor
 from pytorchrl.agent.algorithms import ALGORITHMS
 from pytorchrl.agent.storages.on_policy.gae_buffer import GAEBuffer
-from pytorchrl.config import Config, SchemeConfig
+from pytorchrl.config import Config, ConfigError, SchemeConfig
 from pytorchrl.envs.vec_env import VecEnv
+from pytorchrl.scheme.base.ray_runtime import configure_ray
+from pytorchrl.scheme.base.worker_set import check_fits, cluster_resources
 from pytorchrl.scheme.collection.collection_worker_set import CollectionWorkerSet
 from pytorchrl.scheme.gradients.gradient_worker_set import GradientWorkerSet
 from pytorchrl.scheme.updates.update_worker import UpdateWorker
@@ -28,6 +30,8 @@ class Scheme:
     :param config: worker counts, communication modes, resources and fault tolerance.
     :param device: torch device of the learner (gradient and update workers).
     :param torch_threads: ``torch.set_num_threads`` in every worker.
+    :param seed: the run seed (of the workers' acting and shuffling streams).
+    :raises ConfigError: when the remote workers cannot fit the Ray cluster's resources.
     """
 
     def __init__(
@@ -40,27 +44,45 @@ class Scheme:
         config: SchemeConfig | None = None,
         device: str = "cpu",
         torch_threads: int = 1,
+        seed: int = 0,
     ) -> None:
         self.config = config = config or SchemeConfig()
+        col_resources = dataclasses.asdict(config.col_worker_resources)
+        grad_resources = dataclasses.asdict(config.grad_worker_resources)
+        if config.num_col_workers or config.num_grad_workers:
+            configure_ray(address=config.ray.address, num_cpus=config.ray.num_cpus)
+            groups = [
+                ("gradient worker", config.num_grad_workers, grad_resources),
+                ("collection worker", config.num_col_workers * max(config.num_grad_workers, 1), col_resources),
+            ]
+            problem = check_fits(groups, *cluster_resources())
+            if problem is not None:
+                raise ConfigError(problem)
         col_kwargs = {
             "env_factory": env_factory, "actor_factory": actor_factory, "algo_factory": algo_factory,
-            "storage_factory": storage_factory, "torch_threads": torch_threads,
+            "storage_factory": storage_factory, "torch_threads": torch_threads, "seed": seed,
         }
         col_workers_factory = CollectionWorkerSet.create_factory(
             worker_kwargs=col_kwargs,
             num_workers=config.num_col_workers,
             communication=config.col_communication,
-            resources=dataclasses.asdict(config.col_worker_resources),
+            resources=col_resources,
+            max_policy_lag=config.max_policy_lag,
+            fraction_samples=config.fraction_samples,
+            fraction_workers=config.fraction_workers,
+            compress=config.compress_data,
         )
         grad_kwargs = {
             "col_workers_factory": col_workers_factory, "actor_factory": actor_factory, "algo_factory": algo_factory,
-            "storage_factory": storage_factory, "device": device, "torch_threads": torch_threads,
+            "storage_factory": storage_factory, "device": device, "torch_threads": torch_threads, "seed": seed,
         }
         self.grad_workers = GradientWorkerSet(
             worker_kwargs=grad_kwargs,
             num_workers=config.num_grad_workers,
             communication=config.grad_communication,
-            resources=dataclasses.asdict(config.grad_worker_resources),
+            resources=grad_resources,
+            collectors_per_worker=max(config.num_col_workers, 1),
+            compress=config.compress_data,
         )
         self.update_worker = UpdateWorker(self.grad_workers, update_execution=config.update_execution)
 
@@ -130,6 +152,7 @@ def build_scheme(config: Config) -> Scheme:
         config=config.scheme,
         device=resolve_device(run.device),
         torch_threads=run.torch_threads,
+        seed=run.seed,
     )
 
 

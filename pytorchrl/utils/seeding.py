@@ -7,7 +7,9 @@ overlap (O'Neill 2015; numpy's "parallel random number generation" guidance).
 
 from __future__ import annotations
 
+import contextlib
 import random
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -15,6 +17,8 @@ import torch
 
 TRAIN_ROLE = 0
 TEST_ROLE = 1
+ACTING_ROLE = 2
+GRADIENT_ROLE = 3
 
 
 def derive_seed(run_seed: int, *keys: int) -> int:
@@ -54,3 +58,30 @@ def set_rng_state(state: dict[str, Any]) -> None:
     np_state["state"] = {**np_state["state"], "key": np.asarray(np_state["state"]["key"], dtype=np.uint32)}
     np.random.set_state(np_state)
     torch.set_rng_state(state["torch"])
+
+
+class TorchStream:
+    """A torch random stream of its own for one worker, whatever process it lives in.
+
+    Inside :meth:`active` torch's global CPU generator is switched to this stream, so code that
+    draws with the global generator (sampling actions, shuffling minibatches) draws the same
+    numbers in a local worker and in a remote one: what makes local and remote runs identical.
+    Switching costs two state copies, so it wraps whole rollouts or gradient steps.
+
+    :param seed: a seed from :func:`derive_seed`.
+    """
+
+    def __init__(self, seed: int) -> None:
+        generator = torch.Generator()
+        generator.manual_seed(seed)
+        self.state = generator.get_state()
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        outer = torch.get_rng_state()
+        torch.set_rng_state(self.state)
+        try:
+            yield
+        finally:
+            self.state = torch.get_rng_state()
+            torch.set_rng_state(outer)

@@ -1,44 +1,207 @@
 """A local worker plus remote copies of it: the one place that knows about Ray.
 
 Workers are plain classes built from a picklable factory. :class:`WorkerSet` builds the local
-worker in this process; remote workers (Ray actors built from the same factory, with the
-scheme's resources and their own index, hence their own seeds) are added here, and only here.
+worker in this process and ``num_remote`` Ray actors, each hosting a worker built by the same
+factory with its own index (hence its own seeds) and the scheme's per-worker resources.
+
+Everything the rest of the scheme does with remote workers goes through the few methods here
+(:meth:`WorkerSet.call`, :meth:`WorkerSet.wait`, :meth:`WorkerSet.get`, :meth:`WorkerSet.put`),
+so that Ray is imported only in this package, and only when a remote worker is asked for: a run
+with local workers only never starts Ray.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-from pytorchrl.utils.errors import ConfigError
+from pytorchrl.scheme.base import compression
+from pytorchrl.scheme.base.ray_runtime import ensure_ray
 
 W = TypeVar("W")
 
+#: a concurrency group for calls that must run while a long call (collect_data) is running
+CONTROL_GROUP = "control"
 
-class WorkerSet(Generic[W]):
-    """A local worker and ``num_remote`` remote ones, all built by ``worker_factory(index, **kw)``.
 
-    :param worker_factory: ``worker_factory(index, local=bool) -> worker``.
-    :param num_remote: remote workers (indices 1..num_remote); the local one has index 0.
-    :param resources: Ray resources of each remote worker.
+class _WorkerHost:
+    """The Ray actor: hosts one worker and runs its methods by name.
+
+    Results are lz4-compressed when ``compress`` is set (see :mod:`.compression`); arguments
+    that were compressed by the driver are decompressed before the call.
     """
 
-    def __init__(self, worker_factory: Callable[..., W], *, num_remote: int = 0, resources: dict[str, Any] | None = None) -> None:
-        if num_remote > 0:
-            raise ConfigError(
-                f"scheme: {num_remote} remote workers asked for, but remote (Ray) workers are not "
-                "available in this version; allowed: 0"
-            )
+    def __init__(self, worker_factory: Callable[..., Any], index: int, compress: bool) -> None:
+        self.worker = worker_factory(index, local=False)
+        self.compress = compress
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        args = tuple(compression.unpack(a) for a in args)
+        kwargs = {k: compression.unpack(v) for k, v in kwargs.items()}
+        out = getattr(self.worker, method)(*args, **kwargs)
+        return compression.pack(out) if self.compress else out
+
+    def ping(self) -> bool:
+        return True
+
+
+class WorkerSet(Generic[W]):
+    """A local worker and ``num_remote`` remote ones, all built by ``worker_factory(index, local=...)``.
+
+    :param worker_factory: ``worker_factory(index, local=bool) -> worker``; picklable.
+    :param num_remote: remote workers (indices 1..num_remote); the local one has index 0.
+    :param resources: Ray resources of each remote worker: ``num_cpus``, ``num_gpus``,
+        ``memory`` (bytes or None) and ``resources`` (custom, e.g. ``{"node_a": 1}``).
+    :param compress: lz4-compress what remote workers send back (rollouts, gradients).
+    """
+
+    def __init__(
+        self,
+        worker_factory: Callable[..., W],
+        *,
+        num_remote: int = 0,
+        resources: dict[str, Any] | None = None,
+        compress: bool = False,
+    ) -> None:
         self.worker_factory = worker_factory
         self.resources = dict(resources or {})
+        self.compress = compress
         self.local_worker: W = worker_factory(0, local=True)
         self.remote_workers: list[Any] = []
+        if num_remote:
+            ray = ensure_ray()
+            self._actor_cls = ray.remote(**actor_options(self.resources))(_WorkerHost)
+            self.remote_workers = [self._make_remote(i) for i in range(1, num_remote + 1)]
+
+    def _make_remote(self, index: int) -> Any:
+        return self._actor_cls.remote(self.worker_factory, index, self.compress)
 
     @property
     def num_workers(self) -> int:
         return 1 + len(self.remote_workers)
 
+    # ------------------------------------------------------------------ remote calls
+
+    def call(self, worker: Any, method: str, *args: Any, control: bool = False, **kwargs: Any) -> Any:
+        """Start ``worker.method(*args, **kwargs)`` on a remote worker; returns an object ref.
+
+        ``control`` runs it beside a long call in progress (e.g. preempting a collection).
+        Object refs among the top-level arguments arrive as their values.
+        """
+        fn = worker.call.options(concurrency_group=CONTROL_GROUP) if control else worker.call
+        return fn.remote(method, *args, **kwargs)
+
+    def call_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Call ``method`` on every remote worker and return the results (in worker order)."""
+        return self.get([self.call(w, method, *args, **kwargs) for w in self.remote_workers])
+
+    @staticmethod
+    def put(value: Any) -> Any:
+        """Store ``value`` once in the object store (many workers can then read it)."""
+        import ray
+
+        return ray.put(value)
+
+    @staticmethod
+    def wait(refs: Sequence[Any], *, num_returns: int = 1, timeout: float | None = None) -> tuple[list[Any], list[Any]]:
+        """Split ``refs`` into ``num_returns`` ready ones (in completion order) and the rest."""
+        import ray
+
+        return ray.wait(list(refs), num_returns=num_returns, timeout=timeout)
+
+    @staticmethod
+    def get(refs: Any) -> Any:
+        """The values of one ref or a list of refs, decompressed."""
+        import ray
+
+        out = ray.get(refs)
+        return [compression.unpack(o) for o in out] if isinstance(refs, list) else compression.unpack(out)
+
+    def pack(self, value: Any) -> Any:
+        """``value`` compressed for sending to remote workers, when compression is on."""
+        return compression.pack(value) if self.compress else value
+
     def close(self) -> None:
         close = getattr(self.local_worker, "close", None)
         if close is not None:
             close()
+        if self.remote_workers:
+            import ray
+
+            for w in self.remote_workers:
+                ray.kill(w)
+            self.remote_workers = []
+
+
+def actor_options(resources: dict[str, Any]) -> dict[str, Any]:
+    """Ray actor options for one worker's resources (``memory: None`` means no reservation)."""
+    options: dict[str, Any] = {
+        "num_cpus": float(resources.get("num_cpus", 1.0)),
+        "num_gpus": float(resources.get("num_gpus", 0.0)),
+        "concurrency_groups": {CONTROL_GROUP: 1},
+        "max_restarts": 0,
+    }
+    if resources.get("memory"):
+        options["memory"] = int(resources["memory"])
+    if resources.get("resources"):
+        options["resources"] = {str(k): float(v) for k, v in resources["resources"].items()}
+    return options
+
+
+def total_resources(groups: Sequence[tuple[str, int, dict[str, Any]]]) -> dict[str, float]:
+    """Sum the resources of ``(name, count, resources)`` worker groups, in Ray's resource names."""
+    total: dict[str, float] = {}
+    for _, count, res in groups:
+        for key, amount in _resource_items(res):
+            total[key] = total.get(key, 0.0) + count * amount
+    return total
+
+
+def _resource_items(res: dict[str, Any]) -> list[tuple[str, float]]:
+    items = [("CPU", float(res.get("num_cpus", 1.0))), ("GPU", float(res.get("num_gpus", 0.0)))]
+    if res.get("memory"):
+        items.append(("memory", float(res["memory"])))
+    items.extend((str(k), float(v)) for k, v in (res.get("resources") or {}).items())
+    return [(k, v) for k, v in items if v > 0]
+
+
+def check_fits(groups: Sequence[tuple[str, int, dict[str, Any]]], cluster: dict[str, float], nodes: Sequence[dict[str, float]]) -> str | None:
+    """Why the worker ``groups`` cannot all be placed on a cluster, or None when they fit.
+
+    :param groups: ``(name, count, resources)`` per kind of worker.
+    :param cluster: the cluster's total resources (``ray.cluster_resources()``).
+    :param nodes: each alive node's resources.
+    """
+    for name, count, res in groups:
+        if count == 0:
+            continue
+        for key, amount in _resource_items(res):
+            biggest = max((n.get(key, 0.0) for n in nodes), default=0.0)
+            if amount > biggest + 1e-9:
+                return (
+                    f"scheme: one {name} asks for {_fmt(key, amount)} {key} but no node of the Ray cluster has more than "
+                    f"{_fmt(key, biggest)}; lower the {name} resources or add such a node"
+                )
+    for key, amount in total_resources(groups).items():
+        have = cluster.get(key, 0.0)
+        if amount > have + 1e-9:
+            detail = " + ".join(f"{c} {n}s x {_fmt(key, v)}" for n, c, r in groups for k, v in _resource_items(r) if k == key and c)
+            return (
+                f"scheme: the workers ask for {_fmt(key, amount)} {key} in all ({detail}) but the Ray cluster has "
+                f"{_fmt(key, have)}; lower the worker counts or their per-worker resources"
+            )
+    return None
+
+
+def _fmt(key: str, value: float) -> str:
+    if key == "memory":
+        return f"{value / 2**30:.2f} GiB of"
+    return str(int(value)) if math.isclose(value, round(value)) else f"{value:g}"
+
+
+def cluster_resources() -> tuple[dict[str, float], list[dict[str, float]]]:
+    """The running Ray cluster's total resources and each alive node's."""
+    ray = ensure_ray()
+    nodes = [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
+    return dict(ray.cluster_resources()), nodes

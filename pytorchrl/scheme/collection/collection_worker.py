@@ -10,13 +10,15 @@ import numpy as np
 import torch
 
 from pytorchrl.envs.vec_env import VecEnv
+from pytorchrl.utils.seeding import ACTING_ROLE, TorchStream, derive_seed
 
 
 class CollectionWorker:
     """Owns a train :class:`VecEnv`, a test VecEnv (made on first evaluation), an actor, an
     algorithm (for acting only) and a storage. A plain class: worker sets make it remote.
 
-    :param index: worker index (0 is the local worker); part of every env seed.
+    :param index: collector index: part of every env seed and of the acting stream's seed, so
+        the same index collects the same data in a local or a remote worker.
     :param env_factory: ``env_factory(worker_index, test=False) -> VecEnv``.
     :param actor_factory: ``actor_factory(device) -> actor``.
     :param algo_factory: ``algo_factory(actor, device) -> Algorithm``.
@@ -24,6 +26,7 @@ class CollectionWorker:
     :param collect: build train envs and collect (a local worker beside remote ones only holds weights).
     :param device: torch device for acting.
     :param torch_threads: ``torch.set_num_threads`` for this process.
+    :param seed: the run seed (of the acting stream, whose key is ``index``).
     """
 
     def __init__(
@@ -37,9 +40,12 @@ class CollectionWorker:
         collect: bool = True,
         device: str = "cpu",
         torch_threads: int = 1,
+        seed: int = 0,
     ) -> None:
         torch.set_num_threads(torch_threads)
         self.index = index
+        self._stream = TorchStream(derive_seed(seed, ACTING_ROLE, index))
+        self._preempted: int | None = None
         self.device = torch.device(device)
         self.env_factory = env_factory
         self.actor = actor_factory(self.device)
@@ -51,21 +57,29 @@ class CollectionWorker:
 
     # ---------------------------------------------------------------------- collection
 
-    def collect_data(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    def collect_data(
+        self, weights: dict[str, torch.Tensor] | None = None, version: int | None = None, round_id: int | None = None
+    ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """Step the envs until the storage holds one rollout; return it with its info.
 
-        Info: ``env_steps``, ``episode_returns``, ``episode_lengths``, ``policy_version``,
-        ``collect_time_s``, ``worker_index``.
+        :param weights: act with these weights of policy ``version`` (None: the current ones).
+        :param round_id: the collection round; :meth:`preempt` with the same id ends the rollout
+            early (after at least one step), and the shorter rollout is returned.
+        :return: ``data, info``; info: ``env_steps``, ``episode_returns``, ``episode_lengths``,
+            ``policy_version``, ``collect_time_s``, ``worker_index``, ``preempted``.
         """
         if self.envs is None or self.storage is None:
             raise RuntimeError(f"collection worker {self.index} was built without envs (collect=False)")
+        if weights is not None:
+            self.set_weights(weights, version if version is not None else self.algo.version)
         start = time.perf_counter()
         envs, storage, actor = self.envs, self.storage, self.actor
         if not self._started:
             storage.reset(envs.reset())
             self._started = True
         obs = storage.last_obs
-        with torch.inference_mode():
+        preempted = False
+        with torch.inference_mode(), self._stream.active():
             while not storage.full:
                 action, extra, _ = actor.get_action(obs)
                 next_obs, reward, terminated, truncated, valid = envs.step(action)
@@ -74,6 +88,9 @@ class CollectionWorker:
                     terminated=terminated, truncated=truncated, valid=valid, next_obs=next_obs,
                 )
                 obs = next_obs
+                if round_id is not None and self._preempted == round_id:
+                    preempted = not storage.full
+                    break
             storage.set_bootstrap_value(actor.get_value(obs))
         data = storage.get_data()
         episodes = envs.pop_episodes()
@@ -84,8 +101,13 @@ class CollectionWorker:
             "policy_version": self.algo.version,
             "collect_time_s": time.perf_counter() - start,
             "worker_index": self.index,
+            "preempted": preempted,
         }
         return data, info
+
+    def preempt(self, round_id: int) -> None:
+        """End round ``round_id``'s rollout early (called while :meth:`collect_data` runs)."""
+        self._preempted = round_id
 
     def evaluate(self, num_episodes: int, deterministic: bool = True) -> list[float]:
         """Returns of ``num_episodes`` episodes on the test envs.
@@ -122,9 +144,23 @@ class CollectionWorker:
 
     # -------------------------------------------------------------------------- state
 
+    def normalization_state(self) -> dict[str, Any] | None:
+        """The train envs' observation statistics (None without normalisation)."""
+        rms = None if self.envs is None or self.envs.obs_normalizer is None else self.envs.obs_normalizer.rms
+        return None if rms is None else rms.state_dict()
+
+    def load_normalization(self, state: dict[str, Any] | None) -> None:
+        """Evaluate with another worker's observation statistics (see :meth:`normalization_state`)."""
+        if state is None:
+            return
+        if self.test_envs is None:
+            self.test_envs = self.env_factory(worker_index=self.index, test=True)
+        if self.test_envs.obs_normalizer is not None:
+            self.test_envs.obs_normalizer.rms.load_state_dict(state)
+
     def state_dict(self) -> dict[str, Any]:
         """Env statistics and random streams (the rollout itself restarts on resume)."""
-        state: dict[str, Any] = {}
+        state: dict[str, Any] = {"acting_rng": self._stream.state}
         if self.envs is not None:
             state["envs"] = self.envs.state_dict()
         if self.test_envs is not None:
@@ -132,6 +168,8 @@ class CollectionWorker:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "acting_rng" in state:
+            self._stream.state = state["acting_rng"]
         if self.envs is not None and "envs" in state:
             self.envs.load_state_dict(state["envs"])
             assert self.storage is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -18,50 +19,177 @@ class CollectionWorkerSet:
     With no remote workers the local one collects; with remote workers it only holds weights
     (it would compete with them for CPU) and is used for evaluation.
 
-    :param worker_kwargs: keyword arguments of :class:`CollectionWorker` (factories, device).
+    Collection modes with remote workers:
+
+    * ``synchronous``: a round asks every worker for one rollout with the current weights. Once
+      ``fraction_workers`` of the workers, or rollouts holding ``fraction_samples`` of the
+      round's data, have arrived, the others are preempted: they stop at their next step and
+      send what they have (still on-policy, so it is used too).
+    * ``asynchronous``: every worker always has a rollout under way; :meth:`collect` returns the
+      first one to arrive and restarts that worker with the newest weights. A rollout collected
+      more than ``max_policy_lag`` policy versions ago is dropped and counted, never used.
+
+    :param worker_kwargs: keyword arguments of :class:`CollectionWorker` (factories, device, seed).
     :param num_workers: remote collection workers.
     :param communication: ``synchronous`` | ``asynchronous``.
     :param resources: Ray resources of each remote worker.
+    :param index_offset: collector index of this set's first collecting worker (gradient
+        workers each own a set; offsets keep every collector's seeds distinct).
+    :param max_policy_lag: drop rollouts older than this many versions (None: keep all).
+    :param fraction_samples: synchronous preemption threshold on data.
+    :param fraction_workers: synchronous preemption threshold on workers.
+    :param compress: lz4-compress rollouts sent by remote workers.
+    :param evaluation_only: build only a local, non-collecting worker (a set kept for evaluation).
     """
 
-    def __init__(self, *, worker_kwargs: dict[str, Any], num_workers: int = 0, communication: str = "synchronous", resources: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        worker_kwargs: dict[str, Any],
+        num_workers: int = 0,
+        communication: str = "synchronous",
+        resources: dict[str, Any] | None = None,
+        index_offset: int = 0,
+        max_policy_lag: int | None = None,
+        fraction_samples: float = 1.0,
+        fraction_workers: float = 1.0,
+        compress: bool = False,
+        evaluation_only: bool = False,
+    ) -> None:
         self.communication = communication
-        factory = functools.partial(_make_collection_worker, worker_kwargs=worker_kwargs, has_remote=num_workers > 0)
-        self.workers: WorkerSet[CollectionWorker] = WorkerSet(factory, num_remote=num_workers, resources=resources)
+        self.max_policy_lag = max_policy_lag
+        self.fraction_samples = fraction_samples
+        self.fraction_workers = fraction_workers
+        if evaluation_only:
+            num_workers = 0
+        factory = functools.partial(
+            _make_collection_worker, worker_kwargs=worker_kwargs, offset=index_offset,
+            local_collects=num_workers == 0 and not evaluation_only,
+        )
+        self.workers: WorkerSet[CollectionWorker] = WorkerSet(factory, num_remote=num_workers, resources=resources, compress=compress)
+        self._weights: tuple[int, Any] | None = None  # (version, object ref) of the newest weights
+        self._pending: dict[Any, Any] = {}  # asynchronous: rollout ref -> worker
+        self._round = 0
+        self.dropped_batches = 0
+        self.preempted_batches = 0
 
     @classmethod
     def create_factory(cls, **kwargs: Any) -> Callable[..., CollectionWorkerSet]:
-        """A picklable ``factory() -> CollectionWorkerSet`` (each gradient worker builds its own)."""
+        """A picklable ``factory(**overrides) -> CollectionWorkerSet`` (each gradient worker builds its own)."""
         return functools.partial(cls, **kwargs)
 
     @property
     def local_worker(self) -> CollectionWorker:
         return self.workers.local_worker
 
+    @property
+    def remote(self) -> bool:
+        return bool(self.workers.remote_workers)
+
+    # ------------------------------------------------------------------------ collection
+
     def collect(self) -> tuple[list[dict[str, torch.Tensor]], dict[str, Any]]:
-        """One round of data: a rollout from every collecting worker, and their merged info."""
-        data, info = self.local_worker.collect_data()
-        return [data], merge_collection_info([info], current_version=self.local_worker.algo.version)
+        """One round of data: rollouts and their merged info (see the class doc).
+
+        With remote workers the info also counts the rollouts dropped for policy lag and the
+        ones preempted during this call (``dropped_batches``, ``preempted_batches``).
+        """
+        version = self.local_worker.algo.version
+        if not self.remote:
+            data, info = self.local_worker.collect_data()
+            return [data], merge_collection_info([info], current_version=version)
+        counts = (self.dropped_batches, self.preempted_batches)
+        results = self._collect_sync() if self.communication == "synchronous" else self._collect_async(version)
+        info = merge_collection_info([i for _, i in results], current_version=version)
+        info["dropped_batches"] = self.dropped_batches - counts[0]
+        info["preempted_batches"] = self.preempted_batches - counts[1]
+        return [d for d, _ in results], info
+
+    def _collect_sync(self) -> list[tuple[dict[str, torch.Tensor], dict[str, Any]]]:
+        ws = self.workers
+        version, weights = self._weights_ref()
+        self._round += 1
+        pending = {ws.call(w, "collect_data", weights, version, self._round): w for w in ws.remote_workers}
+        n = len(pending)
+        enough_workers = math.ceil(self.fraction_workers * n - 1e-9)
+        results: list[tuple[dict[str, torch.Tensor], dict[str, Any]]] = []
+        while pending:
+            ready, _ = ws.wait(list(pending))
+            pending.pop(ready[0])
+            results.append(ws.get(ready[0]))
+            full = results[0][1]["env_steps"]  # every rollout that was not preempted has this size
+            if pending and (len(results) >= enough_workers or sum(i["env_steps"] for _, i in results) >= self.fraction_samples * n * full):
+                break
+        if pending:
+            for w in pending.values():
+                ws.call(w, "preempt", self._round, control=True)
+            late = ws.get(list(pending))
+            self.preempted_batches += sum(1 for _, i in late if i["preempted"])
+            results.extend(late)
+        return results
+
+    def _collect_async(self, version: int) -> list[tuple[dict[str, torch.Tensor], dict[str, Any]]]:
+        ws = self.workers
+        if not self._pending:
+            for w in ws.remote_workers:
+                self._submit(w)
+        while True:
+            ready, _ = ws.wait(list(self._pending))
+            worker = self._pending.pop(ready[0])
+            data, info = ws.get(ready[0])
+            self._submit(worker)
+            if self.max_policy_lag is not None and version - info["policy_version"] > self.max_policy_lag:
+                self.dropped_batches += 1
+                continue
+            return [(data, info)]
+
+    def _submit(self, worker: Any) -> None:
+        version, weights = self._weights_ref()
+        self._pending[self.workers.call(worker, "collect_data", weights, version)] = worker
+
+    def _weights_ref(self) -> tuple[int, Any]:
+        if self._weights is None:
+            raise RuntimeError("sync_weights() must be called before the first collect()")
+        return self._weights
 
     def sync_weights(self, weights: dict[str, torch.Tensor], version: int) -> None:
-        """Give every worker the weights of policy ``version``."""
+        """Make ``weights`` (policy ``version``) the ones the next rollouts are collected with.
+
+        Remote workers read them from the object store, where they are put once per version.
+        """
         self.local_worker.set_weights(weights, version)
+        if self.remote and (self._weights is None or self._weights[0] != version):
+            self._weights = (version, self.workers.put(weights))
+
+    # -------------------------------------------------------------------- evaluation
 
     def evaluate(self, num_episodes: int) -> list[float]:
+        if self.remote:
+            # the local worker has no train envs: evaluate with a collecting worker's statistics
+            ws = self.workers
+            self.local_worker.load_normalization(ws.get(ws.call(ws.remote_workers[0], "normalization_state", control=True)))
         return self.local_worker.evaluate(num_episodes)
 
+    # ------------------------------------------------------------------------- state
+
     def state_dict(self) -> dict[str, Any]:
-        return {"local": self.local_worker.state_dict()}
+        state: dict[str, Any] = {"local": self.local_worker.state_dict()}
+        if self.remote:
+            ws = self.workers
+            state["remote"] = ws.call_all("state_dict")
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.local_worker.load_state_dict(state["local"])
+        for worker, worker_state in zip(self.workers.remote_workers, state.get("remote", []), strict=False):
+            self.workers.get(self.workers.call(worker, "load_state_dict", worker_state))
 
     def close(self) -> None:
         self.workers.close()
 
 
 def merge_collection_info(infos: list[dict[str, Any]], *, current_version: int) -> dict[str, Any]:
-    """Sum steps and times, join episode lists, and measure each batch's policy lag."""
+    """Sum steps, join episode lists, and measure each batch's policy lag."""
     lags = [current_version - i["policy_version"] for i in infos]
     return {
         "env_steps": sum(i["env_steps"] for i in infos),
@@ -69,9 +197,13 @@ def merge_collection_info(infos: list[dict[str, Any]], *, current_version: int) 
         "episode_lengths": [n for i in infos for n in i["episode_lengths"]],
         "collect_time_s": max(i["collect_time_s"] for i in infos),
         "policy_lag_mean": sum(lags) / len(lags),
+        "policy_lags": lags,
         "num_batches": len(infos),
     }
 
 
-def _make_collection_worker(index: int, *, local: bool, worker_kwargs: dict[str, Any], has_remote: bool) -> CollectionWorker:
-    return CollectionWorker(index, collect=not (local and has_remote), **worker_kwargs)
+def _make_collection_worker(index: int, *, local: bool, worker_kwargs: dict[str, Any], offset: int, local_collects: bool) -> CollectionWorker:
+    # the collecting workers are numbered from `offset`: the local one when it collects, else the
+    # remote ones (index 1 -> offset), so one remote worker collects what a local one would.
+    collector = offset if local else offset + index - 1
+    return CollectionWorker(collector, collect=local_collects if local else True, **worker_kwargs)

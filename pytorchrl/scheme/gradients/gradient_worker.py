@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from pytorchrl.scheme.collection.collection_worker_set import CollectionWorkerSet
+from pytorchrl.utils.seeding import GRADIENT_ROLE, TorchStream, derive_seed
 
 
 class GradientWorker:
@@ -18,13 +19,17 @@ class GradientWorker:
     minibatches are used up (or the algorithm stops the round early, e.g. on target KL), it first
     gives its collection workers the current weights and gathers a new round of data.
 
-    :param index: worker index (0: local).
-    :param col_workers_factory: ``() -> CollectionWorkerSet``.
+    :param index: worker index (0: local; remote ones from 1). Keys the worker's own torch
+        stream (minibatch shuffling), which remote worker 1 shares with a lone local worker.
+    :param col_workers_factory: ``(**overrides) -> CollectionWorkerSet``.
     :param actor_factory: ``(device) -> actor``.
     :param algo_factory: ``(actor, device) -> Algorithm``.
     :param storage_factory: ``(device=...) -> storage``.
     :param device: torch device for gradients.
     :param torch_threads: ``torch.set_num_threads`` for this process.
+    :param seed: the run seed.
+    :param col_overrides: keyword overrides for ``col_workers_factory`` (e.g. ``index_offset``,
+        or ``evaluation_only`` for a local worker that only holds the master weights).
     """
 
     def __init__(
@@ -37,34 +42,60 @@ class GradientWorker:
         storage_factory: Callable[..., Any],
         device: str = "cpu",
         torch_threads: int = 1,
+        seed: int = 0,
+        col_overrides: dict[str, Any] | None = None,
     ) -> None:
         torch.set_num_threads(torch_threads)
         self.index = index
         self.device = torch.device(device)
-        self.col_workers = col_workers_factory()
+        self._stream = TorchStream(derive_seed(seed, GRADIENT_ROLE, max(index - 1, 0)))
+        self.col_workers = col_workers_factory(**(col_overrides or {}))
         self.actor = actor_factory(self.device)
         self.algo = algo_factory(self.actor, self.device)
         self.storage = storage_factory(device=self.device)
         self._batches: Iterator[dict[str, torch.Tensor]] | None = None
         self._remaining = 0
 
-    def step(self, return_gradients: bool = True) -> tuple[torch.Tensor | None, dict[str, Any]]:
+    def step(
+        self,
+        return_gradients: bool = True,
+        *,
+        weights: dict[str, torch.Tensor] | None = None,
+        version: int | None = None,
+        gradients: torch.Tensor | None = None,
+        progress: float | None = None,
+    ) -> tuple[torch.Tensor | None, dict[str, Any]]:
         """Gradients of the next minibatch (left in ``.grad`` if not ``return_gradients``) and info.
 
-        Info holds the algorithm's diagnostics, ``round_end`` (the round's last minibatch), and,
-        on the first step of a round, the collection info (``env_steps``, episode returns, ...).
+        A remote worker is told what changed since its last step: new ``weights`` of policy
+        ``version`` (centralised updates), or the averaged ``gradients`` to apply itself first
+        (decentralised updates), and the training ``progress`` for schedules.
+
+        Info holds the algorithm's diagnostics, ``num_samples`` (the minibatch's size),
+        ``policy_version`` (of the weights the gradient was computed with), ``round_end`` (the
+        round's last minibatch), and, on the first step of a round, the collection info.
+        Skipped steps (e.g. target KL) return no gradients.
         """
+        if gradients is not None:
+            self.algo.apply_gradients(gradients)
+        if weights is not None:
+            self.algo.set_weights(weights, version)
+        if progress is not None:
+            self.algo.set_progress(progress)
         info: dict[str, Any] = {}
-        if self._remaining == 0 or self.algo.stop_round:
-            info.update(self._new_round())
-        start = time.perf_counter()
-        assert self._batches is not None
-        batch = next(self._batches)
-        self._remaining -= 1
-        info.update(self.algo.compute_gradients(batch))
+        with self._stream.active():
+            if self._remaining == 0 or self.algo.stop_round:
+                info.update(self._new_round())
+            start = time.perf_counter()
+            assert self._batches is not None
+            batch = next(self._batches)
+            self._remaining -= 1
+            info.update(self.algo.compute_gradients(batch))
         info["gradient_time_s"] = time.perf_counter() - start
         info["round_end"] = self._remaining == 0 or self.algo.stop_round
-        grads = self.algo.get_gradients() if return_gradients else None
+        info["num_samples"] = _batch_size(batch)
+        info["policy_version"] = self.algo.version
+        grads = self.algo.get_gradients() if return_gradients and not info.get("skipped") else None
         return grads, info
 
     def _new_round(self) -> dict[str, Any]:
@@ -84,13 +115,36 @@ class GradientWorker:
     def set_weights(self, weights: dict[str, torch.Tensor], version: int) -> None:
         self.algo.set_weights(weights, version)
 
+    def get_weights(self) -> dict[str, torch.Tensor]:
+        return self.algo.get_weights()
+
+    def apply_gradients(self, gradients: torch.Tensor) -> None:
+        """Step this replica's optimizer on ``gradients`` (decentralised updates)."""
+        self.algo.apply_gradients(gradients)
+
+    def load_algorithm_state(self, state: dict[str, Any]) -> None:
+        """Take the master's weights, optimizer state and version (identical replicas)."""
+        self.algo.load_state_dict(state)
+
     def state_dict(self) -> dict[str, Any]:
-        return {"algorithm": self.algo.state_dict(), "collection": self.col_workers.state_dict()}
+        return {"algorithm": self.algo.state_dict(), "collection": self.col_workers.state_dict(), "gradient_rng": self._stream.state}
+
+    def collection_state_dict(self) -> dict[str, Any]:
+        """What a remote worker keeps beyond the master's algorithm state."""
+        return {"collection": self.col_workers.state_dict(), "gradient_rng": self._stream.state}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.algo.load_state_dict(state["algorithm"])
+        if "algorithm" in state:
+            self.algo.load_state_dict(state["algorithm"])
         self.col_workers.load_state_dict(state["collection"])
+        if "gradient_rng" in state:
+            self._stream.state = state["gradient_rng"]
         self._remaining = 0
 
     def close(self) -> None:
         self.col_workers.close()
+
+
+def _batch_size(batch: dict[str, torch.Tensor]) -> int:
+    first = next(iter(batch.values()))
+    return int(first.shape[0])

@@ -12,24 +12,49 @@ from pytorchrl.scheme.gradients.gradient_worker import GradientWorker
 class GradientWorkerSet:
     """One local :class:`GradientWorker` plus ``num_workers`` remote ones.
 
+    With remote gradient workers the local one computes nothing: it holds the master algorithm
+    (for the :class:`UpdateWorker`) and a non-collecting collection worker for evaluation. Each
+    remote gradient worker owns its own collection workers, numbered apart from the others'.
+
     :param worker_kwargs: keyword arguments of :class:`GradientWorker`.
     :param num_workers: remote gradient workers.
     :param communication: ``synchronous`` | ``asynchronous``.
     :param resources: Ray resources of each remote worker.
+    :param collectors_per_worker: collecting workers per gradient worker (for seed offsets).
+    :param compress: lz4-compress the gradients remote workers send.
     """
 
-    def __init__(self, *, worker_kwargs: dict[str, Any], num_workers: int = 0, communication: str = "synchronous", resources: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        worker_kwargs: dict[str, Any],
+        num_workers: int = 0,
+        communication: str = "synchronous",
+        resources: dict[str, Any] | None = None,
+        collectors_per_worker: int = 1,
+        compress: bool = False,
+    ) -> None:
         self.communication = communication
-        factory = functools.partial(_make_gradient_worker, worker_kwargs=worker_kwargs)
-        self.workers: WorkerSet[GradientWorker] = WorkerSet(factory, num_remote=num_workers, resources=resources)
+        factory = functools.partial(
+            _make_gradient_worker, worker_kwargs=worker_kwargs, has_remote=num_workers > 0, collectors=collectors_per_worker
+        )
+        self.workers: WorkerSet[GradientWorker] = WorkerSet(factory, num_remote=num_workers, resources=resources, compress=compress)
 
     @property
     def local_worker(self) -> GradientWorker:
         return self.workers.local_worker
 
+    @property
+    def remote_workers(self) -> list[Any]:
+        return self.workers.remote_workers
+
     def close(self) -> None:
         self.workers.close()
 
 
-def _make_gradient_worker(index: int, *, local: bool, worker_kwargs: dict[str, Any]) -> GradientWorker:
-    return GradientWorker(index, **worker_kwargs)
+def _make_gradient_worker(index: int, *, local: bool, worker_kwargs: dict[str, Any], has_remote: bool, collectors: int) -> GradientWorker:
+    if local and has_remote:
+        overrides: dict[str, Any] = {"evaluation_only": True}
+    else:
+        overrides = {"index_offset": max(index - 1, 0) * collectors}
+    return GradientWorker(index, col_overrides=overrides, **worker_kwargs)

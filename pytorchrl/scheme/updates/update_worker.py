@@ -2,17 +2,34 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any
 
+import torch
+
 from pytorchrl.scheme.gradients.gradient_worker_set import GradientWorkerSet
+
+#: per-step diagnostics that are averaged over gradient workers (the rest are summed or joined)
+_SUMMED = ("env_steps", "dropped_batches", "preempted_batches", "num_batches", "num_samples")
+_JOINED = ("episode_returns", "episode_lengths", "policy_lags")
 
 
 class UpdateWorker:
     """Applies gradients to the master copy of the weights and versions them.
 
-    The master algorithm is the local gradient worker's: with local workers only, gradients are
-    applied where they were computed, and nothing is copied.
+    The master algorithm is the local gradient worker's. With local workers only, gradients are
+    applied where they were computed, and nothing is copied. With remote gradient workers:
+
+    * ``synchronous`` gradients: every worker computes one minibatch gradient; their
+      sample-weighted average is applied. ``centralised``: the master applies it and the new
+      weights go out through the object store (put once, read by all) with the next step.
+      ``decentralised``: the average goes out instead and every worker applies it to its own
+      replica (same start, same optimizer, same gradients: identical weights), so weights never
+      travel after the first step.
+    * ``asynchronous`` gradients (centralised only): every worker always has a gradient under
+      way; each is applied as it arrives and that worker continues from the new weights (A3C
+      style). ``gradient_staleness`` counts the versions applied since its weights were sent.
 
     :param grad_workers: the gradient workers.
     :param update_execution: ``centralised`` | ``decentralised``.
@@ -22,9 +39,29 @@ class UpdateWorker:
         self.grad_workers = grad_workers
         self.update_execution = update_execution
         self.algo = grad_workers.local_worker.algo
+        self._workers = grad_workers.workers
+        self._progress: float | None = None
+        self._replicas_synced = False
+        self._weights: tuple[int, Any] | None = None
+        self._pending: dict[Any, Any] = {}
+        self._average: Any = None  # decentralised: the averaged gradient replicas apply next
+
+    @property
+    def remote(self) -> bool:
+        return bool(self._workers.remote_workers)
 
     def step(self) -> dict[str, Any]:
-        """Compute and apply one gradient; returns the merged info."""
+        """Compute and apply one gradient (one per worker, averaged, when synchronous); returns the merged info."""
+        if not self.remote:
+            return self._step_local()
+        if not self._replicas_synced:
+            self._workers.call_all("load_algorithm_state", self.algo.state_dict())
+            self._replicas_synced, self._weights, self._average = True, None, None
+        if self.grad_workers.communication == "synchronous":
+            return self._step_sync()
+        return self._step_async()
+
+    def _step_local(self) -> dict[str, Any]:
         _, info = self.grad_workers.local_worker.step(return_gradients=False)
         start = time.perf_counter()
         if not info.get("skipped"):
@@ -33,11 +70,101 @@ class UpdateWorker:
         info["policy_version"] = self.algo.version
         return info
 
+    def _step_sync(self) -> dict[str, Any]:
+        ws = self._workers
+        kwargs: dict[str, Any] = {"progress": self._progress}
+        if self.update_execution == "decentralised":
+            kwargs["gradients"] = self._average
+        else:
+            kwargs["weights"], kwargs["version"] = self._weights_ref()
+        results = ws.get([ws.call(w, "step", True, **kwargs) for w in ws.remote_workers])
+        start = time.perf_counter()
+        grads = [(g, i["num_samples"]) for g, i in results if g is not None]
+        self._average = None
+        if grads:
+            total = sum(n for _, n in grads)
+            average = torch.stack([g * (n / total) for g, n in grads]).sum(0)
+            self.algo.apply_gradients(average)
+            if self.update_execution == "decentralised":
+                self._average = ws.put(ws.pack(average))
+        info = merge_step_infos([i for _, i in results])
+        info["apply_time_s"] = time.perf_counter() - start
+        info["policy_version"] = self.algo.version
+        return info
+
+    def _step_async(self) -> dict[str, Any]:
+        ws = self._workers
+        if not self._pending:
+            for w in ws.remote_workers:
+                self._submit(w)
+        ready, _ = ws.wait(list(self._pending))
+        worker = self._pending.pop(ready[0])
+        grads, info = ws.get(ready[0])
+        start = time.perf_counter()
+        info["gradient_staleness"] = self.algo.version - info["policy_version"]
+        if grads is not None:
+            self.algo.apply_gradients(grads)
+        self._submit(worker)
+        info["apply_time_s"] = time.perf_counter() - start
+        info["policy_version"] = self.algo.version
+        return info
+
+    def _submit(self, worker: Any) -> None:
+        weights, version = self._weights_ref()
+        self._pending[self._workers.call(worker, "step", True, weights=weights, version=version, progress=self._progress)] = worker
+
+    def _weights_ref(self) -> tuple[Any, int]:
+        """The master weights in the object store, put once per version."""
+        if self._weights is None or self._weights[0] != self.algo.version:
+            self._weights = (self.algo.version, self._workers.put(self.algo.get_weights()))
+        return self._weights[1], self._weights[0]
+
+    def replica_weights(self) -> list[dict[str, torch.Tensor]]:
+        """Every remote gradient worker's weights, once they have applied all that was sent."""
+        if self.update_execution == "decentralised" and self._average is not None:
+            self._workers.call_all("apply_gradients", self._average)
+            self._average = None
+        return self._workers.call_all("get_weights")
+
     def set_progress(self, progress: float) -> None:
         self.algo.set_progress(progress)
+        self._progress = progress
 
     def state_dict(self) -> dict[str, Any]:
-        return {"local_gradient_worker": self.grad_workers.local_worker.state_dict()}
+        state: dict[str, Any] = {"local_gradient_worker": self.grad_workers.local_worker.state_dict()}
+        if self.remote:
+            state["remote_gradient_workers"] = self._workers.call_all("collection_state_dict")
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.grad_workers.local_worker.load_state_dict(state["local_gradient_worker"])
+        for worker, worker_state in zip(self._workers.remote_workers, state.get("remote_gradient_workers", []), strict=False):
+            self._workers.get(self._workers.call(worker, "load_state_dict", worker_state))
+        self._replicas_synced = False
+
+
+def merge_step_infos(infos: list[dict[str, Any]]) -> dict[str, Any]:
+    """One info from the step infos of several gradient workers: counts summed, episode lists
+    joined, diagnostics averaged; ``round_end`` when any worker's round ended."""
+    merged: dict[str, Any] = {}
+    for key in {k for i in infos for k in i}:
+        values = [i[key] for i in infos if key in i and i[key] is not None]
+        if not values:
+            continue
+        if key in _SUMMED:
+            merged[key] = sum(values)
+        elif key in _JOINED:
+            merged[key] = [v for vs in values for v in vs]
+        elif key in ("round_end", "preempted"):
+            merged[key] = any(values)
+        elif key == "skipped":
+            merged[key] = 1.0 if len(values) == len(infos) else None
+        elif key.endswith("_time_s"):
+            merged[key] = max(values)
+        elif all(isinstance(v, (int, float)) for v in values):
+            merged[key] = statistics.fmean(values)
+    if merged.get("skipped") is None:
+        merged.pop("skipped", None)
+    if merged.get("policy_lags"):
+        merged["policy_lag_mean"] = statistics.fmean(merged["policy_lags"])
+    return merged

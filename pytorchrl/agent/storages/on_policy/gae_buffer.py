@@ -5,8 +5,9 @@ One class serves both ends of the scheme:
 * on a collection worker it is a preallocated ``[num_steps, num_envs]`` rollout that
   :meth:`GAEBuffer.insert` fills and :meth:`GAEBuffer.get_data` hands out;
 * on a gradient worker, :meth:`GAEBuffer.add_data` receives rollouts from any number of
-  collection workers, :meth:`GAEBuffer.before_gradients` joins them along the env axis and
-  computes advantages and returns, and :meth:`GAEBuffer.generate_batches` yields minibatches.
+  collection workers (of any length: a preempted rollout is shorter),
+  :meth:`GAEBuffer.before_gradients` computes each one's advantages and returns and joins
+  their valid transitions, and :meth:`GAEBuffer.generate_batches` yields minibatches.
 
 Episode ends follow gymnasium's next-step autoreset (see :mod:`pytorchrl.envs.vec_env`): after
 a step ``t`` that ends an episode, ``obs[t + 1]`` is the episode's final observation and step
@@ -131,9 +132,12 @@ class GAEBuffer:
         self.values[self.num_steps] = value
 
     def get_data(self) -> dict[str, torch.Tensor]:
-        """A copy of the full rollout, and the storage rolled over for the next one."""
-        data = {k: getattr(self, k).clone() for k in ("obs", "values", *STEP_KEYS)}
-        self.obs[0].copy_(self.obs[self.num_steps])
+        """A copy of the rollout so far (all ``num_steps`` unless it was cut short), and the
+        storage rolled over for the next one."""
+        t = self.step
+        data = {k: getattr(self, k)[: t + 1].clone() for k in ("obs", "values")}
+        data.update({k: getattr(self, k)[:t].clone() for k in STEP_KEYS})
+        self.obs[0].copy_(self.obs[t])
         self.step = 0
         return data
 
@@ -148,11 +152,14 @@ class GAEBuffer:
         self._received.append(data)
 
     def before_gradients(self) -> None:
-        """Join the received rollouts along the env axis and compute advantages and returns."""
+        """Compute every received rollout's advantages and returns and join their valid transitions."""
         if not self._received:
             raise RuntimeError("before_gradients() called with no data added")
-        received = self._received
-        data = received[0] if len(received) == 1 else {k: torch.cat([d[k] for d in received], dim=1) for k in received[0]}
+        parts = [self._flatten(d) for d in self._received]
+        self._flat = parts[0] if len(parts) == 1 else {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+
+    def _flatten(self, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One rollout's valid transitions with their advantages and returns, flattened."""
         advantages, returns = compute_gae(
             data["rewards"], data["values"], data["terminated"], data["truncated"], data["valid"],
             gamma=self.gamma, gae_lambda=self.gae_lambda,
@@ -167,7 +174,7 @@ class GAEBuffer:
             "returns": returns,
         }
         keep = data["valid"].reshape(-1)
-        self._flat = {k: v.reshape(-1, *v.shape[2:])[keep].to(self.device) for k, v in flat.items()}
+        return {k: v.reshape(-1, *v.shape[2:])[keep].to(self.device) for k, v in flat.items()}
 
     @property
     def num_samples(self) -> int:

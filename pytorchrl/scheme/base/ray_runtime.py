@@ -1,0 +1,67 @@
+"""Starting or joining Ray, once, when the first remote worker is asked for.
+
+* No address (and no ``RAY_ADDRESS``): an embedded local Ray sized to this machine, or to
+  ``scheme.ray.num_cpus``; it lives as long as this process.
+* ``--address ADDR``, ``scheme.ray.address`` or ``RAY_ADDRESS``: join that cluster. An address
+  that does not answer fails at once with one line instead of Ray's long retry loop.
+* Ray already initialised (tests, notebooks, a Ray job's driver): used as it is.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+from pytorchrl.utils.errors import InputError
+
+_settings: dict[str, Any] = {"address": None, "num_cpus": None}
+
+
+def configure_ray(*, address: str | None = None, num_cpus: int | None = None) -> None:
+    """Where :func:`ensure_ray` connects (``address``) or how big a local Ray it starts."""
+    _settings["address"] = address
+    _settings["num_cpus"] = num_cpus
+
+
+def ensure_ray() -> Any:
+    """The ``ray`` module, initialised (see the module doc)."""
+    import ray
+
+    if ray.is_initialized():
+        return ray
+    address = _settings["address"] or os.environ.get("RAY_ADDRESS") or None
+    if address:
+        _check_reachable(address)
+        try:
+            ray.init(address=address, log_to_driver=True)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise InputError(f"--address {address!r}: cannot join the Ray cluster there ({_first_line(exc)})") from None
+        return ray
+    ray.init(
+        num_cpus=_settings["num_cpus"] or os.cpu_count() or 1,
+        include_dashboard=False,
+        log_to_driver=True,
+        configure_logging=False,
+    )
+    return ray
+
+
+def _check_reachable(address: str) -> None:
+    """Fail fast for a ``host:port`` (or ``ray://host:port``) address nobody listens on."""
+    if address == "auto" or address.startswith("local"):
+        return
+    target = address.split("://", 1)[-1]
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        raise InputError(f"--address {address!r}: expected host:port, ray://host:port or 'auto'")
+    try:
+        with socket.create_connection((host, int(port)), timeout=5):
+            pass
+    except OSError as exc:
+        raise InputError(f"--address {address!r}: no Ray cluster answers there ({exc.strerror or exc})") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
