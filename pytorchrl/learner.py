@@ -7,7 +7,7 @@ import datetime
 import json
 import math
 import time
-from collections import deque
+from collections import Counter, deque
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,10 @@ class Learner:
         self.updates = 0
         self.episodes = 0
         self.policy_version = 0
+        self.dropped_batches = 0
+        self.preempted_batches = 0
+        #: how many rollouts were used at each policy lag (versions behind the learner)
+        self.policy_lags: Counter[int] = Counter()
         self.wall_time_offset = 0.0
         self.solved_at: tuple[int, float] | None = None
         self.last_eval: float | None = None
@@ -114,7 +118,7 @@ class Learner:
         self.policy_version = info.get("policy_version", self.policy_version)
         if "env_steps" in info:
             self._on_collection(info)
-        for key in (*_MEAN_KEYS, "policy_lag_mean"):
+        for key in (*_MEAN_KEYS, "policy_lag_mean", "gradient_staleness"):
             if key in info and info[key] is not None:
                 self._interval.setdefault(key, []).append(info[key])
         for key in ("collect_time_s", "gradient_time_s", "apply_time_s"):
@@ -128,6 +132,9 @@ class Learner:
     def _on_collection(self, info: dict[str, Any]) -> None:
         self.env_steps += info["env_steps"]
         self.episodes += len(info["episode_returns"])
+        self.dropped_batches += info.get("dropped_batches", 0)
+        self.preempted_batches += info.get("preempted_batches", 0)
+        self.policy_lags.update(info.get("policy_lags", ()))
         self._returns.extend(info["episode_returns"])
         self._lengths.extend(info["episode_lengths"])
         self.scheme.update_worker.set_progress(min(1.0, self.env_steps / self.run.target_steps))
@@ -239,7 +246,9 @@ class Learner:
             "policy_version": self.policy_version,
             "policy_lag_mean": 0.0,
             "worker_restarts": 0,
-            "dropped_batches": 0,
+            "dropped_batches": self.dropped_batches,
+            "preempted_batches": self.preempted_batches,
+            "gradient_staleness": 0.0,
         }
         for key, values in self._interval.items():
             row[key] = values[0] if key.endswith("_time_s") else _mean(values)
@@ -265,6 +274,7 @@ class Learner:
         counters = {
             "env_steps": self.env_steps, "updates": self.updates, "episodes": self.episodes,
             "policy_version": self.policy_version, "wall_time_s": self.wall_time_s,
+            "dropped_batches": self.dropped_batches, "preempted_batches": self.preempted_batches,
             "next": {k: (None if math.isinf(v) else v) for k, v in self._next.items()},
             "returns": list(self._returns), "lengths": list(self._lengths),
             "solved_at": list(self.solved_at) if self.solved_at else None,
@@ -279,6 +289,8 @@ class Learner:
             self.scheme.load_state_dict(state["scheme"])
             self.env_steps, self.updates, self.episodes = int(c["env_steps"]), int(c["updates"]), int(c["episodes"])
             self.policy_version = int(c["policy_version"])
+            self.dropped_batches = int(c.get("dropped_batches", 0))
+            self.preempted_batches = int(c.get("preempted_batches", 0))
             self.wall_time_offset = float(c["wall_time_s"])
             self._next = {k: (math.inf if v is None else v) for k, v in c["next"].items()}
             self._returns.extend(c["returns"])

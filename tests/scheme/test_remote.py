@@ -1,0 +1,192 @@
+"""Remote (Ray) workers: equivalence with local workers, every mode, preemption, policy lag.
+
+Every test here uses real Ray actors on the session's 2-CPU local Ray; worker resources are
+fractional so that up to six actors fit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+import torch
+
+from pytorchrl.config import from_dict
+from pytorchrl.learner import Learner
+from pytorchrl.scheme.collection.collection_worker_set import CollectionWorkerSet
+from pytorchrl.scheme.scheme import build_scheme
+from pytorchrl.utils.seeding import seed_everything
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+SMALL = {
+    "env": {"env_id": "CartPole-v1", "num_envs": 4},
+    "storage": {"num_steps": 16},
+    "algorithm": {"name": "ppo", "num_epochs": 2, "minibatch_size": 32, "lr": 1e-3},
+    "run": {"seed": 3, "target_steps": 10_000, "eval_every": 0},
+}
+FRACTIONAL = {"col_worker_resources": {"num_cpus": 0.1}, "grad_worker_resources": {"num_cpus": 0.1}}
+
+
+def make_learner(scheme: dict) -> Learner:
+    raw = {**SMALL, "scheme": {**FRACTIONAL, **scheme}}
+    return Learner.from_config(from_dict(raw), progress=False)
+
+
+def train_updates(scheme: dict, updates: int) -> tuple[Learner, dict]:
+    learner = make_learner(scheme)
+    info: dict = {}
+    for _ in range(updates):
+        info = learner.step()
+    return learner, info
+
+
+def weights_of(learner: Learner) -> dict[str, torch.Tensor]:
+    return learner.scheme.algorithm.get_weights()
+
+
+def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+@pytest.mark.parametrize(
+    "remote",
+    [{"num_col_workers": 1}, {"num_grad_workers": 1}, {"num_grad_workers": 1, "num_col_workers": 1, "compress_data": True}],
+    ids=["remote-collection", "remote-gradients", "both-compressed"],
+)
+def test_remote_workers_reach_exactly_the_local_weights(ray_session, remote):
+    """Same seeds, same data, same gradients: remote workers change where, not what."""
+    local, _ = train_updates({}, 12)
+    other, _ = train_updates(remote, 12)
+    try:
+        assert local.env_steps == other.env_steps == 3 * 64
+        assert_same_weights(weights_of(local), weights_of(other))
+        assert local.scheme.algorithm.version == other.scheme.algorithm.version == 12
+    finally:
+        local.close()
+        other.close()
+
+
+def _valid_modes():
+    for col, grad, update, n_col, n_grad in itertools.product(
+        ("synchronous", "asynchronous"), ("synchronous", "asynchronous"), ("centralised", "decentralised"), (1, 2), (1, 2)
+    ):
+        if update == "decentralised" and grad == "asynchronous":
+            continue
+        yield {
+            "col_communication": col, "grad_communication": grad, "update_execution": update,
+            "num_col_workers": n_col, "num_grad_workers": n_grad,
+        }
+
+
+MODES = list(_valid_modes())
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: "-".join(str(v)[:5] for v in m.values()))
+def test_every_mode_trains(ray_session, mode):
+    learner, _ = train_updates(mode, 6)
+    try:
+        assert learner.updates == 6
+        assert learner.env_steps >= 64 * mode["num_grad_workers"]
+        assert learner.scheme.algorithm.version == 6
+        assert learner.episodes > 0
+        returns = learner.scheme.evaluate(2)
+        assert len(returns) == 2 and all(r >= 1 for r in returns)
+    finally:
+        learner.close()
+
+
+def test_decentralised_replicas_stay_identical(ray_session):
+    learner, _ = train_updates({"num_grad_workers": 2, "update_execution": "decentralised"}, 9)
+    try:
+        master = weights_of(learner)
+        replicas = learner.scheme.update_worker.replica_weights()
+        assert len(replicas) == 2
+        for replica in replicas:
+            assert_same_weights(master, replica)
+        assert any(not torch.equal(v, w) for v, w in zip(master.values(), weights_of(make_learner({})).values(), strict=True))
+    finally:
+        learner.close()
+
+
+def test_async_collection_drops_batches_older_than_max_policy_lag(ray_session):
+    learner = make_learner({"num_col_workers": 2, "col_communication": "asynchronous", "max_policy_lag": 0})
+    try:
+        for _ in range(40):
+            learner.step()
+        assert learner.dropped_batches > 0
+        assert set(learner.policy_lags) == {0}  # nothing older than the bound was used
+        assert learner.metrics()["dropped_batches"] == learner.dropped_batches
+    finally:
+        learner.close()
+
+
+def test_async_collection_logs_policy_lag(ray_session):
+    learner = make_learner({"num_col_workers": 2, "col_communication": "asynchronous"})
+    try:
+        for _ in range(40):
+            learner.step()
+        assert learner.dropped_batches == 0
+        assert max(learner.policy_lags) >= 1  # a rollout older than the newest policy was used
+        assert learner.metrics()["policy_lag_mean"] is not None
+    finally:
+        learner.close()
+
+
+def test_async_gradients_log_staleness(ray_session):
+    learner, _ = train_updates({"num_grad_workers": 2, "grad_communication": "asynchronous"}, 1)
+    try:
+        stale = [learner.step().get("gradient_staleness") for _ in range(10)]
+        assert max(stale) >= 1  # the other worker's gradient arrives computed on older weights
+    finally:
+        learner.close()
+
+
+def test_synchronous_round_preempts_a_slow_worker(ray_session):
+    """A remote worker told to stop mid-rollout sends the shorter, still on-policy rollout."""
+    raw = {
+        **SMALL,
+        "env": {"env_id": "pytorchrl/SlowCartPole-v1", "num_envs": 1, "env_kwargs": {"step_sleep_s": 0.002}},
+        "storage": {"num_steps": 2000},
+        "scheme": {**FRACTIONAL, "num_col_workers": 1},
+    }
+    seed_everything(0)
+    scheme = build_scheme(from_dict(raw))
+    try:
+        col: CollectionWorkerSet = scheme.collection_workers
+        col.sync_weights(scheme.algorithm.get_weights(), 0)
+        ws = col.workers
+        worker = ws.remote_workers[0]
+        ref = ws.call(worker, "collect_data", None, None, 1)
+        time.sleep(1.0)
+        ws.call(worker, "preempt", 1, control=True)
+        data, info = ws.get(ref)
+        assert info["preempted"]
+        assert 1 <= info["env_steps"] < 2000
+        assert data["rewards"].shape[0] == info["env_steps"] and data["obs"].shape[0] == info["env_steps"] + 1
+    finally:
+        scheme.close()
+
+
+def test_fraction_workers_ends_rounds_early(ray_session):
+    learner = make_learner({"num_col_workers": 2, "fraction_workers": 0.5})
+    try:
+        for _ in range(24):
+            learner.step()
+        full_rounds = 6 * 2 * 64
+        assert learner.env_steps <= full_rounds
+        assert learner.env_steps > 6 * 64  # the preempted worker's partial rollouts are used too
+    finally:
+        learner.close()
+
+
+def test_workers_that_cannot_fit_the_cluster_fail_fast(ray_session):
+    raw = {**SMALL, "scheme": {"num_col_workers": 2, "col_worker_resources": {"num_gpus": 1}}}
+    with pytest.raises(Exception, match=r"asks for 1 GPU but no node of the Ray cluster has more than 0"):
+        build_scheme(from_dict(raw))
+    raw = {**SMALL, "scheme": {"num_col_workers": 3, "col_worker_resources": {"num_cpus": 1}}}
+    with pytest.raises(Exception, match=r"ask for 3 CPU in all \(3 collection workers x 1\) but the Ray cluster has 2"):
+        build_scheme(from_dict(raw))
