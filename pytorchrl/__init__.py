@@ -4,8 +4,8 @@ The public API: config loading, the components' factories, the scheme and the le
 """
 
 from pytorchrl.agent.actors import OnPolicyActor
-from pytorchrl.agent.algorithms import A2C, PPO, Algorithm
-from pytorchrl.agent.storages import GAEBuffer
+from pytorchrl.agent.algorithms import A2C, APPO, IMPALA, PPO, Algorithm
+from pytorchrl.agent.storages import GAEBuffer, VTraceBuffer
 from pytorchrl.config import Config, ConfigError, RunConfig, SchemeConfig, load_config
 from pytorchrl.envs import VecEnv
 from pytorchrl.learner import Learner
@@ -24,6 +24,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "A2C",
+    "APPO",
+    "IMPALA",
     "PPO",
     "Algorithm",
     "CheckpointError",
@@ -41,6 +43,7 @@ __all__ = [
     "Scheme",
     "SchemeConfig",
     "UpdateWorker",
+    "VTraceBuffer",
     "VecEnv",
     "build_scheme",
     "load_config",

@@ -44,6 +44,10 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", metavar="RUN_DIR", help="continue RUN_DIR from its newest intact checkpoint")
     train.add_argument("--run-dir", help="run directory (default runs/<config name>-<timestamp>)")
     train.add_argument("--quiet", action="store_true", help="no progress line")
+    train.add_argument(
+        "--address", metavar="ADDR",
+        help="join this Ray cluster (host:port or 'auto') instead of starting a local Ray; default: RAY_ADDRESS if set",
+    )
     train.set_defaults(func=_train)
 
     evaluate = sub.add_parser("evaluate", help="run deterministic episodes of a trained policy")
@@ -65,15 +69,16 @@ def _train(args: argparse.Namespace) -> int:
     from pytorchrl.config import load_config
     from pytorchrl.learner import Learner
 
+    if args.resume and args.config is not None:  # `train --resume DIR k=v`: the first override lands in `config`
+        args.overrides = [args.config, *args.overrides]
+    _check_overrides(args.overrides)
+    if args.address:
+        args.overrides = [*args.overrides, f"scheme.ray.address={args.address}"]
     if args.resume:
-        if args.config is not None:  # `train --resume DIR k=v`: the first override lands in `config`
-            args.overrides = [args.config, *args.overrides]
-        _check_overrides(args.overrides)
         learner = Learner.resume(args.resume, args.overrides, progress=not args.quiet)
     else:
         if args.config is None:
             raise InputError("train needs a CONFIG.yaml (or --resume RUN_DIR)")
-        _check_overrides(args.overrides)
         config = load_config(args.config, args.overrides)
         run_dir = Path(args.run_dir) if args.run_dir else _default_run_dir(args.config)
         learner = Learner.from_config(config, run_dir=run_dir, progress=not args.quiet)

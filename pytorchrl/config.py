@@ -25,10 +25,12 @@ from pytorchrl.utils.errors import ConfigError
 
 __all__ = [
     "A2CConfig",
+    "APPOConfig",
     "ActorConfig",
     "Config",
     "ConfigError",
     "EnvConfig",
+    "IMPALAConfig",
     "PPOConfig",
     "RayConfig",
     "RunConfig",
@@ -104,11 +106,14 @@ class StorageConfig:
     num_steps: int = param(128, "Steps per env in one rollout; a rollout holds num_steps * num_envs transitions.", min=1)
 
 
+ALGORITHM_NAMES = ("ppo", "a2c", "impala", "appo")
+
+
 @dataclass(frozen=True)
 class _OnPolicyConfig:
     """Hyper-parameters shared by the on-policy algorithms."""
 
-    name: str = param("ppo", "The algorithm.", choices=("ppo", "a2c"))
+    name: str = param("ppo", "The algorithm.", choices=ALGORITHM_NAMES)
     lr: float = param(3e-4, "Adam learning rate.", min=0, min_exclusive=True)
     anneal_lr: bool = param(False, "Decay the learning rate linearly to 0 over run.target_steps.")
     gamma: float = param(0.99, "Discount factor.", min=0, max=1)
@@ -136,13 +141,38 @@ class PPOConfig(_OnPolicyConfig):
 class A2CConfig(_OnPolicyConfig):
     """Advantage Actor-Critic (Mnih et al. 2016), synchronous, one gradient step per rollout."""
 
-    name: str = param("a2c", "The algorithm.", choices=("ppo", "a2c"))
+    name: str = param("a2c", "The algorithm.", choices=ALGORITHM_NAMES)
     lr: float = param(7e-4, "Adam learning rate.", min=0, min_exclusive=True)
     gae_lambda: float = param(1.0, "GAE lambda; 1 gives the n-step returns of the original A2C.", min=0, max=1)
     normalize_advantages: bool = param(False, "Normalise advantages to zero mean, unit std.")
 
 
-ALGORITHM_CONFIGS: dict[str, type] = {"ppo": PPOConfig, "a2c": A2CConfig}
+@dataclass(frozen=True)
+class IMPALAConfig(_OnPolicyConfig):
+    """IMPALA (Espeholt et al. 2018): actor-critic on V-trace targets, for lagged (asynchronous) rollouts."""
+
+    name: str = param("impala", "The algorithm.", choices=ALGORITHM_NAMES)
+    lr: float = param(5e-4, "Adam learning rate.", min=0, min_exclusive=True)
+    gae_lambda: float = param(1.0, "V-trace lambda: scales the trace weights c_t.", min=0, max=1)
+    normalize_advantages: bool = param(False, "Normalise advantages per minibatch to zero mean, unit std.")
+    ent_coef: float = param(0.01, "Entropy bonus coefficient.", min=0)
+    rho_bar: float = param(1.0, "Truncation of the V-trace importance weights rho_t.", min=0, min_exclusive=True)
+    c_bar: float = param(1.0, "Truncation of the V-trace trace weights c_t.", min=0, min_exclusive=True)
+    num_epochs: int = param(1, "Passes over each batch.", min=1)
+    minibatch_size: int | None = param(None, "Transitions per gradient step, as whole env sequences (null: the whole batch).", min=1)
+
+
+@dataclass(frozen=True)
+class APPOConfig(IMPALAConfig):
+    """APPO: PPO's clipped surrogate against the behaviour policy, on V-trace advantages."""
+
+    name: str = param("appo", "The algorithm.", choices=ALGORITHM_NAMES)
+    normalize_advantages: bool = param(True, "Normalise advantages per minibatch to zero mean, unit std.")
+    num_epochs: int = param(4, "Passes over each batch.", min=1)
+    clip_range: float = param(0.2, "Clip range of the probability ratio to the behaviour policy.", min=0, min_exclusive=True)
+
+
+ALGORITHM_CONFIGS: dict[str, type] = {"ppo": PPOConfig, "a2c": A2CConfig, "impala": IMPALAConfig, "appo": APPOConfig}
 
 
 @dataclass(frozen=True)
@@ -209,7 +239,7 @@ class Config:
     env: EnvConfig = param(EnvConfig(), "The environments.")
     actor: ActorConfig = param(ActorConfig(), "The policy network.")
     storage: StorageConfig = param(StorageConfig(), "The rollout storage.")
-    algorithm: PPOConfig | A2CConfig = param(PPOConfig(), "The algorithm; 'name' picks which.")
+    algorithm: PPOConfig | A2CConfig | IMPALAConfig | APPOConfig = param(PPOConfig(), "The algorithm; 'name' picks which.")
     scheme: SchemeConfig = param(SchemeConfig(), "Worker layout and communication.")
     run: RunConfig = param(RunConfig(), "Budget, logging, evaluation, checkpoints.")
 

@@ -9,8 +9,9 @@ from typing import Any
 import gymnasium as gym
 
 from pytorchrl.agent.actors.on_policy import OnPolicyActor
-from pytorchrl.agent.algorithms import ALGORITHMS
+from pytorchrl.agent.algorithms import ALGORITHMS, SEQUENCE_ALGORITHMS
 from pytorchrl.agent.storages.on_policy.gae_buffer import GAEBuffer
+from pytorchrl.agent.storages.on_policy.vtrace_buffer import VTraceBuffer
 from pytorchrl.config import Config, ConfigError, SchemeConfig
 from pytorchrl.envs.vec_env import VecEnv
 from pytorchrl.scheme.base.ray_runtime import configure_ray
@@ -55,7 +56,8 @@ class Scheme:
                 ("gradient worker", config.num_grad_workers, grad_resources),
                 ("collection worker", config.num_col_workers * max(config.num_grad_workers, 1), col_resources),
             ]
-            problem = check_fits(groups, *cluster_resources())
+            need_memory = any(res.get("memory") for _, count, res in groups if count)
+            problem = check_fits(groups, *cluster_resources(need_memory=need_memory))
             if problem is not None:
                 raise ConfigError(problem)
         col_kwargs = {
@@ -133,16 +135,18 @@ def build_scheme(config: Config) -> Scheme:
         reward_gamma=env.reward_gamma,
     )
     actor_factory = OnPolicyActor.create_factory(obs_space, action_space, **dataclasses.asdict(config.actor))
-    storage_factory = GAEBuffer.create_factory(
-        num_steps=config.storage.num_steps,
-        num_envs=env.num_envs,
-        obs_shape=obs_space.shape,
-        action_shape=action_space.shape if not isinstance(action_space, gym.spaces.Discrete) else (),
-        discrete=isinstance(action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)),
-        gamma=algo.gamma,
-        gae_lambda=algo.gae_lambda,
-    )
-    algo_params = {k: v for k, v in dataclasses.asdict(algo).items() if k not in ("name", "gamma", "gae_lambda")}
+    rollout = {
+        "num_steps": config.storage.num_steps,
+        "num_envs": env.num_envs,
+        "obs_shape": obs_space.shape,
+        "action_shape": action_space.shape if not isinstance(action_space, gym.spaces.Discrete) else (),
+        "discrete": isinstance(action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)),
+    }
+    algo_params = {k: v for k, v in dataclasses.asdict(algo).items() if k != "name"}
+    if algo.name in SEQUENCE_ALGORITHMS:  # V-trace: the algorithm computes the targets itself
+        storage_factory = VTraceBuffer.create_factory(gamma=algo.gamma, **rollout)
+    else:
+        storage_factory = GAEBuffer.create_factory(gamma=algo_params.pop("gamma"), gae_lambda=algo_params.pop("gae_lambda"), **rollout)
     algo_factory = ALGORITHMS[algo.name].create_factory(**algo_params)
     return Scheme(
         env_factory=env_factory,

@@ -2,8 +2,12 @@
 
 from pytorchrl.agent.algorithms.a2c import A2C
 from pytorchrl.agent.algorithms.base import Algorithm
+from pytorchrl.agent.algorithms.impala import APPO, IMPALA
 from pytorchrl.agent.algorithms.ppo import PPO
 
-ALGORITHMS: dict[str, type[Algorithm]] = {"ppo": PPO, "a2c": A2C}
+ALGORITHMS: dict[str, type[Algorithm]] = {"ppo": PPO, "a2c": A2C, "impala": IMPALA, "appo": APPO}
 
-__all__ = ["A2C", "ALGORITHMS", "PPO", "Algorithm"]
+#: algorithms that learn from time-major sequences (V-trace) instead of shuffled transitions
+SEQUENCE_ALGORITHMS = ("impala", "appo")
+
+__all__ = ["A2C", "ALGORITHMS", "APPO", "IMPALA", "PPO", "SEQUENCE_ALGORITHMS", "Algorithm"]

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from typing import Any
@@ -24,6 +25,20 @@ def configure_ray(*, address: str | None = None, num_cpus: int | None = None) ->
     _settings["num_cpus"] = num_cpus
 
 
+def planned_local_resources() -> dict[str, float] | None:
+    """The resources :func:`ensure_ray` would give an embedded local Ray (CPUs and GPUs), or None
+    when it would join a cluster or Ray is already running (then ask Ray itself)."""
+    import sys
+
+    if _settings["address"] or os.environ.get("RAY_ADDRESS"):
+        return None
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        return None
+    import torch
+
+    return {"CPU": float(_settings["num_cpus"] or os.cpu_count() or 1), "GPU": float(torch.cuda.device_count())}
+
+
 def ensure_ray() -> Any:
     """The ``ray`` module, initialised (see the module doc)."""
     import ray
@@ -36,13 +51,13 @@ def ensure_ray() -> Any:
         try:
             ray.init(address=address, log_to_driver=True)
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise InputError(f"--address {address!r}: cannot join the Ray cluster there ({_first_line(exc)})") from None
+            raise InputError(f"Ray address {address!r}: cannot join the Ray cluster there ({_first_line(exc)})") from None
         return ray
     ray.init(
         num_cpus=_settings["num_cpus"] or os.cpu_count() or 1,
         include_dashboard=False,
         log_to_driver=True,
-        configure_logging=False,
+        logging_level=logging.WARNING,
     )
     return ray
 
@@ -54,12 +69,12 @@ def _check_reachable(address: str) -> None:
     target = address.split("://", 1)[-1]
     host, _, port = target.rpartition(":")
     if not host or not port.isdigit():
-        raise InputError(f"--address {address!r}: expected host:port, ray://host:port or 'auto'")
+        raise InputError(f"Ray address {address!r}: expected host:port, ray://host:port or 'auto'")
     try:
         with socket.create_connection((host, int(port)), timeout=5):
             pass
     except OSError as exc:
-        raise InputError(f"--address {address!r}: no Ray cluster answers there ({exc.strerror or exc})") from None
+        raise InputError(f"Ray address {address!r}: no Ray cluster answers there ({exc.strerror or exc})") from None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from pytorchrl.scheme.base import compression
-from pytorchrl.scheme.base.ray_runtime import ensure_ray
+from pytorchrl.scheme.base.ray_runtime import ensure_ray, planned_local_resources
 
 W = TypeVar("W")
 
@@ -200,8 +200,16 @@ def _fmt(key: str, value: float) -> str:
     return str(int(value)) if math.isclose(value, round(value)) else f"{value:g}"
 
 
-def cluster_resources() -> tuple[dict[str, float], list[dict[str, float]]]:
-    """The running Ray cluster's total resources and each alive node's."""
+def cluster_resources(*, need_memory: bool = False) -> tuple[dict[str, float], list[dict[str, float]]]:
+    """The Ray cluster's total resources and each alive node's.
+
+    For an embedded local Ray not started yet, its planned CPUs and GPUs, so that a layout that
+    cannot fit fails before paying Ray's start-up (unless memory is reserved: only a running
+    Ray knows how much it has).
+    """
+    planned = None if need_memory else planned_local_resources()
+    if planned is not None:
+        return planned, [planned]
     ray = ensure_ray()
     nodes = [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
     return dict(ray.cluster_resources()), nodes

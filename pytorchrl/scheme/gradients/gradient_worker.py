@@ -146,5 +146,7 @@ class GradientWorker:
 
 
 def _batch_size(batch: dict[str, torch.Tensor]) -> int:
-    first = next(iter(batch.values()))
-    return int(first.shape[0])
+    """Transitions in a minibatch: shuffled transitions, or the valid steps of time-major sequences."""
+    if "valid" in batch:
+        return int(batch["valid"].sum())
+    return int(next(iter(batch.values())).shape[0])

@@ -1,0 +1,137 @@
+"""IMPALA (Espeholt et al. 2018) and APPO: actor-critic learning from lagged rollouts with V-trace.
+
+Both compute V-trace targets (:func:`~pytorchrl.agent.storages.on_policy.vtrace_buffer.compute_vtrace`)
+with the current policy inside the loss, on time-major minibatches from a
+:class:`~pytorchrl.agent.storages.on_policy.vtrace_buffer.VTraceBuffer`:
+
+* IMPALA: ``-rho_t * A_t * log pi(a_t|x_t) + vf_coef * (vs_t - V(x_t))^2 / 2 - ent_coef * H``;
+* APPO: PPO's clipped surrogate on the ratio to the *behaviour* policy, with the V-trace
+  advantages, so several epochs over a lagged batch stay in a trust region.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from pytorchrl.agent.algorithms.base import Algorithm
+from pytorchrl.agent.storages.on_policy.vtrace_buffer import compute_vtrace
+
+
+class IMPALA(Algorithm):
+    """Importance-weighted actor-learner with V-trace targets.
+
+    :param actor: an actor with ``evaluate_actions`` and ``get_value``.
+    :param lr: Adam learning rate.
+    :param gamma: discount.
+    :param gae_lambda: V-trace lambda (the traces ``c_t`` are scaled by it).
+    :param rho_bar: truncation of the importance weights of the targets and the policy gradient.
+    :param c_bar: truncation of the trace weights.
+    :param num_epochs: passes over each batch (1 in the paper).
+    :param minibatch_size: transitions per gradient step (None: the whole batch).
+    :param ent_coef: entropy bonus coefficient.
+    :param vf_coef: value loss coefficient.
+    :param max_grad_norm: global gradient-norm clip.
+    :param normalize_advantages: normalise advantages per minibatch.
+    :param anneal_lr: decay lr linearly to 0 over training.
+    """
+
+    def __init__(
+        self,
+        actor: nn.Module,
+        device: str | torch.device = "cpu",
+        *,
+        lr: float = 5e-4,
+        gamma: float = 0.99,
+        gae_lambda: float = 1.0,
+        rho_bar: float = 1.0,
+        c_bar: float = 1.0,
+        num_epochs: int = 1,
+        minibatch_size: int | None = None,
+        ent_coef: float = 0.01,
+        vf_coef: float = 0.5,
+        max_grad_norm: float | None = 0.5,
+        normalize_advantages: bool = False,
+        anneal_lr: bool = False,
+        adam_eps: float = 1e-5,
+    ) -> None:
+        super().__init__(actor, device, lr=lr, adam_eps=adam_eps, max_grad_norm=max_grad_norm)
+        self.gamma = gamma
+        self.gae_lambda = gae_lambda
+        self.rho_bar = rho_bar
+        self.c_bar = c_bar
+        self.num_epochs = num_epochs
+        self.minibatch_size = minibatch_size
+        self.ent_coef = ent_coef
+        self.vf_coef = vf_coef
+        self.normalize_advantages = normalize_advantages
+        self.anneal_lr = anneal_lr
+
+    def set_progress(self, progress: float) -> None:
+        if self.anneal_lr:
+            self.update_algorithm_parameter("lr", self.initial_lr * max(0.0, 1.0 - progress))
+
+    def _evaluate(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Current-policy log-probs, entropies and values of a time-major batch, and its V-trace targets."""
+        rewards = batch["rewards"]
+        t, n = rewards.shape
+        obs = batch["obs"]
+        actions = batch["actions"]
+        log_prob, entropy, value = self.actor.evaluate_actions(obs[:t].reshape(t * n, *obs.shape[2:]), actions.reshape(t * n, *actions.shape[2:]))
+        with torch.no_grad():
+            bootstrap = self.actor.get_value(obs[t])
+        values = torch.cat([value.detach().view(t, n), bootstrap.view(1, n)])
+        vs, advantages, rho = compute_vtrace(
+            batch["log_probs"], log_prob.view(t, n), rewards, values, batch["terminated"], batch["truncated"], batch["valid"],
+            gamma=self.gamma, lambda_=self.gae_lambda, rho_bar=self.rho_bar, c_bar=self.c_bar,
+        )
+        mask = batch["valid"].reshape(-1).float()
+        advantages = advantages.reshape(-1)
+        if self.normalize_advantages and mask.sum() > 1:
+            keep = mask.bool()
+            mean, std = advantages[keep].mean(), advantages[keep].std()
+            advantages = (advantages - mean) / (std + 1e-8) * mask
+        return {
+            "log_prob": log_prob, "entropy": entropy, "value": value, "vs": vs.reshape(-1), "advantages": advantages,
+            "rho": rho.reshape(-1), "mask": mask, "count": mask.sum().clamp(min=1.0), "behaviour_log_prob": batch["log_probs"].reshape(-1),
+        }
+
+    def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor | None, dict[str, float]]:
+        e = self._evaluate(batch)
+        policy_loss = self._policy_loss(e)
+        value_loss = 0.5 * (((e["vs"] - e["value"]) ** 2) * e["mask"]).sum() / e["count"]
+        entropy_mean = (e["entropy"] * e["mask"]).sum() / e["count"]
+        loss = policy_loss + self.vf_coef * value_loss - self.ent_coef * entropy_mean
+        with torch.no_grad():
+            log_ratio = (e["log_prob"] - e["behaviour_log_prob"]) * e["mask"]
+            approx_kl = (((log_ratio.exp() - 1) - log_ratio) * e["mask"]).sum() / e["count"]
+            rho_mean = e["rho"].sum() / e["count"]
+            stats = torch.stack([policy_loss, value_loss, entropy_mean, approx_kl, rho_mean]).tolist()
+        info: dict[str, Any] = dict(zip(("policy_loss", "value_loss", "entropy", "approx_kl", "rho_mean"), stats))
+        info["lr"] = self.lr
+        return loss, info
+
+    def _policy_loss(self, e: dict[str, torch.Tensor]) -> torch.Tensor:
+        return -(e["rho"] * e["advantages"] * e["log_prob"] * e["mask"]).sum() / e["count"]
+
+
+class APPO(IMPALA):
+    """Asynchronous PPO: the clipped surrogate against the behaviour policy, on V-trace advantages.
+
+    :param clip_range: epsilon of the ratio clip.
+    :param kwargs: see :class:`IMPALA`.
+    """
+
+    def __init__(self, actor: nn.Module, device: str | torch.device = "cpu", *, clip_range: float = 0.2, **kwargs: Any) -> None:
+        kwargs.setdefault("num_epochs", 4)
+        kwargs.setdefault("normalize_advantages", True)
+        super().__init__(actor, device, **kwargs)
+        self.clip_range = clip_range
+
+    def _policy_loss(self, e: dict[str, torch.Tensor]) -> torch.Tensor:
+        ratio = (e["log_prob"] - e["behaviour_log_prob"]).exp()
+        clip = self.clip_range
+        surrogate = torch.min(e["advantages"] * ratio, e["advantages"] * ratio.clamp(1 - clip, 1 + clip))
+        return -(surrogate * e["mask"]).sum() / e["count"]
