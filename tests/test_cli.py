@@ -127,6 +127,10 @@ CARTPOLE = str(CONFIGS / "ppo" / "cartpole.yaml")
         (["env.env_id=CartPol-v1"], "did you mean 'CartPole-v1'"),
         (["scheme.num_col_workers=-2"], "'scheme.num_col_workers' = -2 is out of range"),
         (["run.seed"], "'run.seed' is not a KEY=VALUE override"),
+        (["scheme.col_communication=semi"], "'scheme.col_communication' = 'semi' is not allowed"),
+        (["scheme.update_execution=decentralised", "scheme.grad_communication=asynchronous"], "needs scheme.grad_communication 'synchronous'"),
+        (["scheme.num_col_workers=1", "scheme.col_worker_resources.num_gpus=4"], "one collection worker asks for 4 GPU but no node"),
+        (["scheme.num_col_workers=1", "--address", "127.0.0.1:1"], "Ray address '127.0.0.1:1': no Ray cluster answers there"),
     ],
 )
 def test_bad_train_input_exits_2_with_one_line(capsys, tmp_path, args, needle):

@@ -43,11 +43,12 @@ def ensure_ray() -> Any:
     """The ``ray`` module, initialised (see the module doc)."""
     import ray
 
-    if ray.is_initialized():
-        return ray
     address = _settings["address"] or os.environ.get("RAY_ADDRESS") or None
     if address:
         _check_reachable(address)
+    if ray.is_initialized():
+        return ray
+    if address:
         try:
             ray.init(address=address, log_to_driver=True)
         except (ConnectionError, RuntimeError, ValueError) as exc:

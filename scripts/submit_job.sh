@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Submit a pytorchrl training run to a Ray cluster as a Ray job.
+#
+#   scripts/submit_job.sh CONFIG.yaml [KEY=VALUE ...]
+#
+# Environment:
+#   RAY_ADDRESS   the cluster's job server (default http://127.0.0.1:8265, the head node's dashboard)
+#   RUN_ROOT      where the run directory goes *on the head node* (default /tmp/pytorchrl-runs);
+#                 the job's working directory is a temporary copy, so never leave runs there
+#   NO_WAIT=1     return at once instead of following the job's logs
+#
+# The repository is shipped with --working-dir: the driver runs in (and every job worker imports
+# pytorchrl from) that copy, so the cluster's nodes need only pytorchrl's dependencies (torch,
+# ray, gymnasium, ...) installed. The driver joins the cluster through RAY_ADDRESS, which Ray
+# sets for the job. Logs: `ray job logs JOB_ID` (and the Ray dashboard); the run directory:
+# $RUN_ROOT/<config>-<timestamp> on the head node, printed at the top of the logs.
+set -euo pipefail
+if [[ $# -lt 1 ]]; then
+  sed -n '2,16p' "$0" >&2
+  exit 2
+fi
+config="$1"; shift
+if [[ ! -f "$config" ]]; then
+  echo "submit_job.sh: config file '$config' does not exist" >&2
+  exit 2
+fi
+cd "$(dirname "$0")/.."
+export RAY_ADDRESS="${RAY_ADDRESS:-http://127.0.0.1:8265}"
+# clusters with token authentication (Ray's default since 2.5x): send the token we have
+if [[ -z "${RAY_AUTH_MODE:-}" && ( -n "${RAY_AUTH_TOKEN:-}" || -f "$HOME/.ray/auth_token" ) ]]; then
+  export RAY_AUTH_MODE=token
+fi
+run_root="${RUN_ROOT:-/tmp/pytorchrl-runs}"
+name="$(basename "$(dirname "$config")")-$(basename "${config%.yaml}")-$(date +%Y%m%d-%H%M%S)"
+follow=()
+[[ "${NO_WAIT:-0}" == "1" ]] && follow=(--no-wait)
+exec ray job submit "${follow[@]}" \
+  --working-dir . \
+  --runtime-env-json '{"env_vars": {"OMP_NUM_THREADS": "1"}}' \
+  -- python -m pytorchrl.cli train "$config" --run-dir "$run_root/$name" --quiet "$@"

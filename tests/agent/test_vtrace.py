@@ -1,0 +1,113 @@
+"""V-trace: reduces to GAE on-policy, a hand-worked off-policy example, time-major batches, IMPALA/APPO losses."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import pytest
+import torch
+
+from pytorchrl.agent.actors import OnPolicyActor
+from pytorchrl.agent.algorithms import APPO, IMPALA
+from pytorchrl.agent.storages import VTraceBuffer, compute_gae, compute_vtrace
+
+# one env, 6 steps: terminates at t=1 (t=2 is the reset step), truncated at t=3 (t=4 reset), t=5 normal
+REWARDS = torch.tensor([[1.0], [2.0], [0.0], [3.0], [0.0], [4.0]])
+VALUES = torch.tensor([[1.0], [2.0], [5.0], [1.0], [10.0], [2.0], [8.0]])
+TERMINATED = torch.tensor([[0], [1], [0], [0], [0], [0]], dtype=torch.bool)
+TRUNCATED = torch.tensor([[0], [0], [0], [1], [0], [0]], dtype=torch.bool)
+VALID = torch.tensor([[1], [1], [0], [1], [0], [1]], dtype=torch.bool)
+
+
+@pytest.mark.parametrize("lam", [1.0, 0.7])
+def test_on_policy_vtrace_targets_are_the_gae_returns(lam):
+    log_probs = torch.randn(6, 1)
+    vs, adv, rho = compute_vtrace(log_probs, log_probs, REWARDS, VALUES, TERMINATED, TRUNCATED, VALID, gamma=0.5, lambda_=lam)
+    gae_adv, returns = compute_gae(REWARDS, VALUES, TERMINATED, TRUNCATED, VALID, gamma=0.5, gae_lambda=lam)
+    keep = VALID
+    assert torch.allclose(vs[keep], returns[keep])
+    if lam == 1.0:  # then r_t + gamma * vs_{t+1} - V(x_t) is the Monte-Carlo advantage too
+        assert torch.allclose(adv[keep], gae_adv[keep])
+    assert torch.equal(rho, VALID.float())
+
+
+def test_off_policy_vtrace_hand_worked():
+    # two steps, no episode end, gamma 0.9; pi/mu = 2 at t=0 (clipped to 1), 0.5 at t=1
+    g = 0.9
+    rewards = torch.tensor([[1.0], [1.0]])
+    values = torch.tensor([[0.5], [1.0], [2.0]])
+    behaviour = torch.log(torch.tensor([[0.25], [0.5]]))
+    target = torch.log(torch.tensor([[0.5], [0.25]]))
+    no = torch.zeros(2, 1, dtype=torch.bool)
+    vs, adv, rho = compute_vtrace(behaviour, target, rewards, values, no, no, torch.ones(2, 1, dtype=torch.bool), gamma=g)
+    rho0, rho1 = 1.0, 0.5  # min(1, 2), min(1, 0.5); c_t the same with c_bar = lambda = 1
+    d1 = rho1 * (1 + g * 2.0 - 1.0)  # 0.9
+    d0 = rho0 * (1 + g * 1.0 - 0.5)  # 1.4
+    vs1 = 1.0 + d1
+    vs0 = 0.5 + d0 + g * rho0 * (vs1 - 1.0)
+    assert torch.allclose(vs, torch.tensor([[vs0], [vs1]]))
+    assert torch.allclose(rho, torch.tensor([[rho0], [rho1]]))
+    # policy-gradient advantages bootstrap from the next target vs (the bootstrap value at the end)
+    assert torch.allclose(adv, torch.tensor([[1 + g * vs1 - 0.5], [1 + g * 2.0 - 1.0]]))
+
+
+def _rollout(t: int, n: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    valid = torch.ones(t, n, dtype=torch.bool)
+    valid[2] = False
+    terminated = torch.zeros(t, n, dtype=torch.bool)
+    terminated[1] = True
+    return {
+        "obs": torch.randn(t + 1, n, 4, generator=gen), "values": torch.randn(t + 1, n, generator=gen),
+        "actions": torch.randint(0, 2, (t, n), generator=gen), "log_probs": torch.full((t, n), math.log(0.5)),
+        "rewards": torch.ones(t, n), "terminated": terminated, "truncated": torch.zeros(t, n, dtype=torch.bool), "valid": valid,
+    }
+
+
+def test_buffer_yields_whole_sequences_of_env_groups():
+    buf = VTraceBuffer(num_steps=8, num_envs=6, obs_shape=(4,), action_shape=(), discrete=True)
+    buf.add_data(_rollout(8, 6))
+    buf.add_data(_rollout(5, 6, seed=1))  # a preempted, shorter rollout
+    buf.before_gradients()
+    assert buf.num_samples == 7 * 6 + 4 * 6
+    assert buf.num_batches(16) == 3 + 2  # round(48 / 16) and round(30 / 16) env groups
+    batches = list(buf.generate_batches(minibatch_size=16, num_epochs=2))
+    assert len(batches) == 10
+    assert [b["rewards"].shape[0] for b in batches[:5]] == [8, 8, 8, 5, 5]  # time-major, all steps
+    assert sum(b["rewards"].shape[1] for b in batches[:3]) == 6  # every env exactly once per pass
+    assert all(b["obs"].shape[0] == b["rewards"].shape[0] + 1 for b in batches)
+    buf.after_gradients()
+    with pytest.raises(RuntimeError):
+        next(buf.generate_batches(minibatch_size=16))
+
+
+@pytest.mark.parametrize("cls", [IMPALA, APPO])
+def test_losses_on_a_fixed_batch(cls):
+    torch.manual_seed(0)
+    actor = OnPolicyActor(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2))
+    algo = cls(actor, gamma=0.9)
+    batch = _rollout(6, 3)
+    with torch.no_grad():
+        log_prob, entropy, value = actor.evaluate_actions(batch["obs"][:6].reshape(18, 4), batch["actions"].reshape(18))
+        bootstrap = actor.get_value(batch["obs"][6])
+    values = torch.cat([value.view(6, 3), bootstrap.view(1, 3)])
+    vs, adv, rho = compute_vtrace(batch["log_probs"], log_prob.view(6, 3), batch["rewards"], values, batch["terminated"], batch["truncated"], batch["valid"], gamma=0.9)
+    mask = batch["valid"].reshape(-1).float()
+    count = mask.sum()
+    adv = adv.reshape(-1)
+    if algo.normalize_advantages:
+        keep = mask.bool()
+        adv = (adv - adv[keep].mean()) / (adv[keep].std() + 1e-8) * mask
+    if cls is IMPALA:
+        policy = -(rho.reshape(-1) * adv * log_prob * mask).sum() / count
+    else:
+        ratio = (log_prob - batch["log_probs"].reshape(-1)).exp()
+        policy = -(torch.min(adv * ratio, adv * ratio.clamp(0.8, 1.2)) * mask).sum() / count
+    value_loss = 0.5 * (((vs.reshape(-1) - value) ** 2) * mask).sum() / count
+    ent = (entropy * mask).sum() / count
+    loss, info = algo.compute_loss(batch)
+    assert loss is not None
+    assert math.isclose(info["policy_loss"], policy.item(), rel_tol=1e-5, abs_tol=1e-6)
+    assert math.isclose(info["value_loss"], value_loss.item(), rel_tol=1e-5)
+    assert math.isclose(loss.item(), (policy + 0.5 * value_loss - 0.01 * ent).item(), rel_tol=1e-5, abs_tol=1e-6)

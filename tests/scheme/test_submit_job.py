@@ -1,0 +1,46 @@
+"""``scripts/submit_job.sh`` against a real Ray job server (a one-node local cluster with its dashboard).
+
+One node only: ``ray.cluster_utils`` nodes on one machine share a session directory, and a
+second node's runtime-env agent may clean up the job's working directory under the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def job_server():
+    cluster_utils = pytest.importorskip("ray.cluster_utils")
+    port = _free_port()
+    c = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": True, "dashboard_port": port})
+    yield f"http://127.0.0.1:{port}"
+    c.shutdown()
+
+
+def test_submit_job_script_runs_on_the_cluster(job_server, tmp_path):
+    env = {**os.environ, "RAY_ADDRESS": job_server, "RUN_ROOT": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [str(REPO / "scripts" / "submit_job.sh"), "configs/ppo/cartpole_sync_2workers.yaml", "run.target_steps=2000", "scheme.col_worker_resources.num_cpus=0.5"],
+        capture_output=True, text=True, timeout=500, env=env, cwd=REPO,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-12000:]
+    (run_dir,) = list(tmp_path.iterdir())
+    assert run_dir.name.startswith("ppo-cartpole_sync_2workers-")
+    assert json.loads((run_dir / "summary.json").read_text())["env_steps"] >= 2000
+    assert {p.name for p in run_dir.iterdir()} >= {"config.yaml", "progress.csv", "summary.json", "tb", "checkpoints"}
