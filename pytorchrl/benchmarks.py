@@ -151,12 +151,147 @@ def _collection_worker(cls: Any, actor_cfg: Any, *, num_envs: int, num_steps: in
     )
 
 
+def scaling(seeds: list[int], *, workers: tuple[int, ...] = (1, 2, 4), rounds: int = 8) -> dict[str, Any]:
+    """Collection env-steps/s with 1/2/4 remote workers vs the local scheme (slow env and CartPole); Ray overhead per round."""
+    from pytorchrl.config import from_dict
+    from pytorchrl.scheme.scheme import build_scheme
+
+    result: dict[str, Any] = {}
+    cases = [("slow", "pytorchrl/SlowCartPole-v1", {"step_sleep_s": 0.001}, 4, 64), ("cartpole", "CartPole-v1", {}, 16, 128)]
+    for tag, env_id, kwargs, num_envs, num_steps in cases:
+        rates: dict[str, float] = {}
+        round_s: dict[str, float] = {}
+        for n in (0, *workers):
+            raw = {
+                "env": {"env_id": env_id, "num_envs": num_envs, "env_kwargs": kwargs},
+                "storage": {"num_steps": num_steps},
+                "scheme": {"num_col_workers": n, "col_worker_resources": {"num_cpus": 0.5}},
+            }
+            scheme = build_scheme(from_dict(raw))
+            try:
+                col, algo = scheme.collection_workers, scheme.algorithm
+                weights = algo.get_weights()
+                times, steps = [], []
+                for i in range(rounds + 1):  # new weights every round, as in training
+                    start = time.perf_counter()
+                    col.sync_weights(weights, i)
+                    _, info = col.collect()
+                    if i:  # the first round starts the envs
+                        times.append(time.perf_counter() - start)
+                        steps.append(info["env_steps"])
+            finally:
+                scheme.close()
+            name = "local" if n == 0 else f"{n}_remote"
+            rates[name] = sum(steps) / sum(times)
+            round_s[name] = statistics.median(times)
+            print(f"  {tag} {name}: {rates[name]:,.0f} env-steps/s, round {round_s[name] * 1e3:.1f} ms", flush=True)
+        for name, rate in rates.items():
+            result[f"{tag}_{name}_env_steps_per_s"] = rate
+        result[f"{tag}_2_vs_1_remote"] = rates["2_remote"] / rates["1_remote"]
+        result[f"{tag}_1_remote_vs_local"] = rates["1_remote"] / rates["local"]
+        result[f"{tag}_ray_overhead_per_round_ms"] = (round_s["1_remote"] - round_s["local"]) * 1e3
+    return result
+
+
+def compression(seeds: list[int], *, repeats: int = 20) -> dict[str, Any]:
+    """lz4 (scheme.compress_data): sizes and costs for a CartPole rollout and a gradient; the link speed below which it pays."""
+    import pickle
+
+    from pytorchrl.config import from_dict
+    from pytorchrl.scheme.base import compression as lz
+    from pytorchrl.scheme.scheme import build_scheme
+
+    scheme = build_scheme(from_dict({"env": {"env_id": "CartPole-v1", "num_envs": 16}, "storage": {"num_steps": 32}}))
+    try:
+        rollout, _ = scheme.collection_workers.local_worker.collect_data()
+        gradient = torch.randn(scheme.algorithm.flat_grad.numel())
+    finally:
+        scheme.close()
+    result: dict[str, Any] = {}
+    for name, obj in (("rollout", rollout), ("gradient", gradient)):
+        raw = len(pickle.dumps(obj))
+        packed = lz.pack(obj)
+        small = len(pickle.dumps(packed))
+        start = time.perf_counter()
+        for _ in range(repeats):
+            lz.unpack(lz.pack(obj))
+        cost = (time.perf_counter() - start) / repeats
+        saved = raw - small
+        result[f"{name}_bytes"] = raw
+        result[f"{name}_compressed_bytes"] = small
+        result[f"{name}_ratio"] = raw / small
+        result[f"{name}_pack_unpack_ms"] = cost * 1e3
+        # compression pays when sending the saved bytes would take longer than packing them
+        result[f"{name}_pays_below_MB_per_s"] = saved / cost / 1e6 if saved > 0 else 0.0
+    return result
+
+
+def distributed_learning(seeds: list[int], *, modes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Every valid col x grad x update mode x {1,2} col x {1,2} grad workers learns CartPole (sync: PPO, 150k; async: APPO, 300k)."""
+    import itertools
+
+    result: dict[str, Any] = {}
+    table = []
+    for col, grad, update, n_col, n_grad in itertools.product(
+        ("synchronous", "asynchronous"), ("synchronous", "asynchronous"), ("centralised", "decentralised"), (1, 2), (1, 2)
+    ):
+        if update == "decentralised" and grad == "asynchronous":
+            continue
+        mode = {"col_communication": col, "grad_communication": grad, "update_execution": update, "num_col_workers": n_col, "num_grad_workers": n_grad}
+        if modes is not None and mode not in modes:
+            continue
+        sync = col == "synchronous"
+        config = "ppo/cartpole_sync_2workers.yaml" if sync else "ppo/cartpole_async_2workers.yaml"
+        overrides = (
+            *(f"scheme.{k}={v}" for k, v in mode.items()),
+            f"storage.num_steps={32 // n_col}" if sync else "storage.num_steps=32",
+            "scheme.col_worker_resources.num_cpus=0.25",
+            "scheme.grad_worker_resources.num_cpus=0.25",
+        )
+        res = learning(config, 475.0, 150_000 if sync else 300_000, seeds, overrides)
+        name = "-".join(str(v)[:5] for v in mode.values())
+        table.append((name, res["solved"], res["median_solved_at_env_steps"], res["median_solved_at_wall_time_s"]))
+        result[name] = f"{res['solved']} solved, median {res['median_solved_at_env_steps']} steps, {res['median_solved_at_wall_time_s']} s"
+    result["all_modes_solved"] = all(r[2] is not None for r in table)
+    return result
+
+
+def policy_lag(seeds: list[int]) -> dict[str, Any]:
+    """Asynchronous collection with 2 workers (APPO config): median policy lag of the rollouts used, and learning."""
+    from pytorchrl.config import load_config
+    from pytorchrl.learner import Learner
+
+    lags: list[float] = []
+    medians = []
+    for seed in seeds:
+        cfg = load_config(_config_path("ppo/cartpole_async_2workers.yaml"), [f"run.seed={seed}", "run.target_steps=100000", "run.stop_at_return=475"])
+        learner = Learner.from_config(cfg, progress=False)
+        try:
+            summary = learner.train()
+            hist = learner.policy_lags
+        finally:
+            learner.close()
+        per_run = sorted(hist.elements())
+        medians.append(statistics.median(per_run))
+        lags.extend(per_run)
+        print(f"  seed {seed}: median lag {medians[-1]}, max {max(per_run)}, dropped {learner.dropped_batches}, solved at {summary['solved_at_env_steps']}", flush=True)
+    return {
+        "median_policy_lag": statistics.median(medians),
+        "p90_policy_lag": float(np.percentile(lags, 90)),
+        "max_policy_lag": max(lags),
+    }
+
+
 BENCHMARKS: dict[str, Callable[[list[int]], dict[str, Any]]] = {
     "ppo_cartpole": ppo_cartpole,
     "collection": collection,
     "ppo_acrobot": ppo_acrobot,
     "ppo_pendulum": ppo_pendulum,
     "a2c_cartpole": a2c_cartpole,
+    "scaling": scaling,
+    "compression": compression,
+    "policy_lag": policy_lag,
+    "distributed_learning": distributed_learning,
 }
 
 

@@ -1,0 +1,63 @@
+"""Unit tests of the Ray seam that need no Ray: compression round trips, resource fitting, info merging."""
+
+from __future__ import annotations
+
+import torch
+
+from pytorchrl.scheme.base import compression
+from pytorchrl.scheme.base.worker_set import actor_options, check_fits, total_resources
+from pytorchrl.scheme.updates.update_worker import merge_step_infos
+
+
+def test_compression_round_trips_nested_tensors_of_every_dtype():
+    data = {
+        "obs": torch.randn(5, 3, 4), "actions": torch.randint(0, 9, (5, 3)), "valid": torch.rand(5, 3) > 0.5,
+        "nested": [torch.zeros(100), (torch.arange(7, dtype=torch.int32), "text", 3)],
+    }
+    packed = compression.pack(data)
+    assert isinstance(packed["obs"], compression.Packed)
+    assert len(packed["nested"][0].data) < 100 * 4  # zeros compress
+    out = compression.unpack(packed)
+    for key in ("obs", "actions", "valid"):
+        assert out[key].dtype == data[key].dtype and torch.equal(out[key], data[key])
+    assert torch.equal(out["nested"][1][0], data["nested"][1][0]) and out["nested"][1][1:] == ("text", 3)
+    assert compression.unpack({"plain": 1}) == {"plain": 1}  # never-packed data passes through
+
+
+CPU1 = {"num_cpus": 1.0, "num_gpus": 0.0, "memory": None, "resources": {}}
+
+
+def test_layouts_that_fit_and_that_do_not():
+    nodes = [{"CPU": 2.0, "node_a": 1.0}, {"CPU": 2.0, "GPU": 1.0}]
+    cluster = {"CPU": 4.0, "GPU": 1.0, "node_a": 1.0}
+    assert check_fits([("collection worker", 4, CPU1)], cluster, nodes) is None
+    msg = check_fits([("gradient worker", 2, CPU1), ("collection worker", 3, CPU1)], cluster, nodes)
+    assert msg == (
+        "scheme: the workers ask for 5 CPU in all (2 gradient workers x 1 + 3 collection workers x 1) but the Ray "
+        "cluster has 4; lower the worker counts or their per-worker resources"
+    )
+    gpu2 = {**CPU1, "num_gpus": 2.0}
+    assert "one gradient worker asks for 2 GPU but no node of the Ray cluster has more than 1" in check_fits([("gradient worker", 1, gpu2)], cluster, nodes)
+    pinned = {**CPU1, "num_cpus": 0.5, "resources": {"node_a": 1}}
+    assert "ask for 2 node_a in all" in check_fits([("collection worker", 2, pinned)], cluster, nodes)
+    assert check_fits([("collection worker", 0, gpu2)], cluster, nodes) is None  # none asked for
+    assert total_resources([("c", 3, {**CPU1, "num_cpus": 0.5})]) == {"CPU": 1.5}
+
+
+def test_actor_options_carry_every_resource():
+    opts = actor_options({"num_cpus": 0.5, "num_gpus": 1, "memory": 2**30, "resources": {"node_b": 1}})
+    assert opts["num_cpus"] == 0.5 and opts["num_gpus"] == 1.0 and opts["memory"] == 2**30
+    assert opts["resources"] == {"node_b": 1.0} and "control" in opts["concurrency_groups"]
+    assert "memory" not in actor_options(CPU1)
+
+
+def test_merging_the_infos_of_two_gradient_workers():
+    a = {"env_steps": 64, "episode_returns": [10.0], "policy_lags": [0], "policy_loss": 1.0, "round_end": False, "collect_time_s": 0.2, "num_samples": 32}
+    b = {"env_steps": 64, "episode_returns": [20.0, 30.0], "policy_lags": [2], "policy_loss": 3.0, "round_end": True, "collect_time_s": 0.5, "num_samples": 32}
+    m = merge_step_infos([a, b])
+    assert m["env_steps"] == 128 and m["num_samples"] == 64
+    assert m["episode_returns"] == [10.0, 20.0, 30.0]
+    assert m["policy_loss"] == 2.0 and m["policy_lag_mean"] == 1.0
+    assert m["round_end"] is True and m["collect_time_s"] == 0.5
+    assert "skipped" not in merge_step_infos([{**a, "skipped": 1.0}, b])
+    assert merge_step_infos([{**a, "skipped": 1.0}, {**b, "skipped": 1.0}])["skipped"] == 1.0
