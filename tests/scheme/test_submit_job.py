@@ -10,6 +10,8 @@ import json
 import os
 import socket
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
@@ -29,8 +31,23 @@ def job_server():
     cluster_utils = pytest.importorskip("ray.cluster_utils")
     port = _free_port()
     c = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": True, "dashboard_port": port})
-    yield f"http://127.0.0.1:{port}"
+    address = f"http://127.0.0.1:{port}"
+    _wait_for_job_agent(address)
+    yield address
     c.shutdown()
+
+
+def _wait_for_job_agent(address: str, timeout_s: float = 120.0) -> None:
+    """The job server answers before its agent can run jobs ("No available agent"): wait for it."""
+    env = {**os.environ, "RAY_ADDRESS": address}
+    if (Path.home() / ".ray" / "auth_token").is_file():
+        env.setdefault("RAY_AUTH_MODE", "token")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        proc = subprocess.run(["ray", "job", "submit", "--", "true"], capture_output=True, text=True, env=env, timeout=120)
+        if proc.returncode == 0 or time.monotonic() > deadline:
+            return
+        time.sleep(2)
 
 
 def test_submit_job_script_runs_on_the_cluster(job_server, tmp_path):
