@@ -28,8 +28,8 @@ CONTROL_GROUP = "control"
 class _WorkerHost:
     """The Ray actor: hosts one worker and runs its methods by name.
 
-    Results are lz4-compressed when ``compress`` is set (see :mod:`.compression`); arguments
-    that were compressed by the driver are decompressed before the call.
+    Results travel as numpy arrays, lz4-compressed when ``compress`` is set (see
+    :mod:`.compression`); packed arguments are unpacked before the call.
     """
 
     def __init__(self, worker_factory: Callable[..., Any], index: int, compress: bool) -> None:
@@ -40,7 +40,7 @@ class _WorkerHost:
         args = tuple(compression.unpack(a) for a in args)
         kwargs = {k: compression.unpack(v) for k, v in kwargs.items()}
         out = getattr(self.worker, method)(*args, **kwargs)
-        return compression.pack(out) if self.compress else out
+        return compression.pack(out, self.compress)
 
     def ping(self) -> bool:
         return True
@@ -96,12 +96,12 @@ class WorkerSet(Generic[W]):
         """Call ``method`` on every remote worker and return the results (in worker order)."""
         return self.get([self.call(w, method, *args, **kwargs) for w in self.remote_workers])
 
-    @staticmethod
-    def put(value: Any) -> Any:
-        """Store ``value`` once in the object store (many workers can then read it)."""
+    def put(self, value: Any, *, compress: bool = False) -> Any:
+        """Store ``value`` once in the object store (many workers can then read it); tensors go
+        as numpy arrays, lz4-compressed with ``compress`` and the set's compression on."""
         import ray
 
-        return ray.put(value)
+        return ray.put(compression.pack(value, compress and self.compress))
 
     @staticmethod
     def wait(refs: Sequence[Any], *, num_returns: int = 1, timeout: float | None = None) -> tuple[list[Any], list[Any]]:
@@ -117,10 +117,6 @@ class WorkerSet(Generic[W]):
 
         out = ray.get(refs)
         return [compression.unpack(o) for o in out] if isinstance(refs, list) else compression.unpack(out)
-
-    def pack(self, value: Any) -> Any:
-        """``value`` compressed for sending to remote workers, when compression is on."""
-        return compression.pack(value) if self.compress else value
 
     def close(self) -> None:
         close = getattr(self.local_worker, "close", None)

@@ -86,7 +86,7 @@ class UpdateWorker:
             average = torch.stack([g * (n / total) for g, n in grads]).sum(0)
             self.algo.apply_gradients(average)
             if self.update_execution == "decentralised":
-                self._average = ws.put(ws.pack(average))
+                self._average = ws.put(average, compress=True)
         info = merge_step_infos([i for _, i in results])
         info["apply_time_s"] = time.perf_counter() - start
         info["policy_version"] = self.algo.version
