@@ -36,16 +36,11 @@ class A2C(Algorithm):
         anneal_lr: bool = False,
         adam_eps: float = 1e-5,
     ) -> None:
-        super().__init__(actor, device, lr=lr, adam_eps=adam_eps, max_grad_norm=max_grad_norm)
+        super().__init__(actor, device, lr=lr, adam_eps=adam_eps, max_grad_norm=max_grad_norm, anneal_lr=anneal_lr)
         self.ent_coef = ent_coef
         self.vf_coef = vf_coef
         self.normalize_advantages = normalize_advantages
-        self.anneal_lr = anneal_lr
         self.minibatch_size = None  # the whole rollout, one step
-
-    def set_progress(self, progress: float) -> None:
-        if self.anneal_lr:
-            self.update_algorithm_parameter("lr", self.initial_lr * max(0.0, 1.0 - progress))
 
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor | None, dict[str, float]]:
         log_prob, entropy, value = self.actor.evaluate_actions(batch["obs"], batch["actions"])

@@ -24,19 +24,24 @@ class Algorithm:
     :param max_grad_norm: global gradient-norm clip (None: off), applied to the gradient that is
         actually stepped (so to the average, when gradients of several workers are averaged).
     :param device: torch device of the actor.
+    :param anneal_lr: decay the learning rate linearly to 0 over training (see :meth:`set_progress`).
     """
 
     #: passes over each batch of collected data, and transitions per gradient step
     num_epochs: int = 1
     minibatch_size: int | None = None
 
-    def __init__(self, actor: nn.Module, device: str | torch.device = "cpu", *, lr: float, adam_eps: float = 1e-5, max_grad_norm: float | None = None) -> None:
+    def __init__(
+        self, actor: nn.Module, device: str | torch.device = "cpu", *, lr: float, adam_eps: float = 1e-5,
+        max_grad_norm: float | None = None, anneal_lr: bool = False,
+    ) -> None:
         # duck-typed: on-policy and off-policy actors offer different methods (get_action, evaluate_actions, ...)
         self.actor: Any = actor
         self.device = torch.device(device)
         self.lr = lr
         self.initial_lr = lr
         self.max_grad_norm = max_grad_norm
+        self.anneal_lr = anneal_lr
         self.params = [p for p in actor.parameters() if p.requires_grad]
         # Every .grad is a view into one flat buffer: autograd accumulates into existing grads in
         # place, so zeroing, clipping, copying out and applying a gradient are one op each.
@@ -100,6 +105,8 @@ class Algorithm:
 
     def set_progress(self, progress: float) -> None:
         """Tell the algorithm how far training is (0 to 1 of ``run.target_steps``) for schedules."""
+        if self.anneal_lr:
+            self.update_algorithm_parameter("lr", self.initial_lr * max(0.0, 1.0 - progress))
 
     def update_algorithm_parameter(self, name: str, value: Any) -> None:
         """Set a hyper-parameter (``lr``, ``clip_range``, ...) while training."""

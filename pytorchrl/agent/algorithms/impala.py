@@ -57,7 +57,7 @@ class IMPALA(Algorithm):
         anneal_lr: bool = False,
         adam_eps: float = 1e-5,
     ) -> None:
-        super().__init__(actor, device, lr=lr, adam_eps=adam_eps, max_grad_norm=max_grad_norm)
+        super().__init__(actor, device, lr=lr, adam_eps=adam_eps, max_grad_norm=max_grad_norm, anneal_lr=anneal_lr)
         self.gamma = gamma
         self.gae_lambda = gae_lambda
         self.rho_bar = rho_bar
@@ -67,11 +67,6 @@ class IMPALA(Algorithm):
         self.ent_coef = ent_coef
         self.vf_coef = vf_coef
         self.normalize_advantages = normalize_advantages
-        self.anneal_lr = anneal_lr
-
-    def set_progress(self, progress: float) -> None:
-        if self.anneal_lr:
-            self.update_algorithm_parameter("lr", self.initial_lr * max(0.0, 1.0 - progress))
 
     def _evaluate(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Current-policy log-probs, entropies and values of a time-major batch, and its V-trace targets."""

@@ -51,7 +51,7 @@ class PPO(Algorithm):
         anneal_clip_range: bool = False,
         adam_eps: float = 1e-5,
     ) -> None:
-        super().__init__(actor, device, lr=lr, adam_eps=adam_eps, max_grad_norm=max_grad_norm)
+        super().__init__(actor, device, lr=lr, adam_eps=adam_eps, max_grad_norm=max_grad_norm, anneal_lr=anneal_lr)
         self.num_epochs = num_epochs
         self.minibatch_size = minibatch_size
         self.clip_range = clip_range
@@ -61,15 +61,12 @@ class PPO(Algorithm):
         self.vf_coef = vf_coef
         self.target_kl = target_kl
         self.normalize_advantages = normalize_advantages
-        self.anneal_lr = anneal_lr
         self.anneal_clip_range = anneal_clip_range
 
     def set_progress(self, progress: float) -> None:
-        remaining = max(0.0, 1.0 - progress)
-        if self.anneal_lr:
-            self.update_algorithm_parameter("lr", self.initial_lr * remaining)
+        super().set_progress(progress)
         if self.anneal_clip_range:
-            self.clip_range = self.initial_clip_range * remaining
+            self.clip_range = self.initial_clip_range * max(0.0, 1.0 - progress)
 
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor | None, dict[str, float]]:
         log_prob, entropy, value = self.actor.evaluate_actions(batch["obs"], batch["actions"])
