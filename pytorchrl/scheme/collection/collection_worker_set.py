@@ -25,9 +25,10 @@ class CollectionWorkerSet:
       ``fraction_workers`` of the workers, or rollouts holding ``fraction_samples`` of the
       round's data, have arrived, the others are preempted: they stop at their next step and
       send what they have (still on-policy, so it is used too).
-    * ``asynchronous``: every worker always has a rollout under way; :meth:`collect` returns the
-      first one to arrive and restarts that worker with the newest weights. A rollout collected
-      more than ``max_policy_lag`` policy versions ago is dropped and counted, never used.
+    * ``asynchronous``: every worker has a rollout under way; :meth:`collect` returns the first
+      one to arrive, and the next :meth:`collect` (after the learner's update) restarts that
+      worker with the newest weights. A rollout collected more than ``max_policy_lag`` policy
+      versions ago is dropped and counted, never used.
 
     :param worker_kwargs: keyword arguments of :class:`CollectionWorker` (factories, device, seed).
     :param num_workers: remote collection workers.
@@ -69,6 +70,7 @@ class CollectionWorkerSet:
         self.workers: WorkerSet[CollectionWorker] = WorkerSet(factory, num_remote=num_workers, resources=resources, compress=compress)
         self._weights: tuple[int, Any] | None = None  # (version, object ref) of the newest weights
         self._pending: dict[Any, Any] = {}  # asynchronous: rollout ref -> worker
+        self._idle: list[Any] = []  # asynchronous: workers to restart at the next collect()
         self._round = 0
         self.dropped_batches = 0
         self.preempted_batches = 0
@@ -130,17 +132,22 @@ class CollectionWorkerSet:
 
     def _collect_async(self, version: int) -> list[tuple[dict[str, torch.Tensor], dict[str, Any]]]:
         ws = self.workers
-        if not self._pending:
-            for w in ws.remote_workers:
-                self._submit(w)
+        if not self._pending and not self._idle:
+            self._idle = list(ws.remote_workers)
+        # workers whose rollout was taken last time restart now, with the weights of the
+        # update made from it: restarting them before that update would add a version of lag
+        for worker in self._idle:
+            self._submit(worker)
+        self._idle = []
         while True:
             ready, _ = ws.wait(list(self._pending))
             worker = self._pending.pop(ready[0])
             data, info = ws.get(ready[0])
-            self._submit(worker)
             if self.max_policy_lag is not None and version - info["policy_version"] > self.max_policy_lag:
                 self.dropped_batches += 1
+                self._submit(worker)
                 continue
+            self._idle.append(worker)
             return [(data, info)]
 
     def _submit(self, worker: Any) -> None:
