@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from pytorchrl.config import from_dict
 from pytorchrl.learner import Learner
+from tests.conftest import CONFIGS
 
 TINY = {
     "env": {"num_envs": 4, "num_test_envs": 2},
@@ -60,3 +63,17 @@ def test_checkpoint_round_trip_restores_weights_optimizer_counters(tmp_path):
         assert torch.equal(pa, pb)
     sa, sb = a.scheme.algorithm.optimizer.state_dict(), b.scheme.algorithm.optimizer.state_dict()
     assert torch.equal(sa["state"][0]["exp_avg"], sb["state"][0]["exp_avg"])
+
+
+@pytest.mark.slow
+def test_a_local_run_never_imports_ray():
+    code = (
+        "import sys\n"
+        "from pytorchrl import Learner, load_config\n"
+        "learner = Learner.from_config(load_config(sys.argv[1], ['run.target_steps=600', 'env.num_envs=4']), progress=False)\n"
+        "learner.train(); learner.close()\n"
+        "print('ray' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(CONFIGS / "ppo" / "cartpole.yaml")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "False"
