@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pytorchrl.agent.algorithms.base import Algorithm
+from pytorchrl.agent.algorithms.base import Algorithm, normalized
 
 
 class A2C(Algorithm):
@@ -45,8 +45,8 @@ class A2C(Algorithm):
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor | None, dict[str, float]]:
         log_prob, entropy, value = self.actor.evaluate_actions(batch["obs"], batch["actions"])
         advantages = batch["advantages"]
-        if self.normalize_advantages and advantages.numel() > 1:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        if self.normalize_advantages:
+            advantages = normalized(advantages)
         policy_loss = -(advantages * log_prob).mean()
         value_loss = F.mse_loss(value, batch["returns"])
         entropy_mean = entropy.mean()

@@ -137,3 +137,13 @@ class Algorithm:
         self.version = int(state["version"])
         self.update_algorithm_parameter("lr", float(state["lr"]))
 
+
+
+def normalized(values: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """``values`` at zero mean and unit std (statistics over the entries where ``mask`` is True,
+    the others set to 0); unchanged when fewer than two entries count."""
+    kept = values if mask is None else values[mask]
+    if kept.numel() < 2:
+        return values
+    out = (values - kept.mean()) / (kept.std() + 1e-8)
+    return out if mask is None else out * mask

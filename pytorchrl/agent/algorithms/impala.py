@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pytorchrl.agent.algorithms.base import Algorithm
+from pytorchrl.agent.algorithms.base import Algorithm, normalized
 from pytorchrl.agent.storages.on_policy.vtrace_buffer import compute_vtrace
 
 
@@ -84,10 +84,8 @@ class IMPALA(Algorithm):
         )
         mask = batch["valid"].reshape(-1).float()
         advantages = advantages.reshape(-1)
-        if self.normalize_advantages and mask.sum() > 1:
-            keep = mask.bool()
-            mean, std = advantages[keep].mean(), advantages[keep].std()
-            advantages = (advantages - mean) / (std + 1e-8) * mask
+        if self.normalize_advantages:
+            advantages = normalized(advantages, mask.bool())
         return {
             "log_prob": log_prob, "entropy": entropy, "value": value, "vs": vs.reshape(-1), "advantages": advantages,
             "rho": rho.reshape(-1), "mask": mask, "count": mask.sum().clamp(min=1.0), "behaviour_log_prob": batch["log_probs"].reshape(-1),

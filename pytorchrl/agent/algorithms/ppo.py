@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pytorchrl.agent.algorithms.base import Algorithm
+from pytorchrl.agent.algorithms.base import Algorithm, normalized
 
 
 class PPO(Algorithm):
@@ -71,8 +71,8 @@ class PPO(Algorithm):
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor | None, dict[str, float]]:
         log_prob, entropy, value = self.actor.evaluate_actions(batch["obs"], batch["actions"])
         advantages = batch["advantages"]
-        if self.normalize_advantages and advantages.numel() > 1:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        if self.normalize_advantages:
+            advantages = normalized(advantages)
         log_ratio = log_prob - batch["log_probs"]
         ratio = log_ratio.exp()
         clip = self.clip_range

@@ -42,9 +42,6 @@ class _WorkerHost:
         out = getattr(self.worker, method)(*args, **kwargs)
         return compression.pack(out, self.compress)
 
-    def ping(self) -> bool:
-        return True
-
 
 class WorkerSet(Generic[W]):
     """A local worker and ``num_remote`` remote ones, all built by ``worker_factory(index, local=...)``.
@@ -81,6 +78,11 @@ class WorkerSet(Generic[W]):
     def num_workers(self) -> int:
         return 1 + len(self.remote_workers)
 
+    @property
+    def remote(self) -> bool:
+        """Whether this set has remote workers (then the local one does not do the work)."""
+        return bool(self.remote_workers)
+
     # ------------------------------------------------------------------ remote calls
 
     def call(self, worker: Any, method: str, *args: Any, control: bool = False, **kwargs: Any) -> Any:
@@ -105,7 +107,7 @@ class WorkerSet(Generic[W]):
 
     @staticmethod
     def wait(refs: Sequence[Any], *, num_returns: int = 1, timeout: float | None = None) -> tuple[list[Any], list[Any]]:
-        """Split ``refs`` into ``num_returns`` ready ones (in completion order) and the rest."""
+        """Split ``refs`` into ``num_returns`` ready ones and the rest (both in the order given)."""
         import ray
 
         return ray.wait(list(refs), num_returns=num_returns, timeout=timeout)
@@ -130,18 +132,25 @@ class WorkerSet(Generic[W]):
             self.remote_workers = []
 
 
+def replica_ordinal(index: int) -> int:
+    """The ordinal that keys a worker's seeds: remote worker ``k`` gets ``k - 1`` and the local
+    worker (index 0) gets 0, so a lone remote worker reproduces a lone local one exactly."""
+    return max(index - 1, 0)
+
+
 def actor_options(resources: dict[str, Any]) -> dict[str, Any]:
     """Ray actor options for one worker's resources (``memory: None`` means no reservation)."""
+    items = dict(_resource_items(resources))
     options: dict[str, Any] = {
-        "num_cpus": float(resources.get("num_cpus", 1.0)),
-        "num_gpus": float(resources.get("num_gpus", 0.0)),
+        "num_cpus": items.pop("CPU", 0.0),
+        "num_gpus": items.pop("GPU", 0.0),
         "concurrency_groups": {CONTROL_GROUP: 1},
         "max_restarts": 0,
     }
-    if resources.get("memory"):
-        options["memory"] = int(resources["memory"])
-    if resources.get("resources"):
-        options["resources"] = {str(k): float(v) for k, v in resources["resources"].items()}
+    if "memory" in items:
+        options["memory"] = int(items.pop("memory"))
+    if items:
+        options["resources"] = items
     return options
 
 
@@ -155,6 +164,7 @@ def total_resources(groups: Sequence[tuple[str, int, dict[str, Any]]]) -> dict[s
 
 
 def _resource_items(res: dict[str, Any]) -> list[tuple[str, float]]:
+    """One worker's non-zero resources under Ray's names (``CPU``, ``GPU``, ``memory``, custom)."""
     items = [("CPU", float(res.get("num_cpus", 1.0))), ("GPU", float(res.get("num_gpus", 0.0)))]
     if res.get("memory"):
         items.append(("memory", float(res["memory"])))

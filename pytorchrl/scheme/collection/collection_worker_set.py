@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from pytorchrl.scheme.base.worker_set import WorkerSet
+from pytorchrl.scheme.base.worker_set import WorkerSet, replica_ordinal
 from pytorchrl.scheme.collection.collection_worker import CollectionWorker
 
 
@@ -71,6 +71,7 @@ class CollectionWorkerSet:
         self._weights: tuple[int, Any] | None = None  # (version, object ref) of the newest weights
         self._pending: dict[Any, Any] = {}  # asynchronous: rollout ref -> worker
         self._idle: list[Any] = []  # asynchronous: workers to restart at the next collect()
+        self._version = 0  # of the newest weights given to sync_weights
         self._round = 0
         self.dropped_batches = 0
         self.preempted_batches = 0
@@ -86,7 +87,7 @@ class CollectionWorkerSet:
 
     @property
     def remote(self) -> bool:
-        return bool(self.workers.remote_workers)
+        return self.workers.remote
 
     # ------------------------------------------------------------------------ collection
 
@@ -96,7 +97,7 @@ class CollectionWorkerSet:
         With remote workers the info also counts the rollouts dropped for policy lag and the
         ones preempted during this call (``dropped_batches``, ``preempted_batches``).
         """
-        version = self.local_worker.algo.version
+        version = self._version
         if not self.remote:
             data, info = self.local_worker.collect_data()
             return [data], merge_collection_info([info], current_version=version)
@@ -162,10 +163,13 @@ class CollectionWorkerSet:
     def sync_weights(self, weights: dict[str, torch.Tensor], version: int) -> None:
         """Make ``weights`` (policy ``version``) the ones the next rollouts are collected with.
 
-        Remote workers read them from the object store, where they are put once per version.
+        Remote workers read them from the object store, where they are put once per version;
+        a local worker that does not collect is left alone (evaluation sets its own weights).
         """
-        self.local_worker.set_weights(weights, version)
-        if self.remote and (self._weights is None or self._weights[0] != version):
+        self._version = version
+        if not self.remote:
+            self.local_worker.set_weights(weights, version)
+        elif self._weights is None or self._weights[0] != version:
             self._weights = (version, self.workers.put(weights))
 
     # -------------------------------------------------------------------- evaluation
@@ -212,5 +216,4 @@ def merge_collection_info(infos: list[dict[str, Any]], *, current_version: int) 
 def _make_collection_worker(index: int, *, local: bool, worker_kwargs: dict[str, Any], offset: int, local_collects: bool) -> CollectionWorker:
     # the collecting workers are numbered from `offset`: the local one when it collects, else the
     # remote ones (index 1 -> offset), so one remote worker collects what a local one would.
-    collector = offset if local else offset + index - 1
-    return CollectionWorker(collector, collect=local_collects if local else True, **worker_kwargs)
+    return CollectionWorker(offset + replica_ordinal(index), collect=local_collects if local else True, **worker_kwargs)

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from pytorchrl.scheme.base.worker_set import replica_ordinal
 from pytorchrl.scheme.collection.collection_worker_set import CollectionWorkerSet
 from pytorchrl.utils.seeding import GRADIENT_ROLE, TorchStream, derive_seed
 
@@ -48,7 +49,7 @@ class GradientWorker:
         torch.set_num_threads(torch_threads)
         self.index = index
         self.device = torch.device(device)
-        self._stream = TorchStream(derive_seed(seed, GRADIENT_ROLE, max(index - 1, 0)))
+        self._stream = TorchStream(derive_seed(seed, GRADIENT_ROLE, replica_ordinal(index)))
         self.col_workers = col_workers_factory(**(col_overrides or {}))
         self.actor = actor_factory(self.device)
         self.algo = algo_factory(self.actor, self.device)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from pytorchrl.scheme.base.worker_set import WorkerSet
+from pytorchrl.scheme.base.worker_set import WorkerSet, replica_ordinal
 from pytorchrl.scheme.gradients.gradient_worker import GradientWorker
 
 
@@ -44,10 +44,6 @@ class GradientWorkerSet:
     def local_worker(self) -> GradientWorker:
         return self.workers.local_worker
 
-    @property
-    def remote_workers(self) -> list[Any]:
-        return self.workers.remote_workers
-
     def close(self) -> None:
         self.workers.close()
 
@@ -56,5 +52,5 @@ def _make_gradient_worker(index: int, *, local: bool, worker_kwargs: dict[str, A
     if local and has_remote:
         overrides: dict[str, Any] = {"evaluation_only": True}
     else:
-        overrides = {"index_offset": max(index - 1, 0) * collectors}
+        overrides = {"index_offset": replica_ordinal(index) * collectors}
     return GradientWorker(index, col_overrides=overrides, **worker_kwargs)

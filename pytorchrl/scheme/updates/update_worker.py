@@ -48,7 +48,7 @@ class UpdateWorker:
 
     @property
     def remote(self) -> bool:
-        return bool(self._workers.remote_workers)
+        return self._workers.remote
 
     def step(self) -> dict[str, Any]:
         """Compute and apply one gradient (one per worker, averaged, when synchronous); returns the merged info."""
