@@ -30,7 +30,10 @@ def _free_port() -> int:
 def job_server():
     cluster_utils = pytest.importorskip("ray.cluster_utils")
     port = _free_port()
-    c = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": True, "dashboard_port": port})
+    # its own agent port too: the session's Ray (other tests) already holds the default one, and a
+    # head whose job agent cannot bind answers every submission with "No available agent"
+    head = {"num_cpus": 2, "include_dashboard": True, "dashboard_port": port, "dashboard_agent_listen_port": _free_port()}
+    c = cluster_utils.Cluster(initialize_head=True, head_node_args=head)
     address = f"http://127.0.0.1:{port}"
     _wait_for_job_agent(address)
     yield address
