@@ -33,11 +33,12 @@ def _fill(buffer: GAEBuffer, steps: int, n: int):
     buffer.reset(torch.zeros(n, 3))
     for t in range(steps):
         buffer.insert(
-            action=torch.full((n,), t % 2), log_prob=torch.zeros(n), value=torch.full((n,), float(t)),
-            reward=torch.ones(n), terminated=torch.zeros(n, dtype=torch.bool), truncated=torch.zeros(n, dtype=torch.bool),
-            valid=torch.tensor([t != 2] * n), next_obs=torch.full((n, 3), float(t + 1)),
+            action=torch.full((n,), t % 2), reward=torch.ones(n), terminated=torch.zeros(n, dtype=torch.bool),
+            truncated=torch.zeros(n, dtype=torch.bool), valid=torch.tensor([t != 2] * n), next_obs=torch.full((n, 3), float(t + 1)),
         )
-    buffer.set_bootstrap_value(torch.zeros(n))
+    buffer.score(lambda obs, actions: (-actions.float(), obs[:, 0]), chunk_steps=3)
+    assert torch.equal(buffer.values[: steps + 1, 0], torch.arange(steps + 1.0))  # V(obs_t) = t, bootstrap included
+    assert torch.equal(buffer.log_probs[:steps, 0], -(torch.arange(steps) % 2).float())
 
 
 def test_buffer_joins_workers_and_samples_only_valid_steps():

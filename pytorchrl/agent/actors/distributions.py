@@ -17,13 +17,17 @@ from torch import nn
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
+def gumbel_noise(shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """Gumbel(0, 1) noise: ``argmax(logits + G)`` is a sample of ``softmax(logits)`` (Gumbel-max)."""
+    return torch.empty(shape, device=device).exponential_().log_().neg_()
+
+
 def categorical_sample(log_probs: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample (or take the mode of) categoricals given normalised log-probabilities, one row each."""
     if deterministic:
         action = log_probs.argmax(dim=-1)
     else:
-        # Gumbel-max: argmax(log p + G) ~ softmax(log p) for Gumbel G = -log E, E ~ Exp(1).
-        action = (log_probs - torch.empty_like(log_probs).exponential_().log_()).argmax(dim=-1)
+        action = (log_probs + gumbel_noise(log_probs.shape, log_probs.device)).argmax(dim=-1)
     return action, log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
 
 
@@ -34,7 +38,25 @@ def categorical_log_prob_entropy(log_probs: torch.Tensor, actions: torch.Tensor)
 
 
 class ActionHead(nn.Module):
-    """Maps features to a distribution; samples, scores and measures its entropy."""
+    """Maps features to a distribution; samples, scores and measures its entropy.
+
+    Two ways to sample: :meth:`sample` from distribution parameters (evaluation, tests), and
+    :meth:`act`, the collection path, which skips everything but the action: it takes noise
+    drawn for a whole rollout at once by :meth:`draw_noise`, and leaves the log-probabilities
+    to be scored afterwards in large batches (:meth:`log_prob`).
+    """
+
+    def draw_noise(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """Random noise for sampling ``shape`` actions with :meth:`act` (global torch generator)."""
+        raise NotImplementedError
+
+    def act(self, features: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> None:
+        """Write actions sampled for a batch of ``features`` with pre-drawn ``noise`` into ``out``."""
+        raise NotImplementedError
+
+    def log_prob(self, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """``log_prob(actions)`` under ``params`` (from :meth:`forward`), one value per row."""
+        return self.log_prob_entropy(params, actions)[0]
 
     def sample(self, params: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Return ``(action, log_prob)``."""
@@ -55,6 +77,16 @@ class CategoricalHead(ActionHead):
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         return torch.log_softmax(F.linear(features, self.linear.weight, self.linear.bias), dim=-1)
 
+    def draw_noise(self, shape: tuple[int, ...]) -> torch.Tensor:
+        return gumbel_noise((*shape, self.linear.out_features), self.linear.weight.device)
+
+    def act(self, features: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> None:
+        # Gumbel-max on the unnormalised logits: the log-softmax does not move the argmax
+        torch.argmax(F.linear(features, self.linear.weight, self.linear.bias).add_(noise), dim=-1, out=out)
+
+    def log_prob(self, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return params.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+
     def sample(self, params: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
         return categorical_sample(params, deterministic)
 
@@ -72,6 +104,14 @@ class MultiCategoricalHead(ActionHead):
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         return F.linear(features, self.linear.weight, self.linear.bias)
+
+    def draw_noise(self, shape: tuple[int, ...]) -> torch.Tensor:
+        return gumbel_noise((*shape, sum(self.nvec)), self.linear.weight.device)
+
+    def act(self, features: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> None:
+        logits = F.linear(features, self.linear.weight, self.linear.bias).add_(noise)
+        for i, part in enumerate(logits.split(self.nvec, dim=-1)):
+            out[..., i] = part.argmax(dim=-1)
 
     def _split(self, params: torch.Tensor) -> list[torch.Tensor]:
         return [torch.log_softmax(p, dim=-1) for p in params.split(self.nvec, dim=-1)]
@@ -95,6 +135,13 @@ class DiagGaussianHead(ActionHead):
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         return F.linear(features, self.linear.weight, self.linear.bias)
+
+    def draw_noise(self, shape: tuple[int, ...]) -> torch.Tensor:
+        # already scaled by the std: the weights do not change during a rollout
+        return torch.randn(*shape, self.log_std.shape[0], device=self.log_std.device).mul_(self.log_std.exp())
+
+    def act(self, features: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> None:
+        torch.add(F.linear(features, self.linear.weight, self.linear.bias), noise, out=out)
 
     def sample(self, params: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
         if deterministic:

@@ -77,21 +77,19 @@ class CollectionWorker:
         if not self._started:
             storage.reset(envs.reset())
             self._started = True
-        obs = storage.last_obs
         preempted = False
         with torch.inference_mode(), self._stream.active():
-            while not storage.full:
-                action, extra, _ = actor.get_action(obs)
-                next_obs, reward, terminated, truncated, valid = envs.step(action)
-                storage.insert(
-                    action=action, log_prob=extra["log_prob"], value=extra["value"], reward=reward,
-                    terminated=terminated, truncated=truncated, valid=valid, next_obs=next_obs,
-                )
-                obs = next_obs
+            # per step only the policy half acts; scoring the rollout afterwards adds the values
+            # and log-probabilities in big batches (ARCHITECTURE.md, "The acting loop")
+            noise = actor.draw_noise(storage.num_steps, envs.num_envs).unbind(0)
+            for step, obs, action in storage.acting_slots():
+                actor.act(obs, noise[step], out=action)
+                next_obs, reward, terminated, truncated, valid = envs.step_arrays(action.numpy())
+                storage.insert(reward=reward, terminated=terminated, truncated=truncated, valid=valid, next_obs=next_obs)
                 if round_id is not None and self._preempted == round_id:
                     preempted = not storage.full
                     break
-            storage.set_bootstrap_value(actor.get_value(obs))
+            storage.score(actor.score)
         data = storage.get_data()
         episodes = envs.pop_episodes()
         info = {

@@ -1,7 +1,8 @@
 """The collection half shared by the on-policy storages.
 
 A :class:`RolloutStorage` on a collection worker is a preallocated ``[num_steps, num_envs]``
-rollout that :meth:`RolloutStorage.insert` fills and :meth:`RolloutStorage.get_data` hands out;
+rollout that :meth:`RolloutStorage.insert` fills, :meth:`RolloutStorage.score` completes with the
+acting policy's log-probabilities and values, and :meth:`RolloutStorage.get_data` hands out;
 on a gradient worker :meth:`RolloutStorage.add_data` receives rollouts from any number of
 collection workers (of any length: a preempted rollout is shorter). Subclasses turn the
 received rollouts into minibatches: :class:`~.gae_buffer.GAEBuffer` (GAE, shuffled
@@ -15,7 +16,7 @@ a step ``t`` that ends an episode, ``obs[t + 1]`` is the episode's final observa
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -58,7 +59,8 @@ class RolloutStorage:
         (obs_shape, action_shape, discrete), t, n = self._shapes, self.num_steps, self.num_envs
         self.obs = torch.zeros((t + 1, n, *obs_shape))
         self.values = torch.zeros((t + 1, n))
-        self.actions = torch.zeros((t, n, *action_shape), dtype=torch.long if discrete else torch.float32)
+        # one spare row, so that obs[s:e] and actions[s:e] always pair up in score()
+        self.actions = torch.zeros((t + 1, n, *action_shape), dtype=torch.long if discrete else torch.float32)
         self.log_probs = torch.zeros((t, n))
         self.rewards = torch.zeros((t, n))
         self.terminated = torch.zeros((t, n), dtype=torch.bool)
@@ -85,36 +87,56 @@ class RolloutStorage:
     def full(self) -> bool:
         return self.step >= self.num_steps
 
+    def acting_slots(self) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+        """``(step, obs, action)`` for each step left in the rollout: the observation to act
+        on and the row the actions are written into in place. :meth:`insert` advances."""
+        obs_rows, action_rows = self.obs.unbind(0), self.actions.unbind(0)  # views, made once
+        while self.step < self.num_steps:
+            yield self.step, obs_rows[self.step], action_rows[self.step]
+
     def insert(
         self,
         *,
-        action: torch.Tensor,
-        log_prob: torch.Tensor,
-        value: torch.Tensor,
-        reward: torch.Tensor,
-        terminated: torch.Tensor,
-        truncated: torch.Tensor,
-        valid: torch.Tensor,
-        next_obs: torch.Tensor,
+        reward: torch.Tensor | np.ndarray,
+        terminated: torch.Tensor | np.ndarray,
+        truncated: torch.Tensor | np.ndarray,
+        valid: torch.Tensor | np.ndarray,
+        next_obs: torch.Tensor | np.ndarray,
+        action: torch.Tensor | np.ndarray | None = None,
     ) -> None:
-        """Store one step of every env: what was done at ``obs[step]`` and what came of it.
+        """Store one step of every env: what came of the actions taken at ``obs[step]``.
 
-        The tensors must be on the CPU (acting happens there; see :class:`CollectionWorker`).
+        The actions are already in place (:meth:`acting_slots`) unless given here; log-probabilities and
+        values are added for the whole rollout by :meth:`score`. Tensors must be on the CPU
+        (acting happens there; see :class:`CollectionWorker`); numpy arrays are stored as they are.
         """
         t, np_ = self.step, self._np
-        np_["actions"][t] = action.numpy()
-        np_["log_probs"][t] = log_prob.numpy()
-        np_["values"][t] = value.numpy()
-        np_["rewards"][t] = reward.numpy()
-        np_["terminated"][t] = terminated.numpy()
-        np_["truncated"][t] = truncated.numpy()
-        np_["valid"][t] = valid.numpy()
-        np_["obs"][t + 1] = next_obs.numpy()
+        if action is not None:
+            np_["actions"][t] = _array(action)
+        np_["rewards"][t] = _array(reward)
+        np_["terminated"][t] = _array(terminated)
+        np_["truncated"][t] = _array(truncated)
+        np_["valid"][t] = _array(valid)
+        np_["obs"][t + 1] = _array(next_obs)
         self.step = t + 1
 
-    def set_bootstrap_value(self, value: torch.Tensor) -> None:
-        """The value of ``obs[num_steps]``, computed once the rollout is full."""
-        self.values[self.num_steps] = value
+    def score(
+        self, fn: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]], chunk_steps: int = 256
+    ) -> None:
+        """Fill the log-probabilities of the actions taken so far and the values of every
+        observation, the last one (the bootstrap value) included.
+
+        :param fn: ``fn(obs, actions) -> (log_prob, value)`` on flat batches (the acting policy).
+        :param chunk_steps: steps per batch: big enough to amortise the per-call cost, small
+            enough to stay in cache.
+        """
+        t, n = self.step, self.num_envs
+        for s in range(0, t + 1, chunk_steps):
+            e = min(s + chunk_steps, t + 1)
+            log_prob, value = fn(self.obs[s:e].flatten(0, 1), self.actions[s:e].flatten(0, 1))
+            self.values[s:e] = value.view(e - s, n)
+            m = min(e, t)  # the action paired with obs[t] is a spare row, not a step
+            self.log_probs[s:m] = log_prob[: (m - s) * n].view(m - s, n)
 
     def get_data(self) -> dict[str, torch.Tensor]:
         """A copy of the rollout so far (all ``num_steps`` unless it was cut short), and the
@@ -146,3 +168,7 @@ class RolloutStorage:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.reset(state["obs"])
+
+
+def _array(x: torch.Tensor | np.ndarray) -> np.ndarray:
+    return x if isinstance(x, np.ndarray) else x.numpy()
