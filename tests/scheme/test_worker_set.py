@@ -9,19 +9,26 @@ from pytorchrl.scheme.base.worker_set import actor_options, check_fits, total_re
 from pytorchrl.scheme.updates.update_worker import merge_step_infos
 
 
-def test_compression_round_trips_nested_tensors_of_every_dtype():
+def test_packing_round_trips_nested_tensors_of_every_dtype_with_and_without_lz4():
     data = {
         "obs": torch.randn(5, 3, 4), "actions": torch.randint(0, 9, (5, 3)), "valid": torch.rand(5, 3) > 0.5,
-        "nested": [torch.zeros(100), (torch.arange(7, dtype=torch.int32), "text", 3)],
+        "half": torch.randn(3).to(torch.bfloat16), "scalar": torch.tensor(2.5, dtype=torch.float64),
+        "nested": [torch.zeros(100), (torch.arange(7, dtype=torch.int32), "text", 3)], "empty": torch.zeros(0, 4),
     }
-    packed = compression.pack(data)
-    assert isinstance(packed["obs"], compression.Packed)
-    assert len(packed["nested"][0].data) < 100 * 4  # zeros compress
-    out = compression.unpack(packed)
-    for key in ("obs", "actions", "valid"):
-        assert out[key].dtype == data[key].dtype and torch.equal(out[key], data[key])
-    assert torch.equal(out["nested"][1][0], data["nested"][1][0]) and out["nested"][1][1:] == ("text", 3)
+    for compress in (False, True):
+        packed = compression.pack(data, compress)
+        assert isinstance(packed, compression.Wire) and packed.compressed == compress
+        if compress:
+            assert packed.nbytes < packed.size  # the zeros compress
+        out = compression.unpack(packed)
+        for key in ("obs", "actions", "valid", "half", "scalar", "empty"):
+            assert out[key].dtype == data[key].dtype and out[key].shape == data[key].shape
+            assert torch.equal(out[key], data[key])
+        assert torch.equal(out["nested"][1][0], data["nested"][1][0]) and out["nested"][1][1:] == ("text", 3)
+        out["obs"].add_(1.0)  # unpacked tensors are writable and do not alias the sender's
+        assert not torch.equal(out["obs"], data["obs"])
     assert compression.unpack({"plain": 1}) == {"plain": 1}  # never-packed data passes through
+    assert compression.pack({"plain": 1}) == {"plain": 1}
 
 
 CPU1 = {"num_cpus": 1.0, "num_gpus": 0.0, "memory": None, "resources": {}}

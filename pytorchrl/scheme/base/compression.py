@@ -1,12 +1,15 @@
-"""How tensors travel between workers: as numpy arrays, optionally lz4-compressed.
+"""How tensors travel between workers: all of a message's tensors in one buffer, optionally lz4-compressed.
 
-:func:`pack` replaces every tensor inside dicts, lists and tuples by a :class:`Wire` holding it
-as a numpy array (which Ray serialises out of band and reads back from its object store without
-a copy; pickled torch tensors cost several times more per call), or, with ``compress``
-(``scheme.compress_data``), by a :class:`Packed` holding its lz4-compressed bytes. :func:`unpack`
-undoes either, and leaves anything else alone, so it is safe on data that was never packed.
-Rollouts with small-integer observations and sparse rewards shrink several-fold; dense float32
-gradients barely do, which is why compression is a switch (``pytorchrl benchmark compression``).
+:func:`pack` turns an object (dicts, lists and tuples holding tensors and plain data, e.g. a
+rollout and its info, or a state dict) into a :class:`Wire`: the object's skeleton, with every
+tensor replaced by a :class:`_Slot`, and one contiguous byte buffer holding every tensor's bytes
+(lz4-compressed with ``compress``, i.e. ``scheme.compress_data``). Ray pays a fixed cost per
+serialised buffer: one buffer per message instead of one per tensor saves ~1 ms a round trip on
+the reference machine, and pickled torch tensors would cost several times more.
+:func:`unpack` undoes it with one copy (out of Ray's read-only buffers), and leaves anything else
+alone, so it is safe on data that was never packed. Rollouts with small-integer observations and
+sparse rewards shrink several-fold under lz4; dense float32 gradients barely do, which is why
+compression is a switch (``pytorchrl benchmark compression``).
 """
 
 from __future__ import annotations
@@ -17,52 +20,117 @@ from typing import Any
 import numpy as np
 import torch
 
+#: tensors start at multiples of this many bytes in the buffer, so each can be viewed in place
+_ALIGN = 16
+
+
+class _Slot:
+    """Where a tensor was: its place in the buffer, dtype and shape."""
+
+    __slots__ = ("dtype", "nbytes", "offset", "shape")
+
+    def __init__(self, offset: int, nbytes: int, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+        self.offset, self.nbytes, self.dtype, self.shape = offset, nbytes, dtype, shape
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _Slot, (self.offset, self.nbytes, self.dtype, self.shape)
+
 
 @dataclass
 class Wire:
-    """One tensor as a numpy array."""
+    """A packed object: its skeleton and the bytes of all its tensors."""
 
-    array: np.ndarray
+    skeleton: Any
+    payload: np.ndarray | bytes  # uint8 array, or lz4 bytes when ``compressed``
+    size: int  # uncompressed payload bytes
+    compressed: bool
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes that travel."""
+        return len(self.payload) if isinstance(self.payload, bytes) else int(self.payload.nbytes)
 
 
-@dataclass
-class Packed:
-    """One compressed tensor."""
-
-    data: bytes
-    dtype: str
-    shape: tuple[int, ...]
-
-
-def pack(obj: Any, compress: bool = True) -> Any:
-    """``obj`` with every tensor replaced by a :class:`Packed` (``compress``) or a :class:`Wire`."""
-    if isinstance(obj, torch.Tensor):
-        if obj.dtype == torch.bfloat16:  # numpy has no bfloat16: let Ray pickle it
-            return obj
-        array = obj.detach().cpu().contiguous().numpy()
-        if not compress:
-            return Wire(array)
+def pack(obj: Any, compress: bool = False) -> Any:
+    """``obj`` as a :class:`Wire` (unchanged when it holds no tensor)."""
+    arrays: list[tuple[int, np.ndarray]] = []
+    skeleton, size = _strip(obj, arrays, 0)
+    if not arrays:
+        return obj
+    # numpy, not torch, for the byte shuffling: a numpy op costs a fraction of a torch one
+    payload = np.empty(size, dtype=np.uint8)  # a copy: the message never aliases the sender's tensors
+    for offset, array in arrays:
+        payload[offset : offset + array.nbytes] = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    if compress:
         import lz4.frame
 
-        return Packed(lz4.frame.compress(array.tobytes(), compression_level=0), array.dtype.str, tuple(array.shape))
+        return Wire(skeleton, lz4.frame.compress(payload, compression_level=0), size, True)
+    return Wire(skeleton, payload, size, False)
+
+
+def _strip(obj: Any, arrays: list[tuple[int, np.ndarray]], offset: int) -> tuple[Any, int]:
+    """``obj`` with its tensors replaced by slots; their arrays listed with their offsets."""
+    if isinstance(obj, torch.Tensor):
+        tensor = obj.detach() if obj.device.type == "cpu" else obj.detach().cpu()
+        if tensor.dtype in _BITS:  # numpy has no such dtype: send the bits
+            tensor = tensor.view(_BITS[tensor.dtype])
+        array = tensor.numpy()
+        arrays.append((offset, array))
+        end = offset + array.nbytes
+        return _Slot(offset, array.nbytes, obj.dtype, tuple(obj.shape)), end + (-end % _ALIGN)
     if isinstance(obj, dict):
-        return {k: pack(v, compress) for k, v in obj.items()}
+        out = {}
+        for k, v in obj.items():
+            out[k], offset = _strip(v, arrays, offset)
+        return out, offset
     if isinstance(obj, (list, tuple)):
-        return type(obj)(pack(v, compress) for v in obj)
-    return obj
+        if all(type(v) in _PLAIN for v in obj):  # e.g. episode returns: nothing to look into
+            return obj, offset
+        items = []
+        for v in obj:
+            item, offset = _strip(v, arrays, offset)
+            items.append(item)
+        return type(obj)(items), offset
+    return obj, offset
+
+
+_PLAIN = frozenset((int, float, bool, str, type(None)))
+#: dtypes numpy lacks, sent as integers of the same width
+_BITS = {torch.bfloat16: torch.int16}
+_NUMPY = {d: torch.empty(0, dtype=_BITS.get(d, d)).numpy().dtype for d in (
+    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.uint8, torch.int8, torch.int16,
+    torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128,
+)}
 
 
 def unpack(obj: Any) -> Any:
-    """Undo :func:`pack`; anything without packed parts comes back as it is."""
-    if isinstance(obj, Wire):
-        return torch.from_numpy(obj.array.copy())  # out of Ray's read-only object store
-    if isinstance(obj, Packed):
+    """Undo :func:`pack`; anything else comes back as it is. The tensors are views into one
+    fresh, writable buffer."""
+    if not isinstance(obj, Wire):
+        return obj
+    if obj.compressed:
         import lz4.frame
 
-        array = np.frombuffer(lz4.frame.decompress(obj.data), dtype=np.dtype(obj.dtype)).reshape(obj.shape)
-        return torch.from_numpy(array.copy())
+        buffer = np.frombuffer(bytearray(lz4.frame.decompress(obj.payload)), dtype=np.uint8)
+    else:
+        buffer = np.array(obj.payload, dtype=np.uint8, copy=True)
+    return _fill(obj.skeleton, buffer)
+
+
+def _fill(obj: Any, buffer: np.ndarray) -> Any:
+    if isinstance(obj, _Slot):
+        array = buffer[obj.offset : obj.offset + obj.nbytes].view(_NUMPY[obj.dtype]).reshape(obj.shape)
+        tensor = torch.from_numpy(array)
+        return tensor.view(obj.dtype) if obj.dtype in _BITS else tensor
     if isinstance(obj, dict):
-        return {k: unpack(v) for k, v in obj.items()}
+        return {k: _fill(v, buffer) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(unpack(v) for v in obj)
+        if all(type(v) in _PLAIN for v in obj):
+            return obj
+        return type(obj)(_fill(v, buffer) for v in obj)
     return obj
+
+
+def nbytes(obj: Any) -> int:
+    """The bytes a packed object sends (0 for one that holds no tensor)."""
+    return obj.nbytes if isinstance(obj, Wire) else 0

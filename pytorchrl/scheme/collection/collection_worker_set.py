@@ -114,6 +114,8 @@ class CollectionWorkerSet:
         self._round += 1
         pending = {ws.call(w, "collect_data", weights, version, self._round): w for w in ws.remote_workers}
         n = len(pending)
+        if self.fraction_workers >= 1.0 and self.fraction_samples >= 1.0:  # nothing to preempt: wait for all at once
+            return ws.get(list(pending))
         enough_workers = math.ceil(self.fraction_workers * n - 1e-9)
         results: list[tuple[dict[str, torch.Tensor], dict[str, Any]]] = []
         while pending:
