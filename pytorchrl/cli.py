@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pytorchrl.utils.errors import InputError
+from pytorchrl.utils.errors import InputError, WorkerFailure
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -36,6 +36,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as exc:
         print(f"pytorchrl: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except WorkerFailure as exc:
+        print(f"pytorchrl: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
 
 
 def _parser() -> argparse.ArgumentParser:

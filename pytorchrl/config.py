@@ -72,6 +72,9 @@ class EnvConfig:
 
     env_id: str = param("CartPole-v1", "A registered gymnasium id, or 'module:function' returning a gymnasium.Env.")
     env_kwargs: dict = param({}, "Keyword arguments passed to gymnasium.make or to the env function.")
+    eval_env_kwargs: dict | None = param(
+        None, "Keyword arguments of the evaluation envs (None: env_kwargs); e.g. {} to evaluate a fault-injection env without faults."
+    )
     num_envs: int = param(8, "Environments per collection worker, stepped as one vector env.", min=1)
     vectorization: str = param(
         "auto",

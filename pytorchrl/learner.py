@@ -24,6 +24,10 @@ from pytorchrl.utils.seeding import get_rng_state, seed_everything, set_rng_stat
 _MEAN_KEYS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance", "lr", "clip_range")
 
 
+#: event counters kept over the whole run (and its checkpoints)
+_COUNTS = ("dropped_batches", "preempted_batches", "lost_batches", "worker_restarts")
+
+
 class Learner:
     """Steps a :class:`Scheme` until ``run.target_steps``, ``run.max_time_s`` or ``run.stop_at_return``.
 
@@ -46,8 +50,9 @@ class Learner:
         self.updates = 0
         self.episodes = 0
         self.policy_version = 0
-        self.dropped_batches = 0
-        self.preempted_batches = 0
+        #: rollouts dropped (policy lag), preempted, lost with dead workers; workers replaced
+        self.dropped_batches = self.preempted_batches = self.lost_batches = self.worker_restarts = 0
+        self.healthy_workers: int | None = None  # remote collection workers alive (None: none remote)
         #: how many rollouts were used at each policy lag (versions behind the learner)
         self.policy_lags: Counter[int] = Counter()
         self.wall_time_offset = 0.0
@@ -132,8 +137,9 @@ class Learner:
     def _on_collection(self, info: dict[str, Any]) -> None:
         self.env_steps += info["env_steps"]
         self.episodes += len(info["episode_returns"])
-        self.dropped_batches += info.get("dropped_batches", 0)
-        self.preempted_batches += info.get("preempted_batches", 0)
+        for key in _COUNTS:
+            setattr(self, key, getattr(self, key) + info.get(key, 0))
+        self.healthy_workers = info.get("healthy_workers", self.healthy_workers)
         self.policy_lags.update(info.get("policy_lags", ()))
         self._returns.extend(info["episode_returns"])
         self._lengths.extend(info["episode_lengths"])
@@ -245,9 +251,8 @@ class Learner:
             "eval_return_std": None,
             "policy_version": self.policy_version,
             "policy_lag_mean": 0.0,
-            "worker_restarts": 0,
-            "dropped_batches": self.dropped_batches,
-            "preempted_batches": self.preempted_batches,
+            **{key: getattr(self, key) for key in _COUNTS},
+            "healthy_workers": self.healthy_workers,
             "gradient_staleness": 0.0,
         }
         for key, values in self._interval.items():
@@ -274,7 +279,7 @@ class Learner:
         counters = {
             "env_steps": self.env_steps, "updates": self.updates, "episodes": self.episodes,
             "policy_version": self.policy_version, "wall_time_s": self.wall_time_s,
-            "dropped_batches": self.dropped_batches, "preempted_batches": self.preempted_batches,
+            **{key: getattr(self, key) for key in _COUNTS},
             "next": {k: (None if math.isinf(v) else v) for k, v in self._next.items()},
             "returns": list(self._returns), "lengths": list(self._lengths),
             "solved_at": list(self.solved_at) if self.solved_at else None,
@@ -289,8 +294,8 @@ class Learner:
             self.scheme.load_state_dict(state["scheme"])
             self.env_steps, self.updates, self.episodes = int(c["env_steps"]), int(c["updates"]), int(c["episodes"])
             self.policy_version = int(c["policy_version"])
-            self.dropped_batches = int(c.get("dropped_batches", 0))
-            self.preempted_batches = int(c.get("preempted_batches", 0))
+            for key in _COUNTS:
+                setattr(self, key, int(c.get(key, 0)))
             self.wall_time_offset = float(c["wall_time_s"])
             self._next = {k: (math.inf if v is None else v) for k, v in c["next"].items()}
             self._returns.extend(c["returns"])

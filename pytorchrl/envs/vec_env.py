@@ -133,7 +133,8 @@ class VecEnv:
         """Check the env and return ``(factory, observation_space, action_space)``.
 
         ``factory(worker_index=0, test=False)`` builds the vector env inside whatever process calls
-        it; test envs have ``num_test_envs`` envs (default ``num_envs``).
+        it; test envs have ``num_test_envs`` envs (default ``num_envs``) and are made with
+        ``eval_env_kwargs`` instead of ``env_kwargs`` when it is given.
 
         :raises InputError: for an unknown env id or an unsupported space.
         """
@@ -258,7 +259,12 @@ class VecEnv:
         self.env.close()
 
 
-def _build_vec_env(cls: type[VecEnv], env_id: str, *, num_test_envs: int, num_envs: int, worker_index: int = 0, test: bool = False, **kwargs: Any) -> VecEnv:
+def _build_vec_env(
+    cls: type[VecEnv], env_id: str, *, num_test_envs: int, num_envs: int, worker_index: int = 0, test: bool = False,
+    eval_env_kwargs: dict | None = None, **kwargs: Any,
+) -> VecEnv:
+    if test and eval_env_kwargs is not None:
+        kwargs["env_kwargs"] = eval_env_kwargs
     return cls(env_id, num_envs=num_test_envs if test else num_envs, worker_index=worker_index, test=test, **kwargs)
 
 

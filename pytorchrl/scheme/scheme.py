@@ -15,7 +15,7 @@ from pytorchrl.agent.storages.on_policy.vtrace_buffer import VTraceBuffer
 from pytorchrl.config import Config, ConfigError, SchemeConfig
 from pytorchrl.envs.vec_env import VecEnv
 from pytorchrl.scheme.base.ray_runtime import configure_ray
-from pytorchrl.scheme.base.worker_set import check_fits, cluster_resources
+from pytorchrl.scheme.base.worker_set import FaultTolerance, check_fits, cluster_resources
 from pytorchrl.scheme.collection.collection_worker_set import CollectionWorkerSet
 from pytorchrl.scheme.gradients.gradient_worker_set import GradientWorkerSet
 from pytorchrl.scheme.updates.update_worker import UpdateWorker
@@ -73,6 +73,12 @@ class Scheme:
             fraction_samples=config.fraction_samples,
             fraction_workers=config.fraction_workers,
             compress=config.compress_data,
+            fault=FaultTolerance(
+                max_restarts=config.max_worker_restarts,
+                restart_delay_s=config.worker_restart_delay_s,
+                ignore_failures=config.ignore_worker_failures,
+                timeout_s=config.worker_timeout_s,
+            ),
         )
         grad_kwargs = {
             "col_workers_factory": col_workers_factory, "actor_factory": actor_factory, "algo_factory": algo_factory,
@@ -127,6 +133,7 @@ def build_scheme(config: Config) -> Scheme:
         num_test_envs=env.num_test_envs,
         vectorization=env.vectorization,
         env_kwargs=env.env_kwargs,
+        eval_env_kwargs=env.eval_env_kwargs,
         max_episode_steps=env.max_episode_steps,
         normalize_obs=env.normalize_obs,
         normalize_reward=env.normalize_reward,

@@ -1,4 +1,4 @@
-"""Errors that mean "the user gave bad input": the CLI turns them into one line and exit 2."""
+"""Errors the CLI turns into one line on stderr: bad input (exit 2) and lost workers (exit 1)."""
 
 
 class InputError(Exception):
@@ -14,3 +14,8 @@ class ConfigError(InputError):
 
 class CheckpointError(InputError):
     """A missing, truncated or otherwise unreadable checkpoint."""
+
+
+class WorkerFailure(RuntimeError):
+    """Remote workers died and could not be replaced (``scheme.max_worker_restarts`` used up, or,
+    with ``scheme.ignore_worker_failures``, none left). The run's last checkpoint stays valid."""

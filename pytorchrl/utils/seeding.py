@@ -19,6 +19,7 @@ TRAIN_ROLE = 0
 TEST_ROLE = 1
 ACTING_ROLE = 2
 GRADIENT_ROLE = 3
+RESTART_ROLE = 4
 
 
 def derive_seed(run_seed: int, *keys: int) -> int:
@@ -29,6 +30,13 @@ def derive_seed(run_seed: int, *keys: int) -> int:
     """
     seq = np.random.SeedSequence(entropy=int(run_seed), spawn_key=tuple(int(k) for k in keys))
     return int(seq.generate_state(1, dtype=np.uint32)[0])
+
+
+def generation_seed(run_seed: int, generation: int) -> int:
+    """The run seed a worker's streams derive from: ``run_seed`` itself for an original worker,
+    a fresh one for its ``generation``-th replacement (a replacement must not replay the streams
+    of the worker it replaces)."""
+    return run_seed if generation == 0 else derive_seed(run_seed, RESTART_ROLE, generation)
 
 
 def seed_everything(seed: int) -> None:

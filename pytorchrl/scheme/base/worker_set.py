@@ -13,18 +13,39 @@ with local workers only never starts Ray.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from pytorchrl.scheme.base import compression
 from pytorchrl.scheme.base.ray_runtime import ensure_ray, planned_local_resources
+from pytorchrl.utils.errors import WorkerFailure
 
 W = TypeVar("W")
 
 #: a concurrency group for calls that must run while a long call (collect_data) is running
 CONTROL_GROUP = "control"
+#: how long a new remote worker may take to start
+STARTUP_TIMEOUT_S = 300.0
 #: below this size a value shared by calls travels inside each call (Ray inlines arguments up to 100 KB)
 INLINE_BYTES = 90 * 1024
+
+
+@dataclass(frozen=True)
+class FaultTolerance:
+    """What a :class:`WorkerSet` does when a remote worker dies (``scheme.*`` keys of the same names).
+
+    :param max_restarts: replacements allowed over the set's life (``max_worker_restarts``).
+    :param restart_delay_s: wait before a replacement (``worker_restart_delay_s``).
+    :param ignore_failures: go on with fewer workers instead (``ignore_worker_failures``).
+    :param timeout_s: a call not answered in this long means its worker is dead (``worker_timeout_s``).
+    """
+
+    max_restarts: int = 0
+    restart_delay_s: float = 0.0
+    ignore_failures: bool = False
+    timeout_s: float | None = None
 
 
 class _WorkerHost:
@@ -34,9 +55,13 @@ class _WorkerHost:
     :mod:`.compression`); packed arguments are unpacked before the call.
     """
 
-    def __init__(self, worker_factory: Callable[..., Any], index: int, compress: bool) -> None:
-        self.worker = worker_factory(index, local=False)
+    def __init__(self, worker_factory: Callable[..., Any], index: int, compress: bool, generation: int) -> None:
+        self.worker = worker_factory(index, local=False, generation=generation)
         self.compress = compress
+
+    def ready(self) -> bool:
+        """Answers once the worker is built (its constructor ran before any call)."""
+        return True
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         args = tuple(compression.unpack(a) for a in args)
@@ -48,11 +73,17 @@ class _WorkerHost:
 class WorkerSet(Generic[W]):
     """A local worker and ``num_remote`` remote ones, all built by ``worker_factory(index, local=...)``.
 
-    :param worker_factory: ``worker_factory(index, local=bool) -> worker``; picklable.
+    A remote worker that dies is replaced through :meth:`replace` (see :class:`FaultTolerance`):
+    the new one is built by the same factory with the same index and the next ``generation``,
+    which the factories turn into fresh seeds.
+
+    :param worker_factory: ``worker_factory(index, local=bool, generation=int) -> worker``; picklable.
     :param num_remote: remote workers (indices 1..num_remote); the local one has index 0.
     :param resources: Ray resources of each remote worker: ``num_cpus``, ``num_gpus``,
         ``memory`` (bytes or None) and ``resources`` (custom, e.g. ``{"node_a": 1}``).
     :param compress: lz4-compress what remote workers send back (rollouts, gradients).
+    :param fault: what to do when a remote worker dies.
+    :param name: what the workers are called in messages ("collection worker").
     """
 
     def __init__(
@@ -62,19 +93,82 @@ class WorkerSet(Generic[W]):
         num_remote: int = 0,
         resources: dict[str, Any] | None = None,
         compress: bool = False,
+        fault: FaultTolerance | None = None,
+        name: str = "worker",
     ) -> None:
         self.worker_factory = worker_factory
         self.resources = dict(resources or {})
         self.compress = compress
+        self.fault = fault or FaultTolerance()
+        self.name = name
+        self.restarts = 0
         self.local_worker: W = worker_factory(0, local=True)
         self.remote_workers: list[Any] = []
+        self._index: dict[Any, tuple[int, int]] = {}  # remote handle -> (index, generation)
         if num_remote:
             ray = ensure_ray()
             self._actor_cls = ray.remote(**actor_options(self.resources))(_WorkerHost)
             self.remote_workers = [self._make_remote(i) for i in range(1, num_remote + 1)]
+            self._await_ready(self.remote_workers)
 
-    def _make_remote(self, index: int) -> Any:
-        return self._actor_cls.remote(self.worker_factory, index, self.compress)
+    def _make_remote(self, index: int, generation: int = 0) -> Any:
+        handle = self._actor_cls.remote(self.worker_factory, index, self.compress, generation)
+        self._index[handle] = (index, generation)
+        return handle
+
+    # ------------------------------------------------------------------- failures
+
+    @staticmethod
+    def is_failure(error: BaseException) -> bool:
+        """Whether ``error`` (raised by :meth:`get`) means the worker is gone: its process or node
+        died, or the call raised inside it (the worker's state is then unknown)."""
+        import ray.exceptions
+
+        return isinstance(error, (ray.exceptions.RayActorError, ray.exceptions.RayTaskError))
+
+    def replace(self, worker: Any, reason: str) -> Any | None:
+        """Retire a dead (or unresponsive) remote ``worker`` and build its replacement.
+
+        :return: the new worker, in the dead one's place; None when failures are ignored (the
+            set goes on with one worker fewer).
+        :raises WorkerFailure: restarts used up, or (ignoring failures) no worker left.
+        """
+        import ray
+
+        index, generation = self._index.pop(worker)
+        ray.kill(worker, no_restart=True)  # a stalled one must not come back and answer late
+        position = self.remote_workers.index(worker)
+        if self.fault.ignore_failures:
+            del self.remote_workers[position]
+            if not self.remote_workers:
+                raise WorkerFailure(f"every remote {self.name} has died (last: {reason}); scheme.ignore_worker_failures leaves none to go on with")
+            return None
+        if self.restarts >= self.fault.max_restarts:
+            raise WorkerFailure(
+                f"remote {self.name} {index} died ({reason}) and scheme.max_worker_restarts = "
+                f"{self.fault.max_restarts} replacements are used up"
+            )
+        self.restarts += 1
+        time.sleep(self.fault.restart_delay_s)
+        new = self._make_remote(index, generation + 1)
+        self._await_ready([new])
+        self.remote_workers[position] = new
+        return new
+
+    def _await_ready(self, workers: list[Any]) -> None:
+        """Wait until ``workers`` are built, so that ``timeout_s`` never counts a worker's start-up
+        (seconds: a process, imports, envs); a worker that cannot start at all is an error."""
+        import ray
+
+        limit = max(STARTUP_TIMEOUT_S, self.fault.timeout_s or 0.0)
+        refs = [w.ready.remote() for w in workers]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=limit)
+        for ref in ready:
+            ok, reason = self.try_get(ref)
+            if not ok:
+                raise WorkerFailure(f"a remote {self.name} could not start: {reason}")
+        if len(ready) < len(refs):
+            raise WorkerFailure(f"remote {self.name}s did not start within {limit:g} s; is the Ray cluster overloaded?")
 
     @property
     def num_workers(self) -> int:
@@ -129,6 +223,16 @@ class WorkerSet(Generic[W]):
         out = ray.get(refs)
         return [compression.unpack(o) for o in out] if isinstance(refs, list) else compression.unpack(out)
 
+    def try_get(self, ref: Any) -> tuple[bool, Any]:
+        """``(True, value)`` of one ref, or ``(False, reason)`` when its worker failed
+        (:meth:`is_failure`); any other error is raised."""
+        try:
+            return True, self.get(ref)
+        except Exception as error:
+            if not self.is_failure(error):
+                raise
+            return False, failure_reason(error)
+
     def close(self) -> None:
         close = getattr(self.local_worker, "close", None)
         if close is not None:
@@ -139,6 +243,19 @@ class WorkerSet(Generic[W]):
             for w in self.remote_workers:
                 ray.kill(w)
             self.remote_workers = []
+
+
+def failure_reason(error: BaseException) -> str:
+    """One line on why a remote call failed (for messages and logs)."""
+    import ray.exceptions
+
+    if isinstance(error, ray.exceptions.RayTaskError):
+        cause = getattr(error, "cause", None) or error
+        lines = str(cause).strip().splitlines()
+        return f"{type(cause).__name__}: {lines[-1] if lines else ''}".rstrip(": ")
+    if isinstance(error, ray.exceptions.RayActorError):
+        return "its process died"
+    return type(error).__name__
 
 
 def replica_ordinal(index: int) -> int:

@@ -7,6 +7,7 @@ from typing import Any
 
 from pytorchrl.scheme.base.worker_set import WorkerSet, replica_ordinal
 from pytorchrl.scheme.gradients.gradient_worker import GradientWorker
+from pytorchrl.utils.seeding import generation_seed
 
 
 class GradientWorkerSet:
@@ -48,9 +49,12 @@ class GradientWorkerSet:
         self.workers.close()
 
 
-def _make_gradient_worker(index: int, *, local: bool, worker_kwargs: dict[str, Any], has_remote: bool, collectors: int) -> GradientWorker:
+def _make_gradient_worker(
+    index: int, *, local: bool, worker_kwargs: dict[str, Any], has_remote: bool, collectors: int, generation: int = 0
+) -> GradientWorker:
     if local and has_remote:
         overrides: dict[str, Any] = {"evaluation_only": True}
     else:
         overrides = {"index_offset": replica_ordinal(index) * collectors}
-    return GradientWorker(index, col_overrides=overrides, **worker_kwargs)
+    kwargs = {**worker_kwargs, "seed": generation_seed(worker_kwargs["seed"], generation)}
+    return GradientWorker(index, col_overrides=overrides, **kwargs)

@@ -11,7 +11,9 @@ import torch
 from pytorchrl.scheme.gradients.gradient_worker_set import GradientWorkerSet
 
 #: per-step diagnostics that are averaged over gradient workers (the rest are summed or joined)
-_SUMMED = ("env_steps", "dropped_batches", "preempted_batches", "num_batches", "num_samples")
+_SUMMED = (
+    "env_steps", "dropped_batches", "preempted_batches", "lost_batches", "worker_restarts", "healthy_workers", "num_batches", "num_samples",
+)
 _JOINED = ("episode_returns", "episode_lengths", "policy_lags")
 
 

@@ -1,0 +1,118 @@
+"""Fault tolerance of remote collection workers, on real Ray actors with injected faults
+(``pytorchrl/CrashingCartPole-v1``): dead workers are replaced, lost rollouts counted, and the
+run goes on (or, when it cannot, stops with one clear line)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import gymnasium as gym
+import pytest
+
+from pytorchrl.config import from_dict
+from pytorchrl.envs.registration import EnvCrash
+from pytorchrl.learner import Learner
+from pytorchrl.utils.errors import WorkerFailure
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+def crashing_learner(env_kwargs: dict, scheme: dict, *, target_steps: int = 1_536, seed: int = 1) -> Learner:
+    raw = {
+        # evaluation runs in this process: its envs must not crash it
+        "env": {"env_id": "pytorchrl/CrashingCartPole-v1", "num_envs": 4, "env_kwargs": env_kwargs, "eval_env_kwargs": {}},
+        "storage": {"num_steps": 32},
+        "algorithm": {"name": "ppo", "num_epochs": 1, "minibatch_size": 128},
+        "run": {"seed": seed, "target_steps": target_steps, "eval_every": 0},
+        "scheme": {
+            "num_col_workers": 2, "col_worker_resources": {"num_cpus": 0.1}, "worker_restart_delay_s": 0.0,
+            "max_worker_restarts": 50, **scheme,
+        },
+    }
+    return Learner.from_config(from_dict(raw), progress=False)
+
+
+def train(learner: Learner) -> dict:
+    try:
+        return learner.train()
+    finally:
+        learner.close()
+
+
+@pytest.mark.parametrize("crash_mode", ["exit", "exception"])
+@pytest.mark.parametrize("communication", ["synchronous", "asynchronous"])
+def test_dead_workers_are_replaced_and_training_completes(ray_session, crash_mode, communication):
+    # every worker generation dies in its 4th rollout (32 steps each); the budget needs 12 rollouts
+    learner = crashing_learner({"crash_after_steps": 100, "crash_mode": crash_mode}, {"col_communication": communication})
+    summary = train(learner)
+    assert summary["env_steps"] >= 1_536  # the budget was reached
+    assert learner.worker_restarts >= 1
+    # each death loses exactly the rollout that worker was collecting, and nothing else
+    assert learner.lost_batches == learner.worker_restarts
+    assert learner.healthy_workers == 2
+    assert learner.metrics()["worker_restarts"] == learner.worker_restarts
+
+
+def test_restarts_used_up_stop_the_run_with_one_line(ray_session):
+    learner = crashing_learner({"p_crash": 1.0, "crash_mode": "exception"}, {"max_worker_restarts": 2})
+    with pytest.raises(WorkerFailure, match=r"remote collection worker \d died \(EnvCrash: .*injected fault\)\) and scheme.max_worker_restarts = 2"):
+        train(learner)
+    assert learner.scheme is not None
+
+
+def test_ignoring_failures_goes_on_with_fewer_workers(ray_session):
+    learner = crashing_learner({}, {"ignore_worker_failures": True, "col_communication": "asynchronous"})
+    try:
+        learner.step()
+        workers = learner.scheme.collection_workers.workers
+        ray_session.kill(workers.remote_workers[0])
+        for _ in range(8):
+            learner.step()
+        assert learner.healthy_workers == 1 and len(workers.remote_workers) == 1
+        assert learner.worker_restarts == 0
+        assert learner.lost_batches <= 1  # at most the rollout the killed worker had under way
+    finally:
+        learner.close()
+
+
+def test_a_stalled_worker_is_treated_as_dead(ray_session):
+    # one worker, 4 rollouts of 32 steps: generation 0 hangs in its 4th rollout (step 100), is
+    # killed after 3 s, and its replacement collects the 4th rollout
+    learner = crashing_learner(
+        {"stall_after_steps": 100, "stall_s": 120.0}, {"num_col_workers": 1, "worker_timeout_s": 3.0}, target_steps=512
+    )
+    summary = train(learner)
+    assert summary["env_steps"] == 512
+    assert learner.worker_restarts == 1 and learner.lost_batches == 1
+
+
+def test_crashing_env_is_reproducible_and_checks_its_arguments():
+    env = gym.make("pytorchrl/CrashingCartPole-v1", p_crash=0.05)
+    crashes = []
+    for _ in range(2):
+        env.reset(seed=7)
+        for step in range(1_000):
+            try:
+                _, _, terminated, truncated, _ = env.step(step % 2)
+            except EnvCrash:
+                crashes.append(step)
+                break
+            if terminated or truncated:
+                env.reset()
+    assert len(crashes) == 2 and crashes[0] == crashes[1]  # seeded: the same step both times
+    with pytest.raises(ValueError, match="crash_mode = 'segfault' is not allowed"):
+        gym.make("pytorchrl/CrashingCartPole-v1", crash_mode="segfault")
+
+
+def test_cli_reports_lost_workers_in_one_line(ray_session, pytorchrl_cmd, tmp_path):
+    cmd = [
+        *pytorchrl_cmd, "train", "configs/ppo/cartpole.yaml", "--quiet", "--run-dir", str(tmp_path / "run"),
+        "env.env_id=pytorchrl/CrashingCartPole-v1", "env.env_kwargs={p_crash: 1.0}", "env.eval_env_kwargs={}", "env.num_envs=2",
+        "scheme.num_col_workers=1", "scheme.max_worker_restarts=1", "scheme.worker_restart_delay_s=0",
+        "scheme.col_worker_resources.num_cpus=0.1", "scheme.ray.num_cpus=1",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 1, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("pytorchrl: error: remote collection worker 1 died (EnvCrash:")
+    assert "scheme.max_worker_restarts = 1" in last and "Traceback" not in proc.stderr
