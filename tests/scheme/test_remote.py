@@ -175,15 +175,34 @@ def test_synchronous_round_preempts_a_slow_worker(ray_session):
 
 
 def test_fraction_workers_ends_rounds_early(ray_session):
-    learner = make_learner({"num_col_workers": 2, "fraction_workers": 0.5})
+    """With fraction_workers 0.5 the first of 2 workers to finish ends the round; the other's
+    shorter rollout is used too."""
+    # the envs stall 50 ms at random (seeded, different per worker) steps, so that one worker is
+    # well behind the other in most rounds, whatever the machine's speed
+    raw = {
+        **SMALL,
+        "env": {
+            "env_id": "pytorchrl/CrashingCartPole-v1", "num_envs": 1, "env_kwargs": {"p_stall": 0.1, "stall_s": 0.05},
+            "eval_env_kwargs": {},
+        },
+        "storage": {"num_steps": 64},
+        "scheme": {**FRACTIONAL, "num_col_workers": 2, "fraction_workers": 0.5},
+    }
+    scheme = build_scheme(from_dict(raw))
     try:
-        for _ in range(24):
-            learner.step()
-        full_rounds = 6 * 2 * 64
-        assert learner.env_steps <= full_rounds
-        assert learner.env_steps > 6 * 64  # the preempted worker's partial rollouts are used too
+        col: CollectionWorkerSet = scheme.collection_workers
+        sizes = []
+        for version in range(6):
+            col.sync_weights(scheme.algorithm.get_weights(), version)
+            data, info = col.collect()
+            assert info["num_batches"] == 2 and len(data) == 2  # the preempted rollout is not thrown away
+            sizes.append(sorted(d["rewards"].shape[0] for d in data))
+            assert info["env_steps"] == sum(sizes[-1])
+        shortened = [s for s in sizes if s[0] < 64]
+        assert shortened and all(s[1] == 64 for s in sizes)  # one full rollout per round, the other cut
+        assert col.preempted_batches == len(shortened)
     finally:
-        learner.close()
+        scheme.close()
 
 
 def test_workers_that_cannot_fit_the_cluster_fail_fast(ray_session):
