@@ -282,6 +282,29 @@ def policy_lag(seeds: list[int]) -> dict[str, Any]:
     }
 
 
+def fault_tolerance(seeds: list[int], *, crash_every_s: tuple[float, ...] = (20.0, 3.0)) -> dict[str, Any]:
+    """PPO CartPole, 2 remote collection workers: time to 475 without faults and with a worker crash (process exit) every ~20 s and ~3 s."""
+    config = "ppo/cartpole_sync_2workers.yaml"
+    env = ("env.env_id=pytorchrl/CrashingCartPole-v1", "env.eval_env_kwargs={}", "scheme.col_worker_resources.num_cpus=0.5")
+    clean = learning(config, 475.0, 150_000, seeds, env)
+    clean_s = clean["median_solved_at_wall_time_s"]
+    # crashes at a given mean interval of training time, at the clean runs' env-step rate
+    rate = statistics.median(r["env_steps"] / r["wall_time_s"] for r in clean["runs"])
+    result: dict[str, Any] = {"clean_solved": clean["solved"], "clean_median_time_to_475_s": clean_s}
+    for every in crash_every_s:
+        p_crash = 1.0 / (every * rate)
+        faulty = learning(config, 475.0, 150_000, seeds, (*env, f"env.env_kwargs={{p_crash: {p_crash:.3g}, crash_mode: exit}}"))
+        faulty_s = faulty["median_solved_at_wall_time_s"]
+        tag = f"crash_every_{every:g}s"
+        result[f"{tag}_p_crash_per_env_step"] = float(f"{p_crash:.3g}")
+        result[f"{tag}_solved"] = faulty["solved"]
+        result[f"{tag}_median_time_to_475_s"] = faulty_s
+        result[f"{tag}_vs_clean_time"] = faulty_s / clean_s if clean_s and faulty_s else None
+        result[f"{tag}_worker_restarts_per_run"] = [r["worker_restarts"] for r in faulty["runs"]]
+        result[f"{tag}_lost_batches_per_run"] = [r["lost_batches"] for r in faulty["runs"]]
+    return result
+
+
 BENCHMARKS: dict[str, Callable[[list[int]], dict[str, Any]]] = {
     "ppo_cartpole": ppo_cartpole,
     "collection": collection,
@@ -292,6 +315,7 @@ BENCHMARKS: dict[str, Callable[[list[int]], dict[str, Any]]] = {
     "compression": compression,
     "policy_lag": policy_lag,
     "distributed_learning": distributed_learning,
+    "fault_tolerance": fault_tolerance,
 }
 
 

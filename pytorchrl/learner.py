@@ -214,6 +214,8 @@ class Learner:
             "solved_at_env_steps": self.solved_at[0] if self.solved_at else None,
             "solved_at_wall_time_s": round(self.solved_at[1], 3) if self.solved_at else None,
             "stop_reason": self.stop_reason or "target_steps",
+            "worker_restarts": self.worker_restarts,
+            "lost_batches": self.lost_batches,
         }
         if self.run_dir is not None:
             (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -51,8 +51,8 @@ class FaultTolerance:
 class _WorkerHost:
     """The Ray actor: hosts one worker and runs its methods by name.
 
-    Results travel as numpy arrays, lz4-compressed when ``compress`` is set (see
-    :mod:`.compression`); packed arguments are unpacked before the call.
+    Results travel packed, their tensors in one buffer, lz4-compressed when ``compress`` is set
+    (see :mod:`.compression`); packed arguments are unpacked before the call.
     """
 
     def __init__(self, worker_factory: Callable[..., Any], index: int, compress: bool, generation: int) -> None:
@@ -195,8 +195,8 @@ class WorkerSet(Generic[W]):
         return self.get([self.call(w, method, *args, **kwargs) for w in self.remote_workers])
 
     def put(self, value: Any, *, compress: bool = False) -> Any:
-        """Make ``value`` ready to be passed to any number of calls; tensors go as numpy arrays,
-        lz4-compressed with ``compress`` and the set's compression on.
+        """Make ``value`` ready to be passed to any number of calls, packed (its tensors in one
+        buffer, lz4-compressed with ``compress`` and the set's compression on).
 
         A large value is stored once in the object store and the ref returned (every call then
         reads the one copy). A small one (under Ray's limit for inline arguments, 100 KB) is
