@@ -24,7 +24,8 @@ from pytorchrl.scheme.updates.update_worker import UpdateWorker
 class Scheme:
     """Collection workers feed gradient workers, which feed the update worker.
 
-    :param env_factory: ``(worker_index, test=False) -> VecEnv`` (see :meth:`VecEnv.create_factory`).
+    :param env_factory: ``(worker_index, test=False, seed=...) -> VecEnv`` (see :meth:`VecEnv.create_factory`;
+        ``seed`` overrides its run seed, for replacement workers).
     :param actor_factory: ``(device) -> actor``.
     :param algo_factory: ``(actor, device) -> Algorithm``.
     :param storage_factory: ``(device=...) -> storage``.

@@ -29,12 +29,10 @@ SMALL = {
 FRACTIONAL = {"col_worker_resources": {"num_cpus": 0.1}, "grad_worker_resources": {"num_cpus": 0.1}}
 
 
-def make_learner(scheme: dict, *, wait_for_workers: bool = False) -> Learner:
+def make_learner(scheme: dict) -> Learner:
+    """A small learner; its remote workers have all started when it returns (WorkerSet waits)."""
     raw = {**SMALL, "scheme": {**FRACTIONAL, **scheme}}
-    learner = Learner.from_config(from_dict(raw), progress=False)
-    if wait_for_workers:  # on a busy machine one actor can take seconds longer to start than another
-        learner.scheme.collection_workers.workers.call_all("normalization_state")
-    return learner
+    return Learner.from_config(from_dict(raw), progress=False)
 
 
 def train_updates(scheme: dict, updates: int) -> tuple[Learner, dict]:
@@ -116,7 +114,7 @@ def test_decentralised_replicas_stay_identical(ray_session):
 
 
 def test_async_collection_drops_batches_older_than_max_policy_lag(ray_session):
-    learner = make_learner({"num_col_workers": 2, "col_communication": "asynchronous", "max_policy_lag": 0}, wait_for_workers=True)
+    learner = make_learner({"num_col_workers": 2, "col_communication": "asynchronous", "max_policy_lag": 0})
     try:
         for _ in range(40):
             learner.step()
@@ -128,7 +126,7 @@ def test_async_collection_drops_batches_older_than_max_policy_lag(ray_session):
 
 
 def test_async_collection_logs_policy_lag(ray_session):
-    learner = make_learner({"num_col_workers": 2, "col_communication": "asynchronous"}, wait_for_workers=True)
+    learner = make_learner({"num_col_workers": 2, "col_communication": "asynchronous"})
     try:
         for _ in range(40):
             learner.step()

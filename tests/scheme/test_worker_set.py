@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from pytorchrl.scheme.base import compression
@@ -68,3 +70,26 @@ def test_merging_the_infos_of_two_gradient_workers():
     assert m["round_end"] is True and m["collect_time_s"] == 0.5
     assert "skipped" not in merge_step_infos([{**a, "skipped": 1.0}, b])
     assert merge_step_infos([{**a, "skipped": 1.0}, {**b, "skipped": 1.0}])["skipped"] == 1.0
+
+
+def test_a_replacement_collection_worker_gets_fresh_env_and_acting_seeds():
+    from pytorchrl.agent.actors.on_policy import OnPolicyActor
+    from pytorchrl.agent.algorithms import PPO
+    from pytorchrl.agent.storages.on_policy.gae_buffer import GAEBuffer
+    from pytorchrl.envs.vec_env import VecEnv
+    from pytorchrl.scheme.collection.collection_worker_set import _make_collection_worker
+
+    env_factory, obs_space, act_space = VecEnv.create_factory("CartPole-v1", num_envs=2, seed=5)
+    kwargs = {
+        "env_factory": env_factory, "actor_factory": OnPolicyActor.create_factory(obs_space, act_space),
+        "algo_factory": PPO.create_factory(), "seed": 5,
+        "storage_factory": GAEBuffer.create_factory(num_steps=4, num_envs=2, obs_shape=(4,), action_shape=(), discrete=True),
+    }
+    make = functools.partial(_make_collection_worker, worker_kwargs=kwargs, offset=0, local_collects=True)
+    local, original, replacement = make(0, local=True), make(1, local=False), make(1, local=False, generation=1)
+    # remote worker 1 of generation 0 collects what the local worker would; its replacement does not
+    assert original.envs._seeds == local.envs._seeds
+    assert not set(replacement.envs._seeds) & set(original.envs._seeds)
+    assert replacement._stream.state.ne(original._stream.state).any()
+    for worker in (local, original, replacement):
+        worker.close()

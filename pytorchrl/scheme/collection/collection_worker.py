@@ -19,7 +19,8 @@ class CollectionWorker:
 
     :param index: collector index: part of every env seed and of the acting stream's seed, so
         the same index collects the same data in a local or a remote worker.
-    :param env_factory: ``env_factory(worker_index, test=False) -> VecEnv``.
+    :param env_factory: ``env_factory(worker_index, test=False, seed=...) -> VecEnv`` (``seed``:
+        the run seed the env streams derive from, when not the factory's own).
     :param actor_factory: ``actor_factory(device) -> actor``.
     :param algo_factory: ``algo_factory(actor, device) -> Algorithm``.
     :param storage_factory: ``storage_factory(device=...) -> storage``.
@@ -27,6 +28,8 @@ class CollectionWorker:
     :param device: torch device for acting.
     :param torch_threads: ``torch.set_num_threads`` for this process.
     :param seed: the run seed (of the acting stream, whose key is ``index``).
+    :param env_seed: the run seed of the train envs' streams (None: the env factory's own); a
+        replacement worker gets a fresh one.
     """
 
     def __init__(
@@ -41,6 +44,7 @@ class CollectionWorker:
         device: str = "cpu",
         torch_threads: int = 1,
         seed: int = 0,
+        env_seed: int | None = None,
     ) -> None:
         torch.set_num_threads(torch_threads)
         self.index = index
@@ -50,7 +54,8 @@ class CollectionWorker:
         self.env_factory = env_factory
         self.actor = actor_factory(self.device)
         self.algo = algo_factory(self.actor, self.device)
-        self.envs = env_factory(worker_index=index) if collect else None
+        seeded = {} if env_seed is None else {"seed": env_seed}
+        self.envs = env_factory(worker_index=index, **seeded) if collect else None
         self.storage = storage_factory(device=self.device) if collect else None
         self.test_envs: VecEnv | None = None
         self._started = False

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 import time
 from collections.abc import Callable
@@ -305,10 +304,7 @@ def _make_collection_worker(
     # replacement (generation > 0) keeps the number and gets fresh seeds
     kwargs = dict(worker_kwargs)
     if generation:
-        kwargs["seed"] = seed = generation_seed(worker_kwargs.get("seed", 0), generation)
-        params = inspect.signature(kwargs["env_factory"]).parameters.values()
-        if any(p.name == "seed" or p.kind is p.VAR_KEYWORD for p in params):  # VecEnv.create_factory's takes it
-            kwargs["env_factory"] = functools.partial(kwargs["env_factory"], seed=seed)
+        kwargs["seed"] = kwargs["env_seed"] = generation_seed(worker_kwargs.get("seed", 0), generation)
     return CollectionWorker(offset + replica_ordinal(index), collect=local_collects if local else True, **kwargs)
 
 

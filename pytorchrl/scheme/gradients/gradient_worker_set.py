@@ -7,7 +7,6 @@ from typing import Any
 
 from pytorchrl.scheme.base.worker_set import WorkerSet, replica_ordinal
 from pytorchrl.scheme.gradients.gradient_worker import GradientWorker
-from pytorchrl.utils.seeding import generation_seed
 
 
 class GradientWorkerSet:
@@ -56,5 +55,5 @@ def _make_gradient_worker(
         overrides: dict[str, Any] = {"evaluation_only": True}
     else:
         overrides = {"index_offset": replica_ordinal(index) * collectors}
-    kwargs = {**worker_kwargs, "seed": generation_seed(worker_kwargs["seed"], generation)}
-    return GradientWorker(index, col_overrides=overrides, **kwargs)
+    del generation  # gradient workers are not replaced (yet): there is only generation 0
+    return GradientWorker(index, col_overrides=overrides, **worker_kwargs)

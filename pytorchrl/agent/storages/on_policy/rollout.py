@@ -148,10 +148,6 @@ class RolloutStorage:
         self.step = 0
         return data
 
-    @property
-    def last_obs(self) -> torch.Tensor:
-        return self.obs[self.step]
-
     # -------------------------------------------------------------------- gradient side
 
     def add_data(self, data: dict[str, torch.Tensor]) -> None:
