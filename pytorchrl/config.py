@@ -89,6 +89,12 @@ class EnvConfig:
     clip_reward: float = param(10.0, "Clip scaled rewards to [-clip_reward, clip_reward].", min=0, min_exclusive=True)
     reward_gamma: float = param(0.99, "Discount used by reward scaling's running return.", min=0, max=1)
     num_test_envs: int = param(10, "Environments used (vectorized) for deterministic evaluation.", min=1)
+    restart_failed_envs: bool = param(
+        False,
+        "Recreate an env that raises in step or reset inside its worker; its episode is cut (not counted in returns) "
+        "and counted in env_restarts. Exceptions only: a process exit is a worker failure (see scheme.max_worker_restarts). "
+        "Not with vectorization 'native' ('auto' then uses 'sync').",
+    )
 
 
 @dataclass(frozen=True)

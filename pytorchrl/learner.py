@@ -25,7 +25,7 @@ _MEAN_KEYS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fractio
 
 
 #: event counters kept over the whole run (and its checkpoints)
-_COUNTS = ("dropped_batches", "preempted_batches", "lost_batches", "worker_restarts")
+_COUNTS = ("dropped_batches", "preempted_batches", "lost_batches", "worker_restarts", "env_restarts")
 
 
 class Learner:
@@ -50,8 +50,8 @@ class Learner:
         self.updates = 0
         self.episodes = 0
         self.policy_version = 0
-        #: rollouts dropped (policy lag), preempted, lost with dead workers; workers replaced
-        self.dropped_batches = self.preempted_batches = self.lost_batches = self.worker_restarts = 0
+        #: rollouts dropped (policy lag), preempted, lost with dead workers; workers and envs replaced
+        self.dropped_batches = self.preempted_batches = self.lost_batches = self.worker_restarts = self.env_restarts = 0
         self.healthy_workers: int | None = None  # remote collection workers alive (None: none remote)
         #: how many rollouts were used at each policy lag (versions behind the learner)
         self.policy_lags: Counter[int] = Counter()
@@ -121,6 +121,8 @@ class Learner:
         if not info.get("skipped"):
             self.updates += 1
         self.policy_version = info.get("policy_version", self.policy_version)
+        for key in _COUNTS:  # collection events, and gradients lost with dead gradient workers
+            setattr(self, key, getattr(self, key) + info.get(key, 0))
         if "env_steps" in info:
             self._on_collection(info)
         for key in (*_MEAN_KEYS, "policy_lag_mean", "gradient_staleness"):
@@ -137,8 +139,6 @@ class Learner:
     def _on_collection(self, info: dict[str, Any]) -> None:
         self.env_steps += info["env_steps"]
         self.episodes += len(info["episode_returns"])
-        for key in _COUNTS:
-            setattr(self, key, getattr(self, key) + info.get(key, 0))
         self.healthy_workers = info.get("healthy_workers", self.healthy_workers)
         self.policy_lags.update(info.get("policy_lags", ()))
         self._returns.extend(info["episode_returns"])
@@ -216,6 +216,7 @@ class Learner:
             "stop_reason": self.stop_reason or "target_steps",
             "worker_restarts": self.worker_restarts,
             "lost_batches": self.lost_batches,
+            "env_restarts": self.env_restarts,
         }
         if self.run_dir is not None:
             (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -10,6 +10,9 @@ of that env resets it (its action is ignored and its reward is 0). :meth:`VecEnv
 that reset step ``valid=False``. This is what makes truncation cheap to handle correctly: the
 observation following a truncated step *is* the final observation, so its value, computed by
 the ordinary acting pass, is the bootstrap value (see :mod:`pytorchrl.agent.storages`).
+
+With ``restart_failed_envs``, an env that raises in ``step`` or ``reset`` is recreated in place
+(:class:`_RestartOnError`): its episode is cut as a truncation at the last good observation.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from pytorchrl.utils.errors import InputError
 from pytorchrl.utils.seeding import TEST_ROLE, TRAIN_ROLE, derive_seed
 
 SUPPORTED_ACTION_SPACES = (gym.spaces.Discrete, gym.spaces.Box, gym.spaces.MultiDiscrete)
+RESTART_INFO_KEY = "env_restarted"
+RESET_ATTEMPTS = 3
 
 
 def resolve_env_fn(env_id: str) -> Callable[..., gym.Env] | None:
@@ -80,6 +85,10 @@ class VecEnv:
     :param clip_obs: clip of normalised observations.
     :param clip_reward: clip of scaled rewards.
     :param reward_gamma: discount of the reward scaler's running return.
+    :param restart_failed_envs: recreate an env that raises in ``step`` or ``reset`` (not with
+        ``native`` vectorization; ``auto`` then means ``sync``). The step that failed is returned
+        truncated, with the last good observation, ``valid=False`` and reward 0, and its episode
+        is left out of :meth:`pop_episodes`; :meth:`pop_env_restarts` counts the restarts.
     """
 
     def __init__(
@@ -98,11 +107,14 @@ class VecEnv:
         clip_obs: float = 10.0,
         clip_reward: float = 10.0,
         reward_gamma: float = 0.99,
+        restart_failed_envs: bool = False,
     ) -> None:
         check_env_id(env_id)
         self.env_id = env_id
         self.num_envs = num_envs
-        self.env = _make_vector_env(env_id, num_envs, vectorization, dict(env_kwargs or {}), max_episode_steps)
+        self.env = _make_vector_env(
+            env_id, num_envs, vectorization, dict(env_kwargs or {}), max_episode_steps, restart_failed_envs
+        )
         self.observation_space = self.env.single_observation_space
         self.action_space = self.env.single_action_space
         check_spaces(env_id, self.observation_space, self.action_space)
@@ -125,6 +137,8 @@ class VecEnv:
         self._prev_done = np.zeros(num_envs, dtype=bool)
         self._finished: list[tuple[int, float, int]] = []
         self._seeded = False
+        self.env_restarts_total = 0
+        self._env_restarts = 0  # since the last pop_env_restarts()
 
     @classmethod
     def create_factory(
@@ -153,10 +167,11 @@ class VecEnv:
     def reset(self) -> torch.Tensor:
         """Reset every env (seeded with the derived seeds on the first call) and return obs."""
         if self._seeded:
-            obs, _ = self.env.reset()
+            obs, info = self.env.reset()
         else:
-            obs, _ = self.env.reset(seed=self._seeds[0] if self._native else self._seeds)  # type: ignore[arg-type]
+            obs, info = self.env.reset(seed=self._seeds[0] if self._native else self._seeds)  # type: ignore[arg-type]
             self._seeded = True
+        self._count_restarts(info)
         self._episode_return[:] = 0.0
         self._episode_length[:] = 0
         self._prev_done[:] = False
@@ -177,15 +192,19 @@ class VecEnv:
         (the collection loop: each tensor round trip costs microseconds per step)."""
         if not self._discrete:
             actions = np.clip(actions, self._low, self._high)
-        obs, reward, terminated, truncated, _ = self.env.step(actions)
+        obs, reward, terminated, truncated, info = self.env.step(actions)
         valid = ~self._prev_done
+        restarted = self._count_restarts(info)
+        if restarted is not None:  # a failed step is no transition (reset steps can restart too)
+            valid &= ~restarted
         done = terminated | truncated
         self._episode_return += reward
         self._episode_length += valid
         if done.any():
             ended = np.flatnonzero(done)
+            complete = ended if restarted is None else np.flatnonzero(done & ~restarted)  # cut ones are partial
             self._finished.extend(
-                zip(ended.tolist(), self._episode_return[ended].tolist(), self._episode_length[ended].tolist())
+                zip(complete.tolist(), self._episode_return[complete].tolist(), self._episode_length[complete].tolist())
             )
             self._episode_return[ended] = 0.0
             self._episode_length[ended] = 0
@@ -201,6 +220,21 @@ class VecEnv:
 
     def _obs(self, obs: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(self._obs_array(obs))
+
+    def _count_restarts(self, info: dict[str, Any]) -> np.ndarray | None:
+        """Count the env restarts reported in a vector ``info``; return which envs restarted, if any."""
+        counts = info.get(RESTART_INFO_KEY)
+        if counts is None:
+            return None
+        n = int(counts.sum())
+        self._env_restarts += n
+        self.env_restarts_total += n
+        return counts > 0
+
+    def pop_env_restarts(self) -> int:
+        """Number of env restarts (``restart_failed_envs``) since the last call."""
+        out, self._env_restarts = self._env_restarts, 0
+        return out
 
     def pop_episodes(self) -> list[tuple[int, float, int]]:
         """``(env index, return, length)`` of the episodes finished since the last call, in order.
@@ -289,14 +323,19 @@ def _make_single_env(env_id: str, env_kwargs: dict, max_episode_steps: int | Non
 
 
 def _make_vector_env(
-    env_id: str, num_envs: int, vectorization: str, env_kwargs: dict, max_episode_steps: int | None
+    env_id: str, num_envs: int, vectorization: str, env_kwargs: dict, max_episode_steps: int | None, restart_failed_envs: bool
 ) -> gym.vector.VectorEnv:
     fn = resolve_env_fn(env_id)
     spec = None if fn is not None else gym.spec(env_id)
     has_native = spec is not None and spec.vector_entry_point is not None
     if vectorization == "native" and not has_native:
         raise InputError(f"env.vectorization = 'native': {env_id!r} has no native vector implementation; use 'sync' or 'async'")
-    if vectorization in ("native", "auto") and has_native:
+    if vectorization == "native" and restart_failed_envs:
+        raise InputError(
+            "env.vectorization = 'native' cannot be combined with env.restart_failed_envs = true "
+            "(a native vector env cannot recreate one of its envs); use 'sync' or 'async'"
+        )
+    if vectorization in ("native", "auto") and has_native and not restart_failed_envs:
         kwargs = dict(env_kwargs)
         if max_episode_steps is not None:
             kwargs["max_episode_steps"] = max_episode_steps
@@ -304,7 +343,75 @@ def _make_vector_env(
         if env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP) == AutoresetMode.NEXT_STEP:
             return env
         env.close()  # a native env with another autoreset mode: fall back to sync
-    make = functools.partial(_make_single_env, env_id, env_kwargs, max_episode_steps)
+    make: Callable[[], gym.Env] = functools.partial(_make_single_env, env_id, env_kwargs, max_episode_steps)
+    if restart_failed_envs:
+        make = functools.partial(_RestartOnError, make)
     if vectorization == "async":
         return gym.vector.AsyncVectorEnv([make] * num_envs, autoreset_mode=AutoresetMode.NEXT_STEP)
     return gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode=AutoresetMode.NEXT_STEP)
+
+
+class _RestartOnError(gym.Wrapper):
+    """Recreates its env when ``step`` or ``reset`` raises an exception (``restart_failed_envs``).
+
+    A failed ``step`` returns ``(last good observation, 0.0, False, True, {"env_restarted": n})``:
+    the episode is cut as a truncation, and the vector env's next-step autoreset resets the new
+    env. A failed ``reset`` is answered by the new env's reset, its info with ``env_restarted``.
+    ``n`` is the number of envs made: a new env whose reset fails is replaced too, up to
+    :data:`RESET_ATTEMPTS` in all. Unless ``reset`` was given a seed, a new env is seeded from
+    the broken env's generator, so a seeded run stays reproducible.
+
+    :param make_env: builds the env, and each replacement.
+    """
+
+    def __init__(self, make_env: Callable[[], gym.Env]) -> None:
+        super().__init__(make_env())
+        self._make_env = make_env
+        self._last_obs: Any = None
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        try:
+            obs, info = self.env.reset(seed=seed, options=options)
+        except Exception as exc:
+            obs, info, made = self._replace(exc, seed, options)
+            info = {**info, RESTART_INFO_KEY: made}
+        self._last_obs = obs
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        if self._last_obs is None:  # stepped before any reset: a usage error, not an env failure
+            return self.env.step(action)
+        try:
+            obs, reward, terminated, truncated, info = self.env.step(action)
+        except Exception as exc:
+            last = self._last_obs
+            self._last_obs, _, made = self._replace(exc, None, None)
+            return last, 0.0, False, True, {RESTART_INFO_KEY: made}
+        self._last_obs = obs
+        return obs, reward, terminated, truncated, info
+
+    def _replace(self, error: Exception, seed: int | None, options: dict[str, Any] | None) -> tuple[Any, dict[str, Any], int]:
+        """Close the broken env and make new ones until one resets: ``(obs, info, envs made)``."""
+        for made in range(1, RESET_ATTEMPTS + 1):
+            new_seed = self._next_seed() if seed is None else seed
+            try:
+                self.env.close()
+            except Exception:
+                pass  # it is broken already
+            try:
+                self.env = self._make_env()
+                obs, info = self.env.reset(seed=new_seed, options=options)
+            except Exception as exc:
+                error = exc
+                continue
+            return obs, info, made
+        raise RuntimeError(
+            f"env.restart_failed_envs: {RESET_ATTEMPTS} new envs failed to reset in a row; last error: {error!r}"
+        ) from error
+
+    def _next_seed(self) -> int | None:
+        """A seed drawn from the current env's generator, or None if it has none to give."""
+        try:
+            return int(self.env.unwrapped.np_random.integers(2**31))
+        except Exception:
+            return None

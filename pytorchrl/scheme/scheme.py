@@ -61,6 +61,12 @@ class Scheme:
             problem = check_fits(groups, *cluster_resources(need_memory=need_memory))
             if problem is not None:
                 raise ConfigError(problem)
+        fault = FaultTolerance(
+            max_restarts=config.max_worker_restarts,
+            restart_delay_s=config.worker_restart_delay_s,
+            ignore_failures=config.ignore_worker_failures,
+            timeout_s=config.worker_timeout_s,
+        )
         col_kwargs = {
             "env_factory": env_factory, "actor_factory": actor_factory, "algo_factory": algo_factory,
             "storage_factory": storage_factory, "torch_threads": torch_threads, "seed": seed,
@@ -74,12 +80,7 @@ class Scheme:
             fraction_samples=config.fraction_samples,
             fraction_workers=config.fraction_workers,
             compress=config.compress_data,
-            fault=FaultTolerance(
-                max_restarts=config.max_worker_restarts,
-                restart_delay_s=config.worker_restart_delay_s,
-                ignore_failures=config.ignore_worker_failures,
-                timeout_s=config.worker_timeout_s,
-            ),
+            fault=fault,
         )
         grad_kwargs = {
             "col_workers_factory": col_workers_factory, "actor_factory": actor_factory, "algo_factory": algo_factory,
@@ -92,6 +93,7 @@ class Scheme:
             resources=grad_resources,
             collectors_per_worker=max(config.num_col_workers, 1),
             compress=config.compress_data,
+            fault=dataclasses.replace(fault, timeout_s=None),
         )
         self.update_worker = UpdateWorker(self.grad_workers, update_execution=config.update_execution)
 
@@ -104,6 +106,44 @@ class Scheme:
     def collection_workers(self) -> CollectionWorkerSet:
         """The local gradient worker's collection workers."""
         return self.grad_workers.local_worker.col_workers
+
+    # ------------------------------------------------------------------ elastic workers
+
+    def add_collection_workers(self, num: int) -> None:
+        """Start ``num`` more remote collection workers (per gradient worker, when those are
+        remote) while training runs; they get the current weights with their first rollout.
+
+        Safe to call from another thread than the one training: it takes effect between two
+        collections. New workers join once their processes are up (seconds), without pausing
+        the others.
+
+        :raises ValueError: when the scheme has no remote collection workers to add to.
+        """
+        self._resize("add_collection_workers", num)
+
+    def remove_collection_workers(self, num: int) -> None:
+        """Take ``num`` remote collection workers out (per gradient worker when those are
+        remote), the newest first; at least one stays. A rollout they have under way is still
+        used. Safe from another thread, like :meth:`add_collection_workers`.
+
+        :raises ValueError: when ``num`` would leave no remote collection worker.
+        """
+        self._resize("remove_collection_workers", num)
+
+    @property
+    def num_collection_workers(self) -> int:
+        """Remote collection workers, starting ones included (summed over gradient workers)."""
+        ws = self.grad_workers.workers
+        if ws.remote:
+            return sum(ws.call_all("num_collection_workers"))
+        return self.collection_workers.num_remote_workers
+
+    def _resize(self, method: str, num: int) -> None:
+        ws = self.grad_workers.workers
+        if ws.remote:
+            ws.call_all(method, num)
+        else:
+            getattr(ws.local_worker, method)(num)
 
     def evaluate(self, num_episodes: int) -> list[float]:
         """Deterministic returns of the current policy on the local collection worker's test envs."""
@@ -141,6 +181,7 @@ def build_scheme(config: Config) -> Scheme:
         clip_obs=env.clip_obs,
         clip_reward=env.clip_reward,
         reward_gamma=env.reward_gamma,
+        restart_failed_envs=env.restart_failed_envs,
     )
     actor_factory = OnPolicyActor.create_factory(obs_space, action_space, **dataclasses.asdict(config.actor))
     rollout = {

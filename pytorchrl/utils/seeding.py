@@ -32,11 +32,15 @@ def derive_seed(run_seed: int, *keys: int) -> int:
     return int(seq.generate_state(1, dtype=np.uint32)[0])
 
 
-def generation_seed(run_seed: int, generation: int) -> int:
+def generation_seed(run_seed: int, generation: int, outer_generation: int = 0) -> int:
     """The run seed a worker's streams derive from: ``run_seed`` itself for an original worker,
     a fresh one for its ``generation``-th replacement (a replacement must not replay the streams
-    of the worker it replaces)."""
-    return run_seed if generation == 0 else derive_seed(run_seed, RESTART_ROLE, generation)
+    of the worker it replaces). ``outer_generation`` is that of the worker owning it (the
+    collection workers of a replaced gradient worker are new too)."""
+    if generation == 0 and outer_generation == 0:
+        return run_seed
+    keys = (generation,) if outer_generation == 0 else (generation, outer_generation)
+    return derive_seed(run_seed, RESTART_ROLE, *keys)
 
 
 def seed_everything(seed: int) -> None:

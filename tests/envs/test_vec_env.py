@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from pytorchrl.envs import VecEnv
+from pytorchrl.envs.vec_env import _RestartOnError
 from pytorchrl.utils.errors import InputError
 
 
@@ -113,3 +114,114 @@ def test_async_subprocess_envs_match_sync_for_the_same_seed():
         assert torch.equal(_rollout(env, steps=40), sync)
     finally:
         env.close()
+
+
+# ------------------------------------------------------------------ restart_failed_envs
+
+CRASHING = "pytorchrl/CrashingCartPole-v1"
+
+
+def _crashing(num_envs: int = 2, crash_after_steps: int = 7, seed: int = 0, **kwargs) -> VecEnv:
+    return VecEnv(
+        CRASHING, num_envs=num_envs, seed=seed, restart_failed_envs=True,
+        env_kwargs={"crash_mode": "exception", "crash_after_steps": crash_after_steps}, **kwargs,
+    )
+
+
+def test_failed_step_is_cut_as_truncation_at_the_last_observation_and_counted():
+    env = _crashing(num_envs=2, crash_after_steps=7)
+    last = env.reset()
+    zeros = torch.zeros(2, dtype=torch.long)
+    for step in range(1, 8):
+        obs, reward, term, trunc, valid = env.step(zeros)
+        if step < 7:
+            last = obs
+    # both envs crash at their 7th step (CartPole pushed left lasts longer than 7 steps)
+    assert trunc.all() and not term.any() and not valid.any() and torch.equal(reward, torch.zeros(2))
+    assert torch.equal(obs, last)
+    assert env.pop_env_restarts() == 2 and env.pop_env_restarts() == 0 and env.env_restarts_total == 2
+    assert env.pop_episodes() == []  # cut episodes are partial: no return statistic
+    *_, valid = env.step(zeros)  # the next-step autoreset of the new envs
+    assert not valid.any()
+    _, _, _, _, valid = env.step(zeros)
+    assert valid.all() and env.pop_env_restarts() == 0
+
+
+@pytest.mark.parametrize("vectorization", ["sync", "async"])
+def test_many_steps_with_recurring_crashes_never_raise(vectorization):
+    env = _crashing(num_envs=3, crash_after_steps=5, vectorization=vectorization)
+    try:
+        env.reset()
+        g = torch.Generator().manual_seed(0)
+        for _ in range(200):
+            env.step(torch.randint(0, 2, (3,), generator=g))
+        # every env crashes at step 5 of each life (4 steps, the crash, the reset step): 33 times in 200
+        assert env.pop_env_restarts() == 3 * 33
+        assert env.pop_episodes() == []  # CartPole cannot fall in 4 steps: every episode was cut
+    finally:
+        env.close()
+
+
+def test_restarts_are_reproducible_for_a_seed():
+    a = _rollout(_crashing(num_envs=2, crash_after_steps=4, seed=5), steps=40)
+    b = _rollout(_crashing(num_envs=2, crash_after_steps=4, seed=5), steps=40)
+    c = _rollout(_crashing(num_envs=2, crash_after_steps=4, seed=6), steps=40)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_without_restart_the_env_exception_propagates():
+    from pytorchrl.envs.registration import EnvCrash
+
+    env = VecEnv(CRASHING, num_envs=1, vectorization="sync", env_kwargs={"crash_mode": "exception", "crash_after_steps": 2})
+    env.reset()
+    env.step(torch.zeros(1, dtype=torch.long))
+    with pytest.raises(EnvCrash):
+        env.step(torch.zeros(1, dtype=torch.long))
+
+
+def test_native_vectorization_cannot_restart_and_auto_falls_back_to_sync():
+    with pytest.raises(InputError, match=r"env.vectorization = 'native' cannot be combined with env.restart_failed_envs"):
+        VecEnv("CartPole-v1", num_envs=2, vectorization="native", restart_failed_envs=True)
+    env = VecEnv("CartPole-v1", num_envs=2, restart_failed_envs=True)
+    assert isinstance(env.env, gym.vector.SyncVectorEnv)
+
+
+class _FlakyResetEnv(gym.Wrapper):
+    """CartPole whose next ``resets_to_fail`` resets (counted over every instance) raise."""
+
+    resets_to_fail = 0
+
+    def reset(self, **kwargs):
+        if _FlakyResetEnv.resets_to_fail > 0:
+            _FlakyResetEnv.resets_to_fail -= 1
+            raise RuntimeError("flaky reset")
+        return super().reset(**kwargs)
+
+
+def make_flaky_reset_cartpole() -> gym.Env:
+    return _FlakyResetEnv(gym.make("CartPole-v1"))
+
+
+def test_failed_reset_is_retried_on_new_envs_then_raises():
+    env_id = "tests.envs.test_vec_env:make_flaky_reset_cartpole"
+    expected = VecEnv("CartPole-v1", num_envs=1, seed=0, vectorization="sync").reset()
+    try:
+        _FlakyResetEnv.resets_to_fail = 2  # the first env and its first replacement fail
+        env = VecEnv(env_id, num_envs=1, seed=0, restart_failed_envs=True)
+        assert torch.equal(env.reset(), expected)  # the reset seed is kept across replacements
+        assert env.pop_env_restarts() == 2
+        _FlakyResetEnv.resets_to_fail = 4  # the first env and all 3 replacements fail
+        env = VecEnv(env_id, num_envs=1, seed=0, restart_failed_envs=True)
+        with pytest.raises(RuntimeError, match=r"3 new envs failed to reset in a row; last error: RuntimeError\('flaky reset'\)"):
+            env.reset()
+    finally:
+        _FlakyResetEnv.resets_to_fail = 0
+
+
+def test_factory_passes_restart_to_train_and_test_envs():
+    factory, _, _ = VecEnv.create_factory(
+        CRASHING, num_envs=2, num_test_envs=3, vectorization="auto", restart_failed_envs=True,
+        env_kwargs={"crash_after_steps": 3}, eval_env_kwargs={},
+    )
+    for env in (factory(worker_index=0), factory(worker_index=0, test=True)):
+        assert all(isinstance(e, _RestartOnError) for e in env.env.envs)

@@ -5,8 +5,11 @@ run goes on (or, when it cannot, stops with one clear line)."""
 from __future__ import annotations
 
 import subprocess
+import threading
+import time
 
 import gymnasium as gym
+import torch
 import pytest
 
 from pytorchrl.config import from_dict
@@ -17,10 +20,10 @@ from pytorchrl.utils.errors import WorkerFailure
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
-def crashing_learner(env_kwargs: dict, scheme: dict, *, target_steps: int = 1_536, seed: int = 1) -> Learner:
+def crashing_learner(env_kwargs: dict, scheme: dict, *, target_steps: int = 1_536, seed: int = 1, env: dict | None = None) -> Learner:
     raw = {
         # evaluation runs in this process: its envs must not crash it
-        "env": {"env_id": "pytorchrl/CrashingCartPole-v1", "num_envs": 4, "env_kwargs": env_kwargs, "eval_env_kwargs": {}},
+        "env": {"env_id": "pytorchrl/CrashingCartPole-v1", "num_envs": 4, "env_kwargs": env_kwargs, "eval_env_kwargs": {}, **(env or {})},
         "storage": {"num_steps": 32},
         "algorithm": {"name": "ppo", "num_epochs": 1, "minibatch_size": 128},
         "run": {"seed": seed, "target_steps": target_steps, "eval_every": 0},
@@ -44,12 +47,17 @@ def train(learner: Learner) -> dict:
 def test_dead_workers_are_replaced_and_training_completes(ray_session, crash_mode, communication):
     # every worker generation dies in its 4th rollout (32 steps each); the budget needs 12 rollouts
     learner = crashing_learner({"crash_after_steps": 100, "crash_mode": crash_mode}, {"col_communication": communication})
-    summary = train(learner)
+    try:
+        summary = learner.train()
+        places = learner.scheme.num_collection_workers
+    finally:
+        learner.close()
     assert summary["env_steps"] >= 1_536  # the budget was reached
     assert learner.worker_restarts >= 1
     # each death loses exactly the rollout that worker was collecting, and nothing else
     assert learner.lost_batches == learner.worker_restarts
-    assert learner.healthy_workers == 2
+    # replacements start in the background: at the end both places are filled, active or starting
+    assert 1 <= learner.healthy_workers <= 2 and places == 2
     assert learner.metrics()["worker_restarts"] == learner.worker_restarts
 
 
@@ -116,3 +124,88 @@ def test_cli_reports_lost_workers_in_one_line(ray_session, pytorchrl_cmd, tmp_pa
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("pytorchrl: error: remote collection worker 1 died (EnvCrash:")
     assert "scheme.max_worker_restarts = 1" in last and "Traceback" not in proc.stderr
+
+
+
+def test_failing_envs_are_recreated_inside_their_worker(ray_session):
+    # every env raises at the 40th step of its life: with restart_failed_envs the worker
+    # recreates it and goes on; no worker is replaced and no rollout lost
+    learner = crashing_learner(
+        {"crash_after_steps": 40, "crash_mode": "exception"}, {"num_col_workers": 1}, target_steps=512,
+        env={"restart_failed_envs": True},
+    )
+    summary = train(learner)
+    assert summary["env_steps"] == 512
+    assert learner.worker_restarts == 0 and learner.lost_batches == 0
+    # 4 envs x 128 steps each, and each env (the new ones too) fails at its 40th step: 3 times
+    assert summary["env_restarts"] == learner.env_restarts == 4 * 3
+
+
+@pytest.mark.parametrize("communication", ["synchronous", "asynchronous"])
+def test_collection_workers_join_and_leave_while_training_runs(ray_session, communication):
+    # 1 -> 3 -> 1 remote workers, resized from another thread while the main thread trains
+    learner = crashing_learner({}, {"num_col_workers": 1, "col_communication": communication}, target_steps=10**9)
+    scheme, stop, seen = learner.scheme, threading.Event(), []
+
+    def after(steps: int) -> None:  # wait until training has collected `steps` more env steps
+        start = learner.env_steps
+        while learner.env_steps < start + steps and not stop.is_set():
+            time.sleep(0.02)
+
+    def resize() -> None:
+        try:
+            after(256)
+            scheme.add_collection_workers(2)
+            assert scheme.num_collection_workers == 3
+            deadline = time.monotonic() + 120
+            while learner.healthy_workers != 3 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            after(1_024)  # three workers collect together for a while
+            seen.append(learner.healthy_workers)
+            scheme.remove_collection_workers(2)
+            after(1_024)
+            seen.append(learner.healthy_workers)
+        finally:
+            stop.set()
+
+    thread = threading.Thread(target=resize)
+    thread.start()
+    try:
+        while not stop.is_set():
+            learner.step()
+        thread.join(timeout=200)
+        assert seen == [3, 1] and len(scheme.collection_workers.workers.remote_workers) == 1
+        with pytest.raises(ValueError, match="cannot remove 1 of 1 remote collection workers: at least one must stay"):
+            scheme.remove_collection_workers(1)
+    finally:
+        stop.set()
+        learner.close()
+    assert learner.worker_restarts == 0 and learner.lost_batches == 0 and learner.updates > 0
+
+
+@pytest.mark.parametrize(("communication", "execution"), [("synchronous", "decentralised"), ("asynchronous", "centralised")])
+def test_a_dead_gradient_worker_is_replaced(ray_session, communication, execution):
+    # two remote gradient workers, each with one collection worker; one is killed mid-run
+    # (its collection worker dies with it): its replacement starts from the master's state
+    learner = crashing_learner(
+        {}, {"num_grad_workers": 2, "num_col_workers": 1, "grad_communication": communication, "update_execution": execution,
+             "grad_worker_resources": {"num_cpus": 0.1}}, target_steps=2_048,
+    )
+    grad_workers = learner.scheme.grad_workers.workers
+    try:
+        for _ in range(3):
+            learner.step()
+        ray_session.kill(grad_workers.remote_workers[0])
+        summary = learner.train()
+        deadline = time.monotonic() + 120
+        while len(grad_workers.remote_workers) < 2 and time.monotonic() < deadline:
+            learner.step()  # the replacement joins at a step once it is up
+        weights = learner.scheme.update_worker.replica_weights()
+    finally:
+        learner.close()
+    assert summary["env_steps"] >= 2_048 and learner.worker_restarts == 1 and learner.lost_batches >= 1
+    assert len(weights) == 2
+    if execution == "decentralised":  # every replica applies the same updates: the master's weights
+        master = learner.scheme.algorithm.get_weights()
+        for replica in weights:
+            assert all(torch.equal(replica[k], master[k]) for k in master)

@@ -55,7 +55,8 @@ class _WorkerHost:
     (see :mod:`.compression`); packed arguments are unpacked before the call.
     """
 
-    def __init__(self, worker_factory: Callable[..., Any], index: int, compress: bool, generation: int) -> None:
+    def __init__(self, worker_factory: Callable[..., Any], index: int, compress: bool, generation: int, delay_s: float = 0.0) -> None:
+        time.sleep(delay_s)  # a replacement's back-off, spent here so that the driver never waits for it
         self.worker = worker_factory(index, local=False, generation=generation)
         self.compress = compress
 
@@ -73,9 +74,16 @@ class _WorkerHost:
 class WorkerSet(Generic[W]):
     """A local worker and ``num_remote`` remote ones, all built by ``worker_factory(index, local=...)``.
 
-    A remote worker that dies is replaced through :meth:`replace` (see :class:`FaultTolerance`):
-    the new one is built by the same factory with the same index and the next ``generation``,
-    which the factories turn into fresh seeds.
+    Remote workers are either *active* (:attr:`remote_workers`: built and answering) or
+    *starting* (a replacement, or one added by :meth:`add`, whose process is being built).
+    Nothing here waits for a starting worker except when no active one is left
+    (:meth:`wait_for_active`): :meth:`poll` moves the ones that are up into
+    :attr:`remote_workers`, at the end. A starting worker whose resources are gone (its node
+    died) simply stays starting until the cluster has room for it again.
+
+    A remote worker that dies is handed to :meth:`fail` (see :class:`FaultTolerance`): its
+    replacement starts with the same index and the next ``generation``, which the factories
+    turn into fresh seeds.
 
     :param worker_factory: ``worker_factory(index, local=bool, generation=int) -> worker``; picklable.
     :param num_remote: remote workers (indices 1..num_remote); the local one has index 0.
@@ -105,18 +113,22 @@ class WorkerSet(Generic[W]):
         self.local_worker: W = worker_factory(0, local=True)
         self.remote_workers: list[Any] = []
         self._index: dict[Any, tuple[int, int]] = {}  # remote handle -> (index, generation)
+        self._starting: dict[Any, tuple[Any, float]] = {}  # ready() ref -> (handle, when started)
+        self._next_index = num_remote + 1  # of the next worker added
         if num_remote:
             ray = ensure_ray()
             self._actor_cls = ray.remote(**actor_options(self.resources))(_WorkerHost)
-            self.remote_workers = [self._make_remote(i) for i in range(1, num_remote + 1)]
-            self._await_ready(self.remote_workers)
+            for i in range(1, num_remote + 1):
+                self._start(i)
+            self._await_ready()
 
-    def _make_remote(self, index: int, generation: int = 0) -> Any:
-        handle = self._actor_cls.remote(self.worker_factory, index, self.compress, generation)
+    def _start(self, index: int, generation: int = 0, delay_s: float = 0.0) -> Any:
+        handle = self._actor_cls.remote(self.worker_factory, index, self.compress, generation, delay_s)
         self._index[handle] = (index, generation)
+        self._starting[handle.ready.remote()] = (handle, time.monotonic())
         return handle
 
-    # ------------------------------------------------------------------- failures
+    # ---------------------------------------------------------- failures and elasticity
 
     @staticmethod
     def is_failure(error: BaseException) -> bool:
@@ -126,49 +138,134 @@ class WorkerSet(Generic[W]):
 
         return isinstance(error, (ray.exceptions.RayActorError, ray.exceptions.RayTaskError))
 
-    def replace(self, worker: Any, reason: str) -> Any | None:
-        """Retire a dead (or unresponsive) remote ``worker`` and build its replacement.
+    def fail(self, worker: Any, reason: str) -> None:
+        """Retire a dead (or unresponsive) remote ``worker`` and start its replacement.
 
-        :return: the new worker, in the dead one's place; None when failures are ignored (the
-            set goes on with one worker fewer).
+        The replacement starts after ``restart_delay_s`` without blocking anyone and joins
+        :attr:`remote_workers` at a later :meth:`poll`. Ignoring failures, none is started.
+
         :raises WorkerFailure: restarts used up, or (ignoring failures) no worker left.
         """
         import ray
 
-        index, generation = self._index.pop(worker)
         ray.kill(worker, no_restart=True)  # a stalled one must not come back and answer late
-        position = self.remote_workers.index(worker)
+        if worker not in self._index:  # already retired (reported twice, or taken out by remove())
+            return
+        index, generation = self._index.pop(worker)
+        if worker in self.remote_workers:
+            self.remote_workers.remove(worker)
+        self._starting = {ref: v for ref, v in self._starting.items() if v[0] != worker}
         if self.fault.ignore_failures:
-            del self.remote_workers[position]
-            if not self.remote_workers:
+            if not self.remote_workers and not self._starting:
                 raise WorkerFailure(f"every remote {self.name} has died (last: {reason}); scheme.ignore_worker_failures leaves none to go on with")
-            return None
+            return
         if self.restarts >= self.fault.max_restarts:
             raise WorkerFailure(
                 f"remote {self.name} {index} died ({reason}) and scheme.max_worker_restarts = "
                 f"{self.fault.max_restarts} replacements are used up"
             )
         self.restarts += 1
-        time.sleep(self.fault.restart_delay_s)
-        new = self._make_remote(index, generation + 1)
-        self._await_ready([new])
-        self.remote_workers[position] = new
-        return new
+        self._start(index, generation + 1, self.fault.restart_delay_s)
 
-    def _await_ready(self, workers: list[Any]) -> None:
-        """Wait until ``workers`` are built, so that ``timeout_s`` never counts a worker's start-up
-        (seconds: a process, imports, envs); a worker that cannot start at all is an error."""
-        import ray
+    def poll(self, timeout: float = 0.0) -> list[Any]:
+        """Move the starting workers that are up into :attr:`remote_workers` (waiting up to
+        ``timeout`` seconds for the first); one that failed to start is handed to :meth:`fail`.
 
-        limit = max(STARTUP_TIMEOUT_S, self.fault.timeout_s or 0.0)
-        refs = [w.ready.remote() for w in workers]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=limit)
+        :return: the workers that joined.
+        """
+        if not self._starting:
+            return []
+        ready, _ = self.wait(list(self._starting), num_returns=1, timeout=timeout)
+        if ready:  # then every other one up by now too
+            ready, _ = self.wait(list(self._starting), num_returns=len(self._starting), timeout=0)
+        joined = []
         for ref in ready:
+            handle, _ = self._starting.pop(ref)
+            ok, reason = self.try_get(ref)
+            if ok:
+                self.remote_workers.append(handle)
+                joined.append(handle)
+            else:
+                self.fail(handle, f"could not start: {reason}")
+        return joined
+
+    def wait_for_active(self) -> list[Any]:
+        """Block until at least one remote worker is active (nothing to wait for when one is).
+
+        :return: the workers that joined meanwhile.
+        :raises WorkerFailure: when none starts within ``STARTUP_TIMEOUT_S`` (the cluster lacks
+            the resources, or the workers fail as they start).
+        """
+        joined: list[Any] = []
+        limit = time.monotonic() + max(STARTUP_TIMEOUT_S, self.fault.timeout_s or 0.0)
+        while not self.remote_workers:
+            if not self._starting or time.monotonic() > limit:
+                raise WorkerFailure(
+                    f"no remote {self.name} is alive and none could start within {STARTUP_TIMEOUT_S:g} s; "
+                    "does the Ray cluster still have the resources they ask for?"
+                )
+            joined += self.poll(timeout=max(0.0, limit - time.monotonic()))
+        return joined
+
+    def _await_ready(self) -> None:
+        """Wait until every starting worker is built (a new set starts complete), so that
+        ``timeout_s`` never counts a worker's start-up; a worker that cannot start is an error."""
+        limit = max(STARTUP_TIMEOUT_S, self.fault.timeout_s or 0.0)
+        refs = list(self._starting)
+        ready, _ = self.wait(refs, num_returns=len(refs), timeout=limit)
+        for ref in refs:
+            if ref not in ready:
+                continue
+            handle, _ = self._starting.pop(ref)
             ok, reason = self.try_get(ref)
             if not ok:
                 raise WorkerFailure(f"a remote {self.name} could not start: {reason}")
-        if len(ready) < len(refs):
+            self.remote_workers.append(handle)
+        if self._starting:
             raise WorkerFailure(f"remote {self.name}s did not start within {limit:g} s; is the Ray cluster overloaded?")
+
+    @property
+    def starting(self) -> list[Any]:
+        """The ``ready()`` refs of the workers still starting (to wait on beside other calls)."""
+        return list(self._starting)
+
+    def add(self, num: int) -> None:
+        """Start ``num`` more remote workers, with new indices (so new seeds); they join at a
+        later :meth:`poll`."""
+        if num < 0:
+            raise ValueError(f"cannot add {num} workers: must be >= 0")
+        if not self.remote_workers and not self._starting:
+            raise ValueError(f"adding remote {self.name}s needs a set started with remote ones (the local worker does the work here)")
+        for _ in range(num):
+            self._start(self._next_index)
+            self._next_index += 1
+
+    def remove(self, num: int) -> list[Any]:
+        """Take ``num`` remote workers out of the set: starting ones first (they are killed),
+        then the newest active ones, which are returned for the caller to :meth:`kill` once
+        their calls in flight have answered. At least one worker stays.
+
+        :raises ValueError: ``num`` would leave no remote worker.
+        """
+        have = len(self.remote_workers) + len(self._starting)
+        if not 0 <= num < have:
+            raise ValueError(f"cannot remove {num} of {have} remote {self.name}s: at least one must stay (allowed: 0..{have - 1})")
+        for ref in list(self._starting)[::-1][:num]:
+            handle, _ = self._starting.pop(ref)
+            self.kill(handle)
+            num -= 1
+        removed = self.remote_workers[len(self.remote_workers) - num:] if num else []
+        for handle in removed:
+            self.remote_workers.remove(handle)
+            self._index.pop(handle, None)
+        return removed
+
+    def kill(self, worker: Any) -> None:
+        """End a remote worker's process (one taken out by :meth:`remove`, or starting)."""
+        import ray
+
+        self._index.pop(worker, None)
+        ray.kill(worker, no_restart=True)
 
     @property
     def num_workers(self) -> int:
@@ -176,8 +273,8 @@ class WorkerSet(Generic[W]):
 
     @property
     def remote(self) -> bool:
-        """Whether this set has remote workers (then the local one does not do the work)."""
-        return bool(self.remote_workers)
+        """Whether this set has remote workers, active or starting (then the local one does not do the work)."""
+        return bool(self.remote_workers or self._starting)
 
     # ------------------------------------------------------------------ remote calls
 
@@ -237,12 +334,12 @@ class WorkerSet(Generic[W]):
         close = getattr(self.local_worker, "close", None)
         if close is not None:
             close()
-        if self.remote_workers:
+        if self.remote_workers or self._starting:
             import ray
 
-            for w in self.remote_workers:
+            for w in [*self.remote_workers, *(h for h, _ in self._starting.values())]:
                 ray.kill(w)
-            self.remote_workers = []
+            self.remote_workers, self._starting = [], {}
 
 
 def failure_reason(error: BaseException) -> str:

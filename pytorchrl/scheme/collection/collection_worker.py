@@ -71,7 +71,8 @@ class CollectionWorker:
         :param round_id: the collection round; :meth:`preempt` with the same id ends the rollout
             early (after at least one step), and the shorter rollout is returned.
         :return: ``data, info``; info: ``env_steps``, ``episode_returns``, ``episode_lengths``,
-            ``policy_version``, ``collect_time_s``, ``worker_index``, ``preempted``.
+            ``policy_version``, ``collect_time_s``, ``worker_index``, ``preempted``,
+            ``env_restarts`` (envs recreated, ``env.restart_failed_envs``).
         """
         if self.envs is None or self.storage is None:
             raise RuntimeError(f"collection worker {self.index} was built without envs (collect=False)")
@@ -105,6 +106,7 @@ class CollectionWorker:
             "collect_time_s": time.perf_counter() - start,
             "worker_index": self.index,
             "preempted": preempted,
+            "env_restarts": envs.pop_env_restarts(),
         }
         return data, info
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -43,10 +44,16 @@ class CollectionWorkerSet:
     :param fraction_workers: synchronous preemption threshold on workers.
     :param compress: lz4-compress rollouts sent by remote workers.
     :param evaluation_only: build only a local, non-collecting worker (a set kept for evaluation).
+    :param seed_generation: the generation of the gradient worker that owns the set (a
+        replaced gradient worker's collection workers get fresh seeds too).
     :param fault: restarts, timeouts and whether to go on without dead workers. A remote worker
-        that dies (or does not answer in time) is replaced with a fresh seed and gets the current
-        weights with its next call; the rollout it was collecting is counted in ``lost_batches``.
-        Rollouts already received are never lost.
+        that dies (or does not answer in time) is replaced with a fresh seed; the replacement
+        starts in the background while the others go on collecting, and gets the current weights
+        with its first call once it is up. The rollout the dead one was collecting is counted
+        in ``lost_batches``; rollouts already received are never lost.
+
+    Remote workers can be added and removed while training runs (:meth:`add_workers`,
+    :meth:`remove_workers`).
     """
 
     def __init__(
@@ -63,6 +70,7 @@ class CollectionWorkerSet:
         compress: bool = False,
         evaluation_only: bool = False,
         fault: FaultTolerance | None = None,
+        seed_generation: int = 0,
     ) -> None:
         self.communication = communication
         self.max_policy_lag = max_policy_lag
@@ -72,7 +80,7 @@ class CollectionWorkerSet:
             num_workers = 0
         factory = functools.partial(
             _make_collection_worker, worker_kwargs=worker_kwargs, offset=index_offset,
-            local_collects=num_workers == 0 and not evaluation_only,
+            local_collects=num_workers == 0 and not evaluation_only, set_generation=seed_generation,
         )
         self.workers: WorkerSet[CollectionWorker] = WorkerSet(
             factory, num_remote=num_workers, resources=resources, compress=compress, fault=fault, name="collection worker"
@@ -85,6 +93,9 @@ class CollectionWorkerSet:
         self.dropped_batches = 0
         self.preempted_batches = 0
         self.lost_batches = 0
+        self._retiring: set[Any] = set()  # asynchronous: removed workers whose last rollout is under way
+        # collect() holds it: add_workers/remove_workers from another thread wait for the round's end
+        self._lock = threading.RLock()
 
     @classmethod
     def create_factory(cls, **kwargs: Any) -> Callable[..., CollectionWorkerSet]:
@@ -107,26 +118,29 @@ class CollectionWorkerSet:
         With remote workers the info also counts what happened during this call: rollouts
         dropped for policy lag, preempted, or lost with a dead worker (``dropped_batches``,
         ``preempted_batches``, ``lost_batches``), workers replaced (``worker_restarts``), and
-        the workers alive at its end (``healthy_workers``).
+        the workers active at its end (``healthy_workers``).
         """
-        version = self._version
-        if not self.remote:
-            data, info = self.local_worker.collect_data()
-            return [data], merge_collection_info([info], current_version=version)
-        counts = (self.dropped_batches, self.preempted_batches, self.lost_batches, self.workers.restarts)
-        results = self._collect_sync() if self.communication == "synchronous" else self._collect_async(version)
-        info = merge_collection_info([i for _, i in results], current_version=version)
-        info["dropped_batches"] = self.dropped_batches - counts[0]
-        info["preempted_batches"] = self.preempted_batches - counts[1]
-        info["lost_batches"] = self.lost_batches - counts[2]
-        info["worker_restarts"] = self.workers.restarts - counts[3]
-        info["healthy_workers"] = len(self.workers.remote_workers)
-        return [d for d, _ in results], info
+        with self._lock:
+            version = self._version
+            if not self.remote:
+                data, info = self.local_worker.collect_data()
+                return [data], merge_collection_info([info], current_version=version)
+            counts = (self.dropped_batches, self.preempted_batches, self.lost_batches, self.workers.restarts)
+            results = self._collect_sync() if self.communication == "synchronous" else self._collect_async(version)
+            info = merge_collection_info([i for _, i in results], current_version=version)
+            info["dropped_batches"] = self.dropped_batches - counts[0]
+            info["preempted_batches"] = self.preempted_batches - counts[1]
+            info["lost_batches"] = self.lost_batches - counts[2]
+            info["worker_restarts"] = self.workers.restarts - counts[3]
+            info["healthy_workers"] = len(self.workers.remote_workers)
+            return [d for d, _ in results], info
 
     def _collect_sync(self) -> list[tuple[dict[str, torch.Tensor], dict[str, Any]]]:
         ws = self.workers
         results: list[tuple[dict[str, torch.Tensor], dict[str, Any]]] = []
         while not results:  # a round in which every worker died is asked again of their replacements
+            ws.poll()  # replacements and added workers that are up join this round
+            ws.wait_for_active()
             version, weights = self._weights_ref()
             self._round += 1
             pending = {ws.call(w, "collect_data", weights, version, self._round): w for w in ws.remote_workers}
@@ -157,18 +171,20 @@ class CollectionWorkerSet:
                         self._lose(pending.pop(ref), "no answer to a preemption within scheme.worker_timeout_s")
         return results
 
-    def _take(self, ref: Any, worker: Any, results: list[Any]) -> None:
+    def _take(self, ref: Any, worker: Any, results: list[Any]) -> bool:
         """Append the result of ``ref`` to ``results``; a dead worker is replaced instead."""
         ok, value = self.workers.try_get(ref)
         if ok:
             results.append(value)
         else:
             self._lose(worker, value)
+        return ok
 
-    def _lose(self, worker: Any, reason: str) -> Any | None:
-        """Count the rollout in flight from ``worker`` as lost and replace the worker."""
+    def _lose(self, worker: Any, reason: str) -> None:
+        """Count the rollout in flight from ``worker`` as lost and have it replaced."""
         self.lost_batches += 1
-        return self.workers.replace(worker, reason)
+        self._retiring.discard(worker)
+        self.workers.fail(worker, reason)
 
     def _collect_async(self, version: int) -> list[tuple[dict[str, torch.Tensor], dict[str, Any]]]:
         ws = self.workers
@@ -176,34 +192,43 @@ class CollectionWorkerSet:
             self._idle = list(ws.remote_workers)
         # workers whose rollout was taken last time restart now, with the weights of the
         # update made from it: restarting them before that update would add a version of lag
-        for worker in self._idle:
+        for worker in [*self._idle, *ws.poll()]:
             self._submit(worker)
         self._idle = []
         while True:
+            if not self._pending:  # every worker died: wait for a replacement
+                for worker in ws.wait_for_active():
+                    self._submit(worker)
+                continue
             first_deadline = min(deadline for _, deadline in self._pending.values())
-            ready, _ = ws.wait(list(self._pending), timeout=_left(first_deadline))
+            starting = ws.starting
+            ready, _ = ws.wait([*self._pending, *starting], timeout=_left(first_deadline))
             if not ready:  # the oldest call is overdue: its worker is dead
                 overdue = [ref for ref, (_, deadline) in self._pending.items() if deadline <= first_deadline]
                 for ref in overdue:
-                    self._resubmit(self._pending.pop(ref)[0], "no answer within scheme.worker_timeout_s")
+                    self._lose(self._pending.pop(ref)[0], "no answer within scheme.worker_timeout_s")
+                continue
+            if ready[0] in starting:  # a replacement (or an added worker) is up: put it to work
+                for worker in ws.poll():
+                    self._submit(worker)
                 continue
             worker, _ = self._pending.pop(ready[0])
-            ok, value = ws.try_get(ready[0])
-            if not ok:
-                self._resubmit(worker, value)
+            results: list[Any] = []
+            if not self._take(ready[0], worker, results):
                 continue
-            data, info = value
+            data, info = results[0]
+            retiring = worker in self._retiring
+            if retiring:  # taken out by remove_workers(): its last rollout still counts
+                self._retiring.discard(worker)
+                ws.kill(worker)
             if self.max_policy_lag is not None and version - info["policy_version"] > self.max_policy_lag:
                 self.dropped_batches += 1
-                self._submit(worker)
+                if not retiring:
+                    self._submit(worker)
                 continue
-            self._idle.append(worker)
+            if not retiring:
+                self._idle.append(worker)
             return [(data, info)]
-
-    def _resubmit(self, worker: Any, reason: str) -> None:
-        new = self._lose(worker, reason)
-        if new is not None:
-            self._submit(new)
 
     def _submit(self, worker: Any) -> None:
         version, weights = self._weights_ref()
@@ -217,6 +242,41 @@ class CollectionWorkerSet:
         if self._weights is None:
             raise RuntimeError("sync_weights() must be called before the first collect()")
         return self._weights
+
+    # ---------------------------------------------------------------------- elasticity
+
+    def add_workers(self, num: int) -> None:
+        """Start ``num`` more remote collection workers (new indices, so new seeds). They join
+        the first round (synchronous) or get a rollout to collect (asynchronous) once they are up,
+        with the weights of that moment. Safe to call from another thread while training runs:
+        it waits for the collection in progress to end.
+
+        :raises ValueError: on a set without remote workers (its local worker collects).
+        """
+        with self._lock:
+            self.workers.add(num)
+
+    def remove_workers(self, num: int) -> None:
+        """Take ``num`` remote collection workers out (the newest first; at least one stays).
+
+        A removed worker's rollout under way (asynchronous collection) is still received and
+        used; then its process ends. Like :meth:`add_workers`, safe from another thread.
+
+        :raises ValueError: when ``num`` would leave no remote worker.
+        """
+        with self._lock:
+            pending = {w for w, _ in self._pending.values()}
+            for worker in self.workers.remove(num):
+                self._idle = [w for w in self._idle if w != worker]
+                if worker in pending:
+                    self._retiring.add(worker)
+                else:
+                    self.workers.kill(worker)
+
+    @property
+    def num_remote_workers(self) -> int:
+        """Remote collection workers, active or starting (the size the set is heading for)."""
+        return len(self.workers.remote_workers) + len(self.workers.starting)
 
     def sync_weights(self, weights: dict[str, torch.Tensor], version: int) -> None:
         """Make ``weights`` (policy ``version``) the ones the next rollouts are collected with.
@@ -233,53 +293,65 @@ class CollectionWorkerSet:
     # -------------------------------------------------------------------- evaluation
 
     def evaluate(self, num_episodes: int) -> list[float]:
-        if self.remote:
-            # the local worker has no train envs: evaluate with a collecting worker's statistics
-            self.local_worker.load_normalization(self._ask_any("normalization_state"))
-        return self.local_worker.evaluate(num_episodes)
+        with self._lock:
+            if self.remote:
+                # the local worker has no train envs: evaluate with a collecting worker's statistics
+                self.local_worker.load_normalization(self._ask_any("normalization_state"))
+            return self.local_worker.evaluate(num_episodes)
 
     def _ask_any(self, method: str) -> Any:
-        """``method``'s answer from the first remote worker alive, beside any collection in progress."""
-        return self._ask(self.workers.remote_workers[0], method, control=True)
-
-    def _ask(self, worker: Any, method: str, *, control: bool = False) -> Any:
-        """``worker.method()`` (``control``: beside a collection in progress, else after it); a
-        dead worker is replaced and its replacement (or, ignoring failures, the first worker
-        left) asked instead."""
-        ws = self.workers
+        """``method``'s answer from the first remote worker that gives one, beside any
+        collection in progress (dead ones are replaced; with none active, waits for one)."""
         while True:
-            ok, value = ws.try_get(ws.call(worker, method, control=control))
-            if ok:
-                return value
-            asynchronous = self.communication == "asynchronous" and bool(self._pending or self._idle)
+            self.workers.wait_for_active()
+            for worker in list(self.workers.remote_workers):
+                ok, value = self._ask(worker, method, control=True)
+                if ok:
+                    return value
+
+    def _ask(self, worker: Any, method: str, *, control: bool = False) -> tuple[bool, Any]:
+        """``(True, worker.method())`` (``control``: beside a collection in progress, else
+        after it), or ``(False, reason)`` when the worker is dead: it is then replaced, and the
+        rollout it had under way (asynchronous collection) counted as lost."""
+        ok, value = self.workers.try_get(self.workers.call(worker, method, control=control))
+        if not ok:
             self._forget(worker)
-            worker = ws.replace(worker, value) or ws.remote_workers[0]
-            if asynchronous and worker not in self._idle and all(w != worker for w, _ in self._pending.values()):
-                self._idle.append(worker)  # started at the next collect()
+            self.workers.fail(worker, value)
+        return ok, value
 
     def _forget(self, worker: Any) -> None:
-        """Drop a worker about to be replaced from the asynchronous bookkeeping (its rollout is lost)."""
+        """Drop a dead worker from the asynchronous bookkeeping (its rollout is lost)."""
         for ref, (w, _) in list(self._pending.items()):
             if w == worker:
                 del self._pending[ref]
                 self.lost_batches += 1
         self._idle = [w for w in self._idle if w != worker]
+        self._retiring.discard(worker)
 
     # ------------------------------------------------------------------------- state
 
     def state_dict(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"local": self.local_worker.state_dict()}
-        if self.remote:
-            state["remote"] = [self._ask(w, "state_dict") for w in list(self.workers.remote_workers)]
-        return state
+        """The local worker's state and each active remote worker's (in the set's order; a
+        worker that dies meanwhile is left out: its replacement starts afresh)."""
+        with self._lock:
+            state: dict[str, Any] = {"local": self.local_worker.state_dict()}
+            if self.remote:
+                answers = [self._ask(w, "state_dict") for w in list(self.workers.remote_workers)]
+                state["remote"] = [value for ok, value in answers if ok]
+            return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.local_worker.load_state_dict(state["local"])
-        for worker, worker_state in zip(self.workers.remote_workers, state.get("remote", []), strict=False):
-            self.workers.get(self.workers.call(worker, "load_state_dict", worker_state))
+        with self._lock:
+            self.local_worker.load_state_dict(state["local"])
+            for worker, worker_state in zip(self.workers.remote_workers, state.get("remote", []), strict=False):
+                self.workers.get(self.workers.call(worker, "load_state_dict", worker_state))
 
     def close(self) -> None:
-        self.workers.close()
+        with self._lock:
+            for worker in self._retiring:
+                self.workers.kill(worker)
+            self._retiring.clear()
+            self.workers.close()
 
 
 def merge_collection_info(infos: list[dict[str, Any]], *, current_version: int) -> dict[str, Any]:
@@ -293,18 +365,19 @@ def merge_collection_info(infos: list[dict[str, Any]], *, current_version: int) 
         "policy_lag_mean": sum(lags) / len(lags),
         "policy_lags": lags,
         "num_batches": len(infos),
+        "env_restarts": sum(i.get("env_restarts", 0) for i in infos),
     }
 
 
 def _make_collection_worker(
-    index: int, *, local: bool, worker_kwargs: dict[str, Any], offset: int, local_collects: bool, generation: int = 0
+    index: int, *, local: bool, worker_kwargs: dict[str, Any], offset: int, local_collects: bool, generation: int = 0, set_generation: int = 0
 ) -> CollectionWorker:
     # the collecting workers are numbered from `offset`: the local one when it collects, else the
     # remote ones (index 1 -> offset), so one remote worker collects what a local one would; a
     # replacement (generation > 0) keeps the number and gets fresh seeds
     kwargs = dict(worker_kwargs)
-    if generation:
-        kwargs["seed"] = kwargs["env_seed"] = generation_seed(worker_kwargs.get("seed", 0), generation)
+    if generation or set_generation:
+        kwargs["seed"] = kwargs["env_seed"] = generation_seed(worker_kwargs.get("seed", 0), generation, set_generation)
     return CollectionWorker(offset + replica_ordinal(index), collect=local_collects if local else True, **kwargs)
 
 

@@ -123,6 +123,17 @@ class GradientWorker:
         """Step this replica's optimizer on ``gradients`` (decentralised updates)."""
         self.algo.apply_gradients(gradients)
 
+    def add_collection_workers(self, num: int) -> None:
+        """See :meth:`CollectionWorkerSet.add_workers`."""
+        self.col_workers.add_workers(num)
+
+    def remove_collection_workers(self, num: int) -> None:
+        """See :meth:`CollectionWorkerSet.remove_workers`."""
+        self.col_workers.remove_workers(num)
+
+    def num_collection_workers(self) -> int:
+        return self.col_workers.num_remote_workers
+
     def load_algorithm_state(self, state: dict[str, Any]) -> None:
         """Take the master's weights, optimizer state and version (identical replicas)."""
         self.algo.load_state_dict(state)

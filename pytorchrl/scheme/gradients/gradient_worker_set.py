@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from pytorchrl.scheme.base.worker_set import WorkerSet, replica_ordinal
+from pytorchrl.scheme.base.worker_set import FaultTolerance, WorkerSet, replica_ordinal
 from pytorchrl.scheme.gradients.gradient_worker import GradientWorker
+from pytorchrl.utils.seeding import generation_seed
 
 
 class GradientWorkerSet:
@@ -22,6 +23,9 @@ class GradientWorkerSet:
     :param resources: Ray resources of each remote worker.
     :param collectors_per_worker: collecting workers per gradient worker (for seed offsets).
     :param compress: lz4-compress the gradients remote workers send.
+    :param fault: restarts of dead remote gradient workers (``timeout_s`` is left to their
+        collection workers: a gradient step waits for a collection round). A replacement gets
+        fresh seeds, new collection workers, and the master's state before its first step.
     """
 
     def __init__(
@@ -33,12 +37,15 @@ class GradientWorkerSet:
         resources: dict[str, Any] | None = None,
         collectors_per_worker: int = 1,
         compress: bool = False,
+        fault: FaultTolerance | None = None,
     ) -> None:
         self.communication = communication
         factory = functools.partial(
             _make_gradient_worker, worker_kwargs=worker_kwargs, has_remote=num_workers > 0, collectors=collectors_per_worker
         )
-        self.workers: WorkerSet[GradientWorker] = WorkerSet(factory, num_remote=num_workers, resources=resources, compress=compress)
+        self.workers: WorkerSet[GradientWorker] = WorkerSet(
+            factory, num_remote=num_workers, resources=resources, compress=compress, fault=fault, name="gradient worker"
+        )
 
     @property
     def local_worker(self) -> GradientWorker:
@@ -54,6 +61,7 @@ def _make_gradient_worker(
     if local and has_remote:
         overrides: dict[str, Any] = {"evaluation_only": True}
     else:
-        overrides = {"index_offset": replica_ordinal(index) * collectors}
-    del generation  # gradient workers are not replaced (yet): there is only generation 0
-    return GradientWorker(index, col_overrides=overrides, **worker_kwargs)
+        overrides = {"index_offset": replica_ordinal(index) * collectors, "seed_generation": generation}
+    kwargs = dict(worker_kwargs)
+    kwargs["seed"] = generation_seed(kwargs.get("seed", 0), generation)  # a replacement: fresh shuffling stream
+    return GradientWorker(index, col_overrides=overrides, **kwargs)

@@ -12,7 +12,7 @@ from pytorchrl.scheme.gradients.gradient_worker_set import GradientWorkerSet
 
 #: per-step diagnostics that are averaged over gradient workers (the rest are summed or joined)
 _SUMMED = (
-    "env_steps", "dropped_batches", "preempted_batches", "lost_batches", "worker_restarts", "healthy_workers", "num_batches", "num_samples",
+    "env_steps", "dropped_batches", "preempted_batches", "lost_batches", "worker_restarts", "env_restarts", "healthy_workers", "num_batches", "num_samples",
 )
 _JOINED = ("episode_returns", "episode_lengths", "policy_lags")
 
@@ -47,6 +47,7 @@ class UpdateWorker:
         self._weights: tuple[int, Any] | None = None
         self._pending: dict[Any, Any] = {}
         self._average: Any = None  # decentralised: the averaged gradient replicas apply next
+        self.lost_batches = 0  # gradients lost with a dead gradient worker
 
     @property
     def remote(self) -> bool:
@@ -56,12 +57,29 @@ class UpdateWorker:
         """Compute and apply one gradient (one per worker, averaged, when synchronous); returns the merged info."""
         if not self.remote:
             return self._step_local()
+        counts = (self.lost_batches, self._workers.restarts)
+        synchronous = self.grad_workers.communication == "synchronous"
+        joined = self._workers.poll() + self._workers.wait_for_active()
+        if joined and synchronous:
+            self._replicas_synced = False  # every replica restarts from the master's state
+        for worker in joined if self._replicas_synced else []:  # asynchronous: the newcomers alone
+            self._load_master(worker)
+            self._submit(worker)
         if not self._replicas_synced:
-            self._workers.call_all("load_algorithm_state", self.algo.state_dict())
+            self._pending.clear()
+            for worker in list(self._workers.remote_workers):
+                self._load_master(worker)
             self._replicas_synced, self._weights, self._average = True, None, None
-        if self.grad_workers.communication == "synchronous":
-            return self._step_sync()
-        return self._step_async()
+        info = self._step_sync() if synchronous else self._step_async()
+        info["lost_batches"] = info.get("lost_batches", 0) + self.lost_batches - counts[0]
+        info["worker_restarts"] = info.get("worker_restarts", 0) + self._workers.restarts - counts[1]
+        return info
+
+    def _load_master(self, worker: Any) -> None:
+        """Give a gradient worker the master's weights, optimizer state and version."""
+        ok, reason = self._workers.try_get(self._workers.call(worker, "load_algorithm_state", self.algo.state_dict()))
+        if not ok:
+            self._workers.fail(worker, reason)
 
     def _step_local(self) -> dict[str, Any]:
         _, info = self.grad_workers.local_worker.step(return_gradients=False)
@@ -79,7 +97,17 @@ class UpdateWorker:
             kwargs["gradients"] = self._average
         else:
             kwargs["weights"], kwargs["version"] = self._weights_ref()
-        results = ws.get([ws.call(w, "step", True, **kwargs) for w in ws.remote_workers])
+        refs = {ws.call(w, "step", True, **kwargs): w for w in ws.remote_workers}
+        results = []
+        for ref, worker in refs.items():
+            ok, value = ws.try_get(ref)
+            if ok:
+                results.append(value)
+            else:  # a dead gradient worker: the others' gradients make this step
+                self.lost_batches += 1
+                ws.fail(worker, value)
+        if not results:
+            return {"skipped": 1.0, "round_end": False, "policy_version": self.algo.version}
         start = time.perf_counter()
         grads = [(g, i["num_samples"]) for g, i in results if g is not None]
         self._average = None
@@ -99,9 +127,17 @@ class UpdateWorker:
         if not self._pending:
             for w in ws.remote_workers:
                 self._submit(w)
-        ready, _ = ws.wait(list(self._pending))
-        worker = self._pending.pop(ready[0])
-        grads, info = ws.get(ready[0])
+        while True:
+            ready, _ = ws.wait(list(self._pending))
+            worker = self._pending.pop(ready[0])
+            ok, value = ws.try_get(ready[0])
+            if ok:
+                break
+            self.lost_batches += 1
+            ws.fail(worker, value)
+            if not self._pending:
+                return {"skipped": 1.0, "round_end": False, "policy_version": self.algo.version}
+        grads, info = value
         start = time.perf_counter()
         info["gradient_staleness"] = self.algo.version - info["policy_version"]
         if grads is not None:
