@@ -155,9 +155,9 @@ class Learner:
             self.log()
             self._advance("log", self.run.log_every)
         if self.env_steps >= self._next["checkpoint"]:
+            self._advance("checkpoint", self.run.checkpoint_every)  # first: the checkpoint holds the next one due
             if self.run_dir is not None:
                 self.checkpoint()
-            self._advance("checkpoint", self.run.checkpoint_every)
         if self._progress.due():
             self._progress.update(self.metrics())
 
@@ -287,6 +287,9 @@ class Learner:
             "returns": list(self._returns), "lengths": list(self._lengths),
             "solved_at": list(self.solved_at) if self.solved_at else None,
             "last_eval": self.last_eval,
+            # the log interval in progress, so that a resumed run writes the rows this one would
+            "interval": self._interval, "eval_row": self._eval_row, "eval_steps": self._eval_steps,
+            "log_mark_steps": self._log_mark[0],
         }
         return {"learner": counters, "scheme": self.scheme.state_dict(), "rng": get_rng_state()}
 
@@ -305,10 +308,13 @@ class Learner:
             self._lengths.extend(c["lengths"])
             self.solved_at = tuple(c["solved_at"]) if c["solved_at"] else None  # type: ignore[assignment]
             self.last_eval = c["last_eval"]
+            self._interval = {k: list(v) for k, v in c.get("interval", {}).items()}
+            self._eval_row = dict(c.get("eval_row", {}))
+            self._eval_steps = int(c.get("eval_steps", -1))
+            self._log_mark = (int(c.get("log_mark_steps", self.env_steps)), self.wall_time_offset)
             set_rng_state(state["rng"])
         except (KeyError, TypeError, RuntimeError, ValueError) as exc:
             raise CheckpointError(f"checkpoint does not match this run's config ({type(exc).__name__}: {exc})") from None
-        self._log_mark = (self.env_steps, self.wall_time_offset)
         self.scheme.update_worker.set_progress(min(1.0, self.env_steps / self.run.target_steps))
 
     def load_checkpoint(self, path: str | Path) -> None:

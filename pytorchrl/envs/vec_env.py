@@ -29,6 +29,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from pytorchrl.envs.normalization import ObservationNormalizer, RewardScaler
+from pytorchrl.envs.snapshot import restore, snapshot
 from pytorchrl.utils.errors import InputError
 from pytorchrl.utils.seeding import TEST_ROLE, TRAIN_ROLE, derive_seed
 
@@ -252,20 +253,48 @@ class VecEnv:
             self.obs_normalizer.rms.load_state_dict(other.obs_normalizer.rms.state_dict())
 
     def state_dict(self) -> dict[str, Any]:
-        """Normaliser statistics and the envs' random generator states."""
+        """Normaliser statistics, the envs' random generator states and, unless the envs live in
+        subprocesses, a :func:`~pytorchrl.envs.snapshot.snapshot` of the envs themselves
+        (episodes in progress included) with this wrapper's episode bookkeeping."""
         state: dict[str, Any] = {"rng": self._rng_states()}
         if self.obs_normalizer is not None:
             state["obs_rms"] = self.obs_normalizer.rms.state_dict()
         if self.reward_scaler is not None:
             state["ret_rms"] = self.reward_scaler.rms.state_dict()
+            state["scaler_returns"] = torch.from_numpy(self.reward_scaler.returns.copy())
+        if not isinstance(self.env, gym.vector.AsyncVectorEnv):
+            state["snapshot"] = snapshot(self.env)
+            state["episodes"] = {
+                "return": torch.from_numpy(self._episode_return.copy()),
+                "length": torch.from_numpy(self._episode_length.copy()),
+                "prev_done": torch.from_numpy(self._prev_done.copy()),
+                "seeded": self._seeded,
+            }
         return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        """Take the statistics of :meth:`state_dict` and, where it holds a snapshot, put the envs
+        back where they were.
+
+        :return: whether the envs were restored; if not, call :meth:`reset_from_state` (a reset
+            that continues the saved random streams).
+        """
         if self.obs_normalizer is not None and "obs_rms" in state:
             self.obs_normalizer.rms.load_state_dict(state["obs_rms"])
         if self.reward_scaler is not None and "ret_rms" in state:
             self.reward_scaler.rms.load_state_dict(state["ret_rms"])
+            if "scaler_returns" in state:
+                self.reward_scaler.returns = state["scaler_returns"].numpy().copy()
         self._pending_rng = state.get("rng")
+        if "snapshot" not in state or isinstance(self.env, gym.vector.AsyncVectorEnv):
+            return False
+        restore(self.env, state["snapshot"])
+        episodes = state["episodes"]
+        self._episode_return = episodes["return"].numpy().copy()
+        self._episode_length = episodes["length"].numpy().copy()
+        self._prev_done = episodes["prev_done"].numpy().copy()
+        self._seeded = bool(episodes["seeded"])
+        return True
 
     def reset_from_state(self) -> torch.Tensor:
         """Reset, then continue the random streams saved by :meth:`load_state_dict`."""

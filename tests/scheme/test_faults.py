@@ -9,8 +9,8 @@ import threading
 import time
 
 import gymnasium as gym
-import torch
 import pytest
+import torch
 
 from pytorchrl.config import from_dict
 from pytorchrl.envs.registration import EnvCrash

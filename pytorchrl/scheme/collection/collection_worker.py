@@ -164,10 +164,13 @@ class CollectionWorker:
             self.test_envs.obs_normalizer.rms.load_state_dict(state)
 
     def state_dict(self) -> dict[str, Any]:
-        """Env statistics and random streams (the rollout itself restarts on resume)."""
+        """Env statistics, random streams and, where the envs allow it, the envs themselves and
+        the observation the next rollout starts from: taken between rollouts, it resumes exactly."""
         state: dict[str, Any] = {"acting_rng": self._stream.state}
-        if self.envs is not None:
+        if self.envs is not None and self._started:
             state["envs"] = self.envs.state_dict()
+            assert self.storage is not None
+            state["storage"] = self.storage.state_dict()
         if self.test_envs is not None:
             state["test_envs"] = self.test_envs.state_dict()
         return state
@@ -176,15 +179,17 @@ class CollectionWorker:
         if "acting_rng" in state:
             self._stream.state = state["acting_rng"]
         if self.envs is not None and "envs" in state:
-            self.envs.load_state_dict(state["envs"])
             assert self.storage is not None
-            self.storage.reset(self.envs.reset_from_state())
+            if self.envs.load_state_dict(state["envs"]) and "storage" in state:
+                self.storage.load_state_dict(state["storage"])  # the episodes go on where they were
+            else:
+                self.storage.reset(self.envs.reset_from_state())
             self._started = True
         if "test_envs" in state:
             if self.test_envs is None:
                 self.test_envs = self.env_factory(worker_index=self.index, test=True)
-            self.test_envs.load_state_dict(state["test_envs"])
-            self.test_envs.reset_from_state()
+            if not self.test_envs.load_state_dict(state["test_envs"]):
+                self.test_envs.reset_from_state()
 
     def close(self) -> None:
         for envs in (self.envs, self.test_envs):

@@ -1,0 +1,196 @@
+"""Exact resume and determinism: a synchronous run killed with SIGKILL and resumed from its newest
+checkpoint ends with the weights and ``progress.csv`` learning columns of the run that was never
+interrupted; two runs of one config and seed are identical, local or with remote workers."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from pytorchrl.config import from_dict
+from pytorchrl.envs.snapshot import restore, snapshot
+from pytorchrl.learner import Learner
+from pytorchrl.utils import checkpoint as ckpt
+from tests.conftest import CONFIGS
+
+#: columns that measure time, not learning (they differ between any two runs)
+TIMING = ("wall_time_s", "fps")
+
+
+def learning_rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return [{k: v for k, v in row.items() if k not in TIMING and not k.endswith("_time_s")} for row in csv.DictReader(f)]
+
+
+def flat_state(state: object, prefix: str = "") -> dict[str, object]:
+    """Every leaf of a checkpoint state, keyed by its path."""
+    if isinstance(state, dict):
+        return {k: v for key, value in state.items() for k, v in flat_state(value, f"{prefix}/{key}").items()}
+    if isinstance(state, (list, tuple)):
+        return {k: v for i, value in enumerate(state) for k, v in flat_state(value, f"{prefix}/{i}").items()}
+    return {prefix: state}
+
+
+def assert_same_state(a: dict, b: dict) -> None:
+    fa, fb = flat_state(a), flat_state(b)
+    assert fa.keys() == fb.keys()
+    differ = [k for k in fa if not (torch.equal(fa[k], fb[k]) if isinstance(fa[k], torch.Tensor) else fa[k] == fb[k])]
+    assert not differ, differ[:5]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="vector_entry_point"),
+    lambda: gym.vector.SyncVectorEnv([lambda: gym.make("Pendulum-v1")] * 3),
+])
+def test_env_snapshot_restores_episodes_in_progress(make, tmp_path):
+    env, twin = make(), make()
+    env.reset(seed=3)
+    twin.reset(seed=99)  # a different state everywhere, which restore() overwrites
+    actions = [env.action_space.sample() for _ in range(40)]
+    for action in actions[:20]:
+        env.step(action)
+    ckpt.save_checkpoint(tmp_path / "step_1", {"env": snapshot(env)}, {})  # through a weights_only load
+    restore(twin, ckpt.load_checkpoint(tmp_path / "step_1")[0]["env"])
+    for action in actions[20:]:  # episode ends and autoresets included: the same from here on
+        out, out_twin = env.step(action), twin.step(action)
+        for x, y in zip(out[:4], out_twin[:4]):
+            np.testing.assert_array_equal(x, y)
+    with pytest.raises(ValueError, match="does not fit an env of layers"):
+        restore(gym.make("CartPole-v1"), snapshot(twin))
+
+
+TINY = {
+    "env": {"num_envs": 4, "num_test_envs": 2},
+    "storage": {"num_steps": 32},
+    "algorithm": {"name": "ppo", "num_epochs": 2, "minibatch_size": 64},
+    "actor": {"hidden_sizes": [16]},
+    "run": {"target_steps": 2_048, "log_every": 256, "eval_every": 512, "eval_episodes": 2, "stop_at_return": None},
+}
+
+
+def _run(tmp_path: Path, name: str, scheme: dict) -> tuple[list[dict[str, str]], dict]:
+    learner = Learner.from_config(from_dict({**TINY, "scheme": scheme}), run_dir=tmp_path / name, progress=False)
+    try:
+        learner.train()
+    finally:
+        learner.close()
+    return learning_rows(tmp_path / name / "progress.csv"), ckpt.load_newest_checkpoint(tmp_path / name / "checkpoints")[1]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("scheme", [
+    {},
+    {"num_col_workers": 2, "col_worker_resources": {"num_cpus": 0.5}},
+], ids=["local", "two-remote-workers"])
+def test_two_synchronous_runs_are_identical(ray_session, tmp_path, scheme):
+    rows_a, state_a = _run(tmp_path, "a", scheme)
+    rows_b, state_b = _run(tmp_path, "b", scheme)
+    assert len(rows_a) >= 8 and rows_a == rows_b
+    assert_same_state(state_a["scheme"], state_b["scheme"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_sigkill_then_resume_equals_the_uninterrupted_run(tmp_path):
+    args = [
+        str(CONFIGS / "ppo" / "cartpole.yaml"), "--quiet", "run.target_steps=16384", "run.log_every=512",
+        "run.eval_every=2048", "run.eval_episodes=3", "run.checkpoint_every=1024", "run.keep_checkpoints=3",
+        "run.stop_at_return=null",
+    ]
+    cli = [sys.executable, "-m", "pytorchrl.cli", "train"]
+    whole = subprocess.run([*cli, *args, "--run-dir", str(tmp_path / "whole")], capture_output=True, text=True, timeout=240)
+    assert whole.returncode == 0, whole.stderr[-2000:]
+
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([*cli, *args, "--run-dir", str(killed)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (killed / "checkpoints" / "step_4096").is_dir() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)  # somewhere past the 4th checkpoint, maybe mid-write of a later one
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (killed / "summary.json").exists()  # killed mid-run
+    assert ckpt.list_checkpoints(killed / "checkpoints")  # something to resume from
+
+    resumed = subprocess.run([*cli, "--resume", str(killed), "--quiet"], capture_output=True, text=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert learning_rows(killed / "progress.csv") == learning_rows(tmp_path / "whole" / "progress.csv")
+    final_whole, _ = ckpt.load_checkpoint(tmp_path / "whole" / "checkpoints" / "step_16384")
+    final_killed, _ = ckpt.load_checkpoint(killed / "checkpoints" / "step_16384")
+    assert_same_state(final_whole["scheme"], final_killed["scheme"])
+    assert final_whole["learner"]["updates"] == final_killed["learner"]["updates"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_resume_without_snapshot_falls_back_to_a_reset(tmp_path):
+    # a checkpoint of envs that cannot be snapshot (subprocess envs) resumes from a reset
+    raw = {**TINY, "env": {**TINY["env"], "vectorization": "async", "num_envs": 2}, "run": {**TINY["run"], "target_steps": 64}}
+    learner = Learner.from_config(from_dict(raw), run_dir=tmp_path / "run", progress=False)
+    try:
+        learner.train()
+        worker = learner.scheme.collection_workers.local_worker
+        assert worker.envs is not None and "snapshot" not in worker.envs.state_dict()
+    finally:
+        learner.close()
+    again = Learner.resume(tmp_path / "run", ["run.target_steps=128"], progress=False)
+    try:
+        assert again.train()["env_steps"] == 128
+    finally:
+        again.close()
+
+
+def _ray_worker_pids() -> set[int]:
+    """Processes hosting pytorchrl's remote workers (Ray names them ``ray::_WorkerHost``)."""
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and b"_WorkerHost" in (entry / "cmdline").read_bytes():
+                pids.add(int(entry.name))
+        except OSError:
+            continue  # gone meanwhile
+    return pids
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process table from /proc")
+def test_sigterm_writes_a_final_checkpoint_and_leaves_no_worker_processes(tmp_path):
+    before = _ray_worker_pids()
+    run_dir = tmp_path / "run"
+    cmd = [
+        sys.executable, "-m", "pytorchrl.cli", "train", str(CONFIGS / "ppo" / "cartpole_sync_2workers.yaml"), "--quiet",
+        "--run-dir", str(run_dir), "run.target_steps=10000000", "run.log_every=512", "run.stop_at_return=null",
+        "scheme.ray.num_cpus=2", "scheme.col_worker_resources.num_cpus=0.5",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None:
+        rows = (run_dir / "progress.csv").read_text().splitlines() if (run_dir / "progress.csv").is_file() else []
+        if len(rows) >= 3:
+            break
+        time.sleep(0.2)
+    assert len(_ray_worker_pids() - before) == 2  # the two collection workers are running
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-2000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["stop_reason"] == "interrupted"
+    _path, state, meta = ckpt.load_newest_checkpoint(run_dir / "checkpoints")
+    assert meta["env_steps"] == summary["env_steps"] and len(state["scheme"]["local_gradient_worker"]["collection"]["remote"]) == 2
+    deadline = time.monotonic() + 30
+    while _ray_worker_pids() - before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _ray_worker_pids() - before  # no orphan worker processes
