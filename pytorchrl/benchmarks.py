@@ -305,6 +305,125 @@ def fault_tolerance(seeds: list[int], *, crash_every_s: tuple[float, ...] = (20.
     return result
 
 
+def resume_after_kill(seeds: list[int], *, target_steps: int = 30_720, checkpoint_every: int = 4_096) -> dict[str, Any]:
+    """PPO CartPole through the CLI: SIGKILL the driver at a random moment, resume, and compare
+    with a run never interrupted (final steps, env steps redone, weights equal)."""
+    import random
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    from pytorchrl.utils.checkpoint import list_checkpoints, load_checkpoint
+
+    args = [
+        str(_config_path("ppo/cartpole.yaml")), "--quiet", f"run.target_steps={target_steps}", "run.stop_at_return=null",
+        f"run.checkpoint_every={checkpoint_every}", "run.log_every=1024", "run.eval_every=8192",
+    ]
+    cli = [sys.executable, "-m", "pytorchrl.cli", "train"]
+    root = Path(tempfile.mkdtemp(prefix="pytorchrl-kill-"))
+    rows = []
+    try:
+        for seed in seeds:
+            whole, killed = root / f"whole_{seed}", root / f"killed_{seed}"
+            start = time.perf_counter()
+            subprocess.run([*cli, *args, f"run.seed={seed}", "--run-dir", str(whole)], check=True, capture_output=True)
+            duration = time.perf_counter() - start
+            proc = subprocess.Popen([*cli, *args, f"run.seed={seed}", "--run-dir", str(killed)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(random.Random(seed).uniform(0.3, 0.9) * duration)  # start-up included: anywhere in the run
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            lines = (killed / "progress.csv").read_text().splitlines() if (killed / "progress.csv").is_file() else []
+            logged = int(lines[-1].split(",", 1)[0]) if len(lines) > 1 else 0
+            saved = list_checkpoints(killed / "checkpoints")
+            resumed_from = int(saved[-1].name[5:]) if saved else 0
+            if saved:
+                subprocess.run([*cli, "--resume", str(killed)], check=True, capture_output=True)
+            else:  # killed before the first checkpoint: nothing to resume, start again
+                shutil.rmtree(killed)
+                subprocess.run([*cli, *args, f"run.seed={seed}", "--run-dir", str(killed)], check=True, capture_output=True)
+            a, _ = load_checkpoint(whole / "checkpoints" / f"step_{target_steps}")
+            b, meta = load_checkpoint(killed / "checkpoints" / f"step_{target_steps}")
+            wa, wb = (x["scheme"]["local_gradient_worker"]["algorithm"]["actor"] for x in (a, b))
+            same = all(torch.equal(wa[k], wb[k]) for k in wa)
+            rows.append({"seed": seed, "killed_after_logged_steps": logged, "resumed_from": resumed_from,
+                         "final_steps": meta["env_steps"], "weights_equal_uninterrupted": same})
+            print(f"  seed {seed}: killed after step {logged} (logged), resumed from checkpoint {resumed_from}, "
+                  f"final {meta['env_steps']}, weights equal to the uninterrupted run: {same}", flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return {
+        "kills": len(rows),
+        "all_reached_target_steps": all(r["final_steps"] == target_steps for r in rows),
+        "max_steps_redone": max(r["killed_after_logged_steps"] - r["resumed_from"] for r in rows),
+        "checkpoint_every": checkpoint_every,
+        "all_weights_equal_uninterrupted": all(r["weights_equal_uninterrupted"] for r in rows),
+        "runs": rows,
+    }
+
+
+def memory(seeds: list[int], *, duration_s: float = 1_800.0, sample_every_s: float = 10.0, warmup_s: float = 300.0) -> dict[str, Any]:
+    """Resident memory of the driver and 2 remote collection workers over a 30-minute
+    asynchronous APPO run on CartPole (run directory, evaluations and checkpoints included):
+    growth from the end of the warm-up to the end, and the curve."""
+    import tempfile
+    import threading
+
+    from pytorchrl.config import load_config
+    from pytorchrl.learner import Learner
+
+    overrides = [f"run.seed={seeds[0]}", "run.target_steps=1000000000000", "run.stop_at_return=null", f"run.max_time_s={duration_s}",
+                 "run.checkpoint_every=200000", "run.keep_checkpoints=2"]
+    cfg = load_config(_config_path("ppo/cartpole_async_2workers.yaml"), overrides)
+    run_dir = Path(tempfile.mkdtemp(prefix="pytorchrl-memory-"))
+    learner = Learner.from_config(cfg, run_dir=run_dir, progress=False)
+    pids = {"driver": os.getpid(), **{f"worker_{i}": pid for i, pid in enumerate(learner.scheme.collection_workers.workers.pids(), 1)}}
+    samples: list[tuple[float, dict[str, float]]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        start = time.monotonic()
+        while not stop.wait(0 if not samples else sample_every_s):
+            samples.append((time.monotonic() - start, {name: _rss_mib(pid) for name, pid in pids.items()}))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        summary = learner.train()
+    finally:
+        stop.set()
+        sampler.join()
+        learner.close()
+
+    def mean_over(lo: float, hi: float) -> dict[str, float]:
+        window = [s for t, s in samples if lo <= t <= hi]
+        return {name: statistics.fmean(s[name] for s in window) for name in pids}
+
+    end = samples[-1][0]
+    after_warmup, final = mean_over(warmup_s, warmup_s + 60.0), mean_over(end - 60.0, end)
+    growth = {name: (final[name] - after_warmup[name]) / after_warmup[name] for name in pids}
+    for t, s in samples[:: max(1, round(60.0 / sample_every_s))]:
+        print(f"  t={t / 60:5.1f} min  " + "  ".join(f"{name} {mib:7.1f} MiB" for name, mib in s.items()), flush=True)
+    return {
+        "duration_s": round(end, 1),
+        "env_steps": summary["env_steps"],
+        "rss_after_warmup_mib": {k: round(v, 1) for k, v in after_warmup.items()},
+        "rss_at_end_mib": {k: round(v, 1) for k, v in final.items()},
+        "rss_growth": {k: f"{v:+.1%}" for k, v in growth.items()},
+        "max_growth_below_10pct": max(growth.values()) < 0.10,
+        "curve_mib": [(round(t), {k: round(v, 1) for k, v in s.items()}) for t, s in samples],
+    }
+
+
+def _rss_mib(pid: int) -> float:
+    """Resident set size of a process, from /proc (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 BENCHMARKS: dict[str, Callable[[list[int]], dict[str, Any]]] = {
     "ppo_cartpole": ppo_cartpole,
     "collection": collection,
@@ -316,6 +435,8 @@ BENCHMARKS: dict[str, Callable[[list[int]], dict[str, Any]]] = {
     "policy_lag": policy_lag,
     "distributed_learning": distributed_learning,
     "fault_tolerance": fault_tolerance,
+    "resume_after_kill": resume_after_kill,
+    "memory": memory,
 }
 
 
@@ -338,7 +459,7 @@ def run_benchmarks(names: list[str], *, seeds: list[int]) -> dict[str, Any]:
     print("|---|---|---|")
     for name, res in results.items():
         for key, value in res.items():
-            if key in ("runs", "seeds", "config"):
+            if key in ("runs", "seeds", "config", "curve_mib"):
                 continue
             shown = f"{value:,.3f}" if isinstance(value, float) else value
             print(f"| {name} | {key} | {shown} |")

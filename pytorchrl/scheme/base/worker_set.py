@@ -13,6 +13,7 @@ with local workers only never starts Ray.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -63,6 +64,10 @@ class _WorkerHost:
     def ready(self) -> bool:
         """Answers once the worker is built (its constructor ran before any call)."""
         return True
+
+    def pid(self) -> int:
+        """The worker's process id (for resource monitoring)."""
+        return os.getpid()
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         args = tuple(compression.unpack(a) for a in args)
@@ -259,6 +264,12 @@ class WorkerSet(Generic[W]):
             self.remote_workers.remove(handle)
             self._index.pop(handle, None)
         return removed
+
+    def pids(self) -> list[int]:
+        """Process ids of the active remote workers (answered beside any call in progress)."""
+        import ray
+
+        return ray.get([w.pid.options(concurrency_group=CONTROL_GROUP).remote() for w in self.remote_workers]) if self.remote_workers else []
 
     def kill(self, worker: Any) -> None:
         """End a remote worker's process (one taken out by :meth:`remove`, or starting)."""
