@@ -29,6 +29,7 @@ __all__ = [
     "ActorConfig",
     "Config",
     "ConfigError",
+    "DQNConfig",
     "EnvConfig",
     "IMPALAConfig",
     "PPOConfig",
@@ -110,12 +111,14 @@ class ActorConfig:
 
 @dataclass(frozen=True)
 class StorageConfig:
-    """The rollout storage of on-policy algorithms."""
+    """The rollouts workers collect, and (off-policy algorithms) the replay buffer they fill."""
 
     num_steps: int = param(128, "Steps per env in one rollout; a rollout holds num_steps * num_envs transitions.", min=1)
+    capacity: int = param(100_000, "Off-policy: transitions the replay buffer holds (the oldest are overwritten).", min=1)
+    checkpoint_buffer: bool = param(False, "Off-policy: include the replay buffer in checkpoints (large; exact resume needs it).")
 
 
-ALGORITHM_NAMES = ("ppo", "a2c", "impala", "appo")
+ALGORITHM_NAMES = ("ppo", "a2c", "impala", "appo", "dqn")
 
 
 @dataclass(frozen=True)
@@ -181,7 +184,40 @@ class APPOConfig(IMPALAConfig):
     clip_range: float = param(0.2, "Clip range of the probability ratio to the behaviour policy.", min=0, min_exclusive=True)
 
 
-ALGORITHM_CONFIGS: dict[str, type] = {"ppo": PPOConfig, "a2c": A2CConfig, "impala": IMPALAConfig, "appo": APPOConfig}
+@dataclass(frozen=True)
+class DQNConfig:
+    """DQN (Mnih et al. 2015) with each Rainbow component (Hessel et al. 2018) switchable."""
+
+    name: str = param("dqn", "The algorithm.", choices=ALGORITHM_NAMES)
+    lr: float = param(1e-4, "Adam learning rate.", min=0, min_exclusive=True)
+    gamma: float = param(0.99, "Discount factor.", min=0, max=1)
+    minibatch_size: int = param(64, "Transitions per gradient step.", min=1)
+    updates_per_step: float = param(1.0, "Gradient steps per collected transition (the replay ratio).", min=0, min_exclusive=True)
+    start_steps: int = param(1000, "Transitions collected before the first gradient step.", min=0)
+    target_update_interval: int = param(1000, "Gradient steps between target-network updates.", min=1)
+    tau: float = param(1.0, "Each target update moves the target this far towards the online network (1: copy; <1: Polyak).", min=0, max=1, min_exclusive=True)
+    exploration_fraction: float = param(0.1, "Share of run.target_steps over which epsilon decays linearly.", min=0, max=1)
+    exploration_initial_eps: float = param(1.0, "Epsilon at the start.", min=0, max=1)
+    exploration_final_eps: float = param(0.05, "Epsilon after the decay.", min=0, max=1)
+    max_grad_norm: float | None = param(10.0, "Clip the global gradient norm to this (null: no clipping).", min=0, min_exclusive=True)
+    adam_eps: float = param(1.5e-4, "Adam epsilon.", min=0, min_exclusive=True)
+    double_q: bool = param(False, "Rainbow: double Q-learning (online net picks the bootstrap action, target net values it).")
+    dueling: bool = param(False, "Rainbow: dueling value and advantage streams.")
+    n_step: int = param(1, "Rainbow: n-step returns.", min=1)
+    prioritized_replay: bool = param(False, "Rainbow: prioritized replay (proportional, sum tree).")
+    per_alpha: float = param(0.6, "Prioritized replay: priority exponent.", min=0)
+    per_beta0: float = param(0.4, "Prioritized replay: initial importance-sampling exponent, annealed to 1.", min=0, max=1)
+    noisy_nets: bool = param(False, "Rainbow: noisy linear heads explore instead of epsilon-greedy (epsilon is then 0).")
+    distributional: bool = param(False, "Rainbow: C51 distributional Q-learning.")
+    num_atoms: int = param(51, "C51: atoms of the return distribution.", min=2)
+    v_min: float = param(-10.0, "C51: smallest return on the support.")
+    v_max: float = param(10.0, "C51: largest return on the support.")
+    rainbow: bool = param(False, "Turn every Rainbow component on (double_q, dueling, n_step >= 3, prioritized_replay, noisy_nets, distributional).")
+
+
+ALGORITHM_CONFIGS: dict[str, type] = {"ppo": PPOConfig, "a2c": A2CConfig, "impala": IMPALAConfig, "appo": APPOConfig, "dqn": DQNConfig}
+#: algorithms that learn from a replay buffer
+OFF_POLICY = ("dqn",)
 
 
 @dataclass(frozen=True)
@@ -248,7 +284,7 @@ class Config:
     env: EnvConfig = param(EnvConfig(), "The environments.")
     actor: ActorConfig = param(ActorConfig(), "The policy network.")
     storage: StorageConfig = param(StorageConfig(), "The rollout storage.")
-    algorithm: PPOConfig | A2CConfig | IMPALAConfig | APPOConfig = param(PPOConfig(), "The algorithm; 'name' picks which.")
+    algorithm: PPOConfig | A2CConfig | IMPALAConfig | APPOConfig | DQNConfig = param(PPOConfig(), "The algorithm; 'name' picks which.")
     scheme: SchemeConfig = param(SchemeConfig(), "Worker layout and communication.")
     run: RunConfig = param(RunConfig(), "Budget, logging, evaluation, checkpoints.")
 
@@ -411,6 +447,18 @@ def _check_cross_field(config: Config) -> None:
             "config key 'scheme.update_execution' = 'decentralised' needs scheme.grad_communication "
             "'synchronous' (asynchronous gradients cannot be applied identically on every worker)"
         )
+    algo = config.algorithm
+    if isinstance(algo, DQNConfig):
+        if algo.minibatch_size > algo.start_steps:
+            raise ConfigError(
+                f"config key 'algorithm.minibatch_size' = {algo.minibatch_size} is larger than algorithm.start_steps = "
+                f"{algo.start_steps}: the first gradient step would sample more transitions than the buffer holds; "
+                "raise start_steps or lower minibatch_size"
+            )
+        if algo.start_steps > config.storage.capacity:
+            raise ConfigError(f"config key 'algorithm.start_steps' = {algo.start_steps} is larger than storage.capacity = {config.storage.capacity}")
+        if algo.v_min >= algo.v_max:
+            raise ConfigError(f"config key 'algorithm.v_min' = {algo.v_min} must be below algorithm.v_max = {algo.v_max}")
     for name in ("hidden_sizes",):
         sizes = getattr(config.actor, name)
         if any(s < 1 for s in sizes):

@@ -8,17 +8,20 @@ from typing import Any
 
 import gymnasium as gym
 
+from pytorchrl.agent.actors.off_policy import OffPolicyActor
 from pytorchrl.agent.actors.on_policy import OnPolicyActor
-from pytorchrl.agent.algorithms import ALGORITHMS, SEQUENCE_ALGORITHMS
+from pytorchrl.agent.algorithms import ALGORITHMS, DQN, SEQUENCE_ALGORITHMS
+from pytorchrl.agent.storages.off_policy.replay_storage import ReplayStorage
 from pytorchrl.agent.storages.on_policy.gae_buffer import GAEBuffer
 from pytorchrl.agent.storages.on_policy.vtrace_buffer import VTraceBuffer
-from pytorchrl.config import Config, ConfigError, SchemeConfig
+from pytorchrl.config import OFF_POLICY, Config, ConfigError, DQNConfig, SchemeConfig
 from pytorchrl.envs.vec_env import VecEnv
 from pytorchrl.scheme.base.ray_runtime import configure_ray
 from pytorchrl.scheme.base.worker_set import FaultTolerance, check_fits, cluster_resources
 from pytorchrl.scheme.collection.collection_worker_set import CollectionWorkerSet
 from pytorchrl.scheme.gradients.gradient_worker_set import GradientWorkerSet
 from pytorchrl.scheme.updates.update_worker import UpdateWorker
+from pytorchrl.utils.errors import InputError
 
 
 class Scheme:
@@ -183,7 +186,6 @@ def build_scheme(config: Config) -> Scheme:
         reward_gamma=env.reward_gamma,
         restart_failed_envs=env.restart_failed_envs,
     )
-    actor_factory = OnPolicyActor.create_factory(obs_space, action_space, **dataclasses.asdict(config.actor))
     rollout = {
         "num_steps": config.storage.num_steps,
         "num_envs": env.num_envs,
@@ -191,12 +193,16 @@ def build_scheme(config: Config) -> Scheme:
         "action_shape": action_space.shape if not isinstance(action_space, gym.spaces.Discrete) else (),
         "discrete": isinstance(action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)),
     }
-    algo_params = {k: v for k, v in dataclasses.asdict(algo).items() if k != "name"}
-    if algo.name in SEQUENCE_ALGORITHMS:  # V-trace: the algorithm computes the targets itself
-        storage_factory = VTraceBuffer.create_factory(gamma=algo.gamma, **rollout)
+    if algo.name in OFF_POLICY:
+        actor_factory, storage_factory, algo_factory = _off_policy_factories(config, obs_space, action_space, rollout)
     else:
-        storage_factory = GAEBuffer.create_factory(gamma=algo_params.pop("gamma"), gae_lambda=algo_params.pop("gae_lambda"), **rollout)
-    algo_factory = ALGORITHMS[algo.name].create_factory(**algo_params)
+        actor_factory = OnPolicyActor.create_factory(obs_space, action_space, **dataclasses.asdict(config.actor))
+        algo_params = {k: v for k, v in dataclasses.asdict(algo).items() if k != "name"}
+        if algo.name in SEQUENCE_ALGORITHMS:  # V-trace: the algorithm computes the targets itself
+            storage_factory = VTraceBuffer.create_factory(gamma=algo.gamma, **rollout)
+        else:
+            storage_factory = GAEBuffer.create_factory(gamma=algo_params.pop("gamma"), gae_lambda=algo_params.pop("gae_lambda"), **rollout)
+        algo_factory = ALGORITHMS[algo.name].create_factory(**algo_params)
     return Scheme(
         env_factory=env_factory,
         actor_factory=actor_factory,
@@ -216,3 +222,35 @@ def resolve_device(device: str) -> str:
 
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
+
+
+def _off_policy_factories(config: Config, obs_space: gym.Space, action_space: gym.Space, rollout: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """Actor, replay storage and algorithm factories of a DQN-family config (``rainbow`` turns
+    every component on; noisy nets replace epsilon-greedy exploration)."""
+    algo = config.algorithm
+    assert isinstance(algo, DQNConfig)
+    if not isinstance(action_space, gym.spaces.Discrete):
+        raise InputError(
+            f"algorithm.name = {algo.name!r} needs a Discrete action space; env.env_id = {config.env.env_id!r} has {action_space}"
+        )
+    if algo.rainbow:
+        algo = dataclasses.replace(
+            algo, double_q=True, dueling=True, n_step=max(algo.n_step, 3), prioritized_replay=True, noisy_nets=True, distributional=True
+        )
+    actor_factory = OffPolicyActor.create_factory(
+        obs_space, action_space, hidden_sizes=tuple(config.actor.hidden_sizes), activation=config.actor.activation,
+        dueling=algo.dueling, noisy=algo.noisy_nets, num_atoms=algo.num_atoms if algo.distributional else 1,
+        v_min=algo.v_min, v_max=algo.v_max,
+    )
+    storage_factory = ReplayStorage.create_factory(
+        capacity=config.storage.capacity, n_step=algo.n_step, gamma=algo.gamma, prioritized=algo.prioritized_replay,
+        alpha=algo.per_alpha, beta0=algo.per_beta0, updates_per_step=algo.updates_per_step, start_steps=algo.start_steps,
+        checkpoint_buffer=config.storage.checkpoint_buffer, **rollout,
+    )
+    explore = (0.0, 0.0) if algo.noisy_nets else (algo.exploration_initial_eps, algo.exploration_final_eps)
+    algo_factory = DQN.create_factory(
+        lr=algo.lr, minibatch_size=algo.minibatch_size, double_q=algo.double_q, target_update_interval=algo.target_update_interval,
+        tau=algo.tau, exploration_fraction=algo.exploration_fraction, exploration_initial_eps=explore[0],
+        exploration_final_eps=explore[1], max_grad_norm=algo.max_grad_norm, adam_eps=algo.adam_eps,
+    )
+    return actor_factory, storage_factory, algo_factory

@@ -7,8 +7,8 @@ import functools
 import torch
 
 from pytorchrl.scheme.base import compression
+from pytorchrl.scheme.base.infos import merge_step_infos
 from pytorchrl.scheme.base.worker_set import actor_options, check_fits, total_resources
-from pytorchrl.scheme.updates.update_worker import merge_step_infos
 
 
 def test_packing_round_trips_nested_tensors_of_every_dtype_with_and_without_lz4():

@@ -2,12 +2,13 @@
 
 from pytorchrl.agent.algorithms.a2c import A2C
 from pytorchrl.agent.algorithms.base import Algorithm
+from pytorchrl.agent.algorithms.dqn import DQN
 from pytorchrl.agent.algorithms.impala import APPO, IMPALA
 from pytorchrl.agent.algorithms.ppo import PPO
 
-ALGORITHMS: dict[str, type[Algorithm]] = {"ppo": PPO, "a2c": A2C, "impala": IMPALA, "appo": APPO}
+ALGORITHMS: dict[str, type[Algorithm]] = {"ppo": PPO, "a2c": A2C, "impala": IMPALA, "appo": APPO, "dqn": DQN}
 
 #: algorithms that learn from time-major sequences (V-trace) instead of shuffled transitions
 SEQUENCE_ALGORITHMS = ("impala", "appo")
 
-__all__ = ["A2C", "ALGORITHMS", "APPO", "IMPALA", "PPO", "SEQUENCE_ALGORITHMS", "Algorithm"]
+__all__ = ["A2C", "ALGORITHMS", "APPO", "DQN", "IMPALA", "PPO", "SEQUENCE_ALGORITHMS", "Algorithm"]

@@ -54,6 +54,7 @@ class Algorithm:
         self.optimizer = torch.optim.Adam(self.params, lr=lr, eps=adam_eps, fused=True)
         self.version = 0
         self.stop_round = False
+        self.progress = 0.0
 
     @classmethod
     def create_factory(cls, **kwargs: Any) -> Callable[..., Algorithm]:
@@ -101,10 +102,15 @@ class Algorithm:
         self.optimizer.step()
         self.version += 1
 
+    def pop_priorities(self) -> torch.Tensor | None:
+        """New replay priorities of the last minibatch's transitions (prioritized replay), if any."""
+        return None
+
     # --------------------------------------------------------------------- parameters
 
     def set_progress(self, progress: float) -> None:
         """Tell the algorithm how far training is (0 to 1 of ``run.target_steps``) for schedules."""
+        self.progress = progress
         if self.anneal_lr:
             self.update_algorithm_parameter("lr", self.initial_lr * max(0.0, 1.0 - progress))
 

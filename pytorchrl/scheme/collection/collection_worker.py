@@ -57,6 +57,9 @@ class CollectionWorker:
         seeded = {} if env_seed is None else {"seed": env_seed}
         self.envs = env_factory(worker_index=index, **seeded) if collect else None
         self.storage = storage_factory(device=self.device) if collect else None
+        if self.storage is not None and hasattr(self.storage, "stream_id"):
+            # replay storages key their envs' observation streams by it: unique per worker and generation
+            self.storage.stream_id = derive_seed(seed, ACTING_ROLE, index)
         self.test_envs: VecEnv | None = None
         self._started = False
 
@@ -95,7 +98,8 @@ class CollectionWorker:
                 if round_id is not None and self._preempted == round_id:
                     preempted = not storage.full
                     break
-            storage.score(actor.score)
+            if storage.needs_scoring:
+                storage.score(actor.score)
         data = storage.get_data()
         episodes = envs.pop_episodes()
         info = {

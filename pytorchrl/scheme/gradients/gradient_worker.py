@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from pytorchrl.scheme.base.infos import merge_step_infos
 from pytorchrl.scheme.base.worker_set import replica_ordinal
 from pytorchrl.scheme.collection.collection_worker_set import CollectionWorkerSet
 from pytorchrl.utils.seeding import GRADIENT_ROLE, TorchStream, derive_seed
@@ -86,18 +87,32 @@ class GradientWorker:
         info: dict[str, Any] = {}
         with self._stream.active():
             if self._remaining == 0 or self.algo.stop_round:
-                info.update(self._new_round())
+                info.update(self._new_rounds())
             start = time.perf_counter()
             assert self._batches is not None
             batch = next(self._batches)
             self._remaining -= 1
             info.update(self.algo.compute_gradients(batch))
+            priorities = self.algo.pop_priorities()
+            if priorities is not None:  # prioritized replay: the minibatch's new TD errors
+                self.storage.update_priorities(batch["indices"], priorities)
         info["gradient_time_s"] = time.perf_counter() - start
         info["round_end"] = self._remaining == 0 or self.algo.stop_round
         info["num_samples"] = _batch_size(batch)
         info["policy_version"] = self.algo.version
         grads = self.algo.get_gradients() if return_gradients and not info.get("skipped") else None
         return grads, info
+
+    def _new_rounds(self) -> dict[str, Any]:
+        """Collect rounds until one gives minibatches (a replay buffer may still be filling up)."""
+        infos = [self._new_round()]
+        while self._remaining == 0:
+            infos.append(self._new_round())
+        if len(infos) == 1:
+            return infos[0]
+        merged = merge_step_infos(infos)
+        merged["healthy_workers"] = infos[-1].get("healthy_workers")  # a state, not a count
+        return merged
 
     def _new_round(self) -> dict[str, Any]:
         self.algo.stop_round = False
@@ -106,6 +121,9 @@ class GradientWorker:
         rollouts, info = self.col_workers.collect()
         for data in rollouts:
             self.storage.add_data(data)
+        set_progress = getattr(self.storage, "set_progress", None)
+        if set_progress is not None:  # e.g. prioritized replay's importance-sampling exponent
+            set_progress(self.algo.progress)
         self.storage.before_gradients()
         size = self.algo.minibatch_size or self.storage.num_samples
         self._remaining = self.storage.num_batches(size) * self.algo.num_epochs
@@ -139,11 +157,16 @@ class GradientWorker:
         self.algo.load_state_dict(state)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"algorithm": self.algo.state_dict(), "collection": self.col_workers.state_dict(), "gradient_rng": self._stream.state}
+        return {"algorithm": self.algo.state_dict(), **self.collection_state_dict()}
 
     def collection_state_dict(self) -> dict[str, Any]:
-        """What a remote worker keeps beyond the master's algorithm state."""
-        return {"collection": self.col_workers.state_dict(), "gradient_rng": self._stream.state}
+        """What a remote worker keeps beyond the master's algorithm state (and its replay
+        buffer, when the storage is told to checkpoint it)."""
+        state = {"collection": self.col_workers.state_dict(), "gradient_rng": self._stream.state}
+        buffer = getattr(self.storage, "buffer_state", lambda: None)()
+        if buffer is not None:
+            state["replay_buffer"] = buffer
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "algorithm" in state:
@@ -151,6 +174,8 @@ class GradientWorker:
         self.col_workers.load_state_dict(state["collection"])
         if "gradient_rng" in state:
             self._stream.state = state["gradient_rng"]
+        if "replay_buffer" in state:
+            self.storage.load_buffer_state(state["replay_buffer"])
         self._remaining = 0
 
     def close(self) -> None:

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import statistics
 import time
 from typing import Any
 
 import torch
 
+from pytorchrl.scheme.base.infos import merge_step_infos
 from pytorchrl.scheme.gradients.gradient_worker_set import GradientWorkerSet
-
-#: per-step diagnostics that are averaged over gradient workers (the rest are summed or joined)
-_SUMMED = (
-    "env_steps", "dropped_batches", "preempted_batches", "lost_batches", "worker_restarts", "env_restarts", "healthy_workers", "num_batches", "num_samples",
-)
-_JOINED = ("episode_returns", "episode_lengths", "policy_lags")
 
 
 class UpdateWorker:
@@ -179,30 +173,3 @@ class UpdateWorker:
         for worker, worker_state in zip(self._workers.remote_workers, state.get("remote_gradient_workers", []), strict=False):
             self._workers.get(self._workers.call(worker, "load_state_dict", worker_state))
         self._replicas_synced = False
-
-
-def merge_step_infos(infos: list[dict[str, Any]]) -> dict[str, Any]:
-    """One info from the step infos of several gradient workers: counts summed, episode lists
-    joined, diagnostics averaged; ``round_end`` when any worker's round ended."""
-    merged: dict[str, Any] = {}
-    for key in {k for i in infos for k in i}:
-        values = [i[key] for i in infos if key in i and i[key] is not None]
-        if not values:
-            continue
-        if key in _SUMMED:
-            merged[key] = sum(values)
-        elif key in _JOINED:
-            merged[key] = [v for vs in values for v in vs]
-        elif key in ("round_end", "preempted"):
-            merged[key] = any(values)
-        elif key == "skipped":
-            merged[key] = 1.0 if len(values) == len(infos) else None
-        elif key.endswith("_time_s"):
-            merged[key] = max(values)
-        elif all(isinstance(v, (int, float)) for v in values):
-            merged[key] = statistics.fmean(values)
-    if merged.get("skipped") is None:
-        merged.pop("skipped", None)
-    if merged.get("policy_lags"):
-        merged["policy_lag_mean"] = statistics.fmean(merged["policy_lags"])
-    return merged

@@ -36,6 +36,9 @@ class RolloutStorage:
     :param device: where minibatches are placed.
     """
 
+    #: collected rollouts need the acting policy's log-probabilities and values (:meth:`score`)
+    needs_scoring = True
+
     def __init__(
         self,
         *,

@@ -1,0 +1,135 @@
+"""DQN (Mnih et al. 2015) with every Rainbow component (Hessel et al. 2018) switchable.
+
+The components live where they act: double Q-learning and the C51 loss here; dueling heads and
+noisy nets in :class:`~pytorchrl.agent.actors.off_policy.QNetwork`; n-step returns and
+prioritized replay in :class:`~pytorchrl.agent.storages.off_policy.ReplayBuffer`, which hands
+this algorithm batches with the n-step return in ``rewards``, the bootstrap discount in
+``discounts`` (0 after a termination) and importance ``weights``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from pytorchrl.agent.algorithms.base import Algorithm
+
+
+class DQN(Algorithm):
+    """Q-learning on replayed transitions, with a target network.
+
+    :param actor: an :class:`~pytorchrl.agent.actors.off_policy.OffPolicyActor`.
+    :param lr: Adam learning rate.
+    :param minibatch_size: transitions per gradient step.
+    :param double_q: pick the bootstrap action with the online network, value it with the target.
+    :param target_update_interval: gradient steps between target updates.
+    :param tau: each target update moves the target this far towards the online network (1: copy).
+    :param exploration_fraction: share of ``run.target_steps`` over which epsilon decays linearly.
+    :param exploration_initial_eps: epsilon at the start.
+    :param exploration_final_eps: epsilon after the decay.
+    :param max_grad_norm: global gradient-norm clip (None: off).
+    :param adam_eps: Adam epsilon.
+    :param device: torch device.
+    """
+
+    def __init__(
+        self,
+        actor: Any,
+        device: str | torch.device = "cpu",
+        *,
+        lr: float = 1e-4,
+        minibatch_size: int = 64,
+        double_q: bool = False,
+        target_update_interval: int = 1,
+        tau: float = 1.0,
+        exploration_fraction: float = 0.1,
+        exploration_initial_eps: float = 1.0,
+        exploration_final_eps: float = 0.05,
+        max_grad_norm: float | None = 10.0,
+        adam_eps: float = 1.5e-4,
+    ) -> None:
+        super().__init__(actor, device, lr=lr, adam_eps=adam_eps, max_grad_norm=max_grad_norm)
+        self.minibatch_size = minibatch_size
+        self.double_q = double_q
+        self.target_update_interval = target_update_interval
+        self.tau = tau
+        self.exploration = (exploration_fraction, exploration_initial_eps, exploration_final_eps)
+        self._priorities: torch.Tensor | None = None
+        self.set_progress(0.0)
+
+    def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        q_net, target = self.actor.q_net, self.actor.target_q_net
+        q_net.reset_noise()
+        target.reset_noise()
+        actions = batch["actions"].long()
+        with torch.no_grad():
+            chooser = q_net if self.double_q else target
+            next_actions = chooser.forward(batch["next_obs"]).argmax(-1, keepdim=True)
+        if q_net.num_atoms == 1:
+            q = q_net.forward(batch["obs"]).gather(1, actions.unsqueeze(-1)).squeeze(-1)
+            with torch.no_grad():
+                next_q = target.forward(batch["next_obs"]).gather(1, next_actions).squeeze(-1)
+                y = batch["rewards"] + batch["discounts"] * next_q
+            td = y - q
+            per_sample = F.smooth_l1_loss(q, y, reduction="none")
+            priorities = td.detach().abs()
+            info = {"q_mean": float(q.detach().mean()), "td_abs_mean": float(priorities.mean())}
+        else:  # C51: cross-entropy to the projected target distribution
+            logits = q_net.logits(batch["obs"])
+            log_p = logits.log_softmax(-1)[torch.arange(len(actions)), actions]
+            with torch.no_grad():
+                next_logits = target.logits(batch["next_obs"])
+                next_p = next_logits.softmax(-1)[torch.arange(len(actions)), next_actions.squeeze(-1)]
+                m = project_distribution(next_p, batch["rewards"], batch["discounts"], q_net.support)
+            per_sample = -(m * log_p).sum(-1)
+            priorities = per_sample.detach()
+            info = {"q_mean": float((log_p.detach().exp() * q_net.support).sum(-1).mean()), "td_abs_mean": float(priorities.mean())}
+        loss = (batch["weights"] * per_sample).mean()
+        self._priorities = priorities
+        info["value_loss"] = float(loss.detach())
+        info["epsilon"] = float(self.actor.epsilon)
+        return loss, info
+
+    def pop_priorities(self) -> torch.Tensor | None:
+        """The last minibatch's TD errors (C51: its losses), the new priorities of its transitions."""
+        out, self._priorities = self._priorities, None
+        return out
+
+    def apply_gradients(self, gradients: torch.Tensor | None = None) -> None:
+        super().apply_gradients(gradients)
+        if self.version % self.target_update_interval == 0:
+            self.actor.update_target(self.tau)
+
+    def set_progress(self, progress: float) -> None:
+        """Epsilon decays linearly from its initial to its final value over ``exploration_fraction``."""
+        super().set_progress(progress)
+        fraction, initial, final = self.exploration
+        done = 1.0 if fraction == 0 else min(1.0, progress / fraction)
+        self.actor.epsilon.fill_(initial + done * (final - initial))
+
+
+def project_distribution(next_probs: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
+    """Project the distribution ``rewards + discounts * Z`` onto ``support`` (C51, Bellemare et al.
+    2017, Algorithm 1): each shifted atom's probability is split between its two neighbours.
+
+    :param next_probs: ``[batch, atoms]`` probabilities of the bootstrap distribution.
+    :param rewards: ``[batch]`` (n-step) returns.
+    :param discounts: ``[batch]`` bootstrap discounts (0 after a termination).
+    :param support: ``[atoms]`` evenly spaced atom values.
+    :return: ``[batch, atoms]`` projected probabilities.
+    """
+    v_min, v_max, atoms = float(support[0]), float(support[-1]), support.numel()
+    delta = (v_max - v_min) / (atoms - 1)
+    tz = (rewards.unsqueeze(-1) + discounts.unsqueeze(-1) * support).clamp(v_min, v_max)
+    b = (tz - v_min) / delta
+    lower, upper = b.floor().long(), b.ceil().long()
+    # an atom that lands exactly on the support goes wholly to it (lower == upper)
+    same = lower == upper
+    w_lower = (upper.float() - b) + same.float()
+    w_upper = b - lower.float()
+    out = torch.zeros_like(next_probs)
+    out.scatter_add_(-1, lower, next_probs * w_lower)
+    out.scatter_add_(-1, upper, next_probs * w_upper)
+    return out

@@ -1,0 +1,137 @@
+"""The storage an off-policy scheme runs on: a rollout on the collection side, a replay buffer on
+the gradient side (the same two-ended design as the on-policy storages).
+
+A collection worker fills ``num_steps`` steps of its envs (no scoring: replayed transitions need
+no behaviour log-probabilities or values) and sends them tagged with its stream, so that the
+buffer stores each observation once across consecutive rollouts. A gradient worker adds every
+received rollout to its :class:`ReplayBuffer`; a round then makes ``updates_per_step`` gradient
+steps per transition received (the replay ratio), each on a fresh sample, once the buffer holds
+``start_steps`` transitions.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from pytorchrl.agent.storages.off_policy.replay import PrioritizedSampler, ReplayBuffer, Sampler, UniformSampler
+from pytorchrl.agent.storages.on_policy.rollout import RolloutStorage
+
+
+class ReplayStorage(RolloutStorage):
+    """Rollouts in, replayed minibatches out.
+
+    :param capacity: transitions the replay buffer holds.
+    :param n_step: n-step returns.
+    :param gamma: discount.
+    :param prioritized: prioritized replay (else uniform).
+    :param alpha: priority exponent.
+    :param beta0: initial importance-sampling exponent (annealed to 1 over training).
+    :param updates_per_step: gradient steps per transition received (the replay ratio).
+    :param start_steps: transitions in the buffer before the first gradient step.
+    :param checkpoint_buffer: include the buffer in checkpoints (:meth:`buffer_state`).
+    :param rollout: :class:`RolloutStorage` arguments (``num_steps``, ``num_envs``, shapes).
+    """
+
+    needs_scoring = False  # replayed transitions need no behaviour log-probabilities or values
+
+    def __init__(
+        self,
+        *,
+        capacity: int,
+        n_step: int = 1,
+        gamma: float = 0.99,
+        prioritized: bool = False,
+        alpha: float = 0.6,
+        beta0: float = 0.4,
+        updates_per_step: float = 1.0,
+        start_steps: int = 1000,
+        checkpoint_buffer: bool = False,
+        device: str | torch.device = "cpu",
+        **rollout: Any,
+    ) -> None:
+        super().__init__(device=device, **rollout)
+        sampler: Sampler = PrioritizedSampler(alpha=alpha, beta0=beta0) if prioritized else UniformSampler()
+        self._make_buffer = functools.partial(ReplayBuffer, capacity=capacity, n_step=n_step, gamma=gamma, sampler=sampler, device=device)
+        self._buffer: ReplayBuffer | None = None  # made on first use: collection workers never need one
+        self.updates_per_step = updates_per_step
+        self.start_steps = start_steps
+        self.checkpoint_buffer = checkpoint_buffer
+        self.stream_id = 0  # set by the collection worker: who this rollout's envs are
+        self._chunk = 0
+        self._credit = 0.0  # gradient steps owed for transitions received, carried between rounds
+        self._round_steps = 0
+
+    @classmethod
+    def create_factory(cls, **kwargs: Any) -> Callable[..., Any]:
+        return functools.partial(cls, **kwargs)
+
+    @property
+    def buffer(self) -> ReplayBuffer:
+        if self._buffer is None:
+            self._buffer = self._make_buffer()
+        return self._buffer
+
+    # ------------------------------------------------------------------ collection side
+
+    def get_data(self) -> dict[str, torch.Tensor]:
+        data = super().get_data()
+        data["stream_id"] = torch.tensor(self.stream_id)
+        data["chunk_index"] = torch.tensor(self._chunk)
+        self._chunk += 1
+        return data
+
+    # -------------------------------------------------------------------- gradient side
+
+    def add_data(self, data: dict[str, torch.Tensor]) -> None:
+        self.buffer.add_data(data)
+        valid = data["valid"]
+        self._credit += self.updates_per_step * int(valid.sum())
+
+    def before_gradients(self) -> None:
+        """Nothing to prepare: every minibatch is a fresh sample."""
+
+    def after_gradients(self) -> None:
+        """The buffer keeps everything (the ring overwrites the oldest)."""
+
+    @property
+    def num_samples(self) -> int:
+        return self.buffer.num_samples
+
+    def num_batches(self, minibatch_size: int) -> int:
+        """Gradient steps this round: the replay ratio's due, once ``start_steps`` are stored."""
+        if self.buffer.num_samples < max(self.start_steps, minibatch_size):
+            self._credit = 0.0  # transitions collected before learning starts earn no updates
+            self._round_steps = 0
+        else:
+            self._round_steps = int(self._credit)
+            self._credit -= self._round_steps
+        return self._round_steps
+
+    def generate_batches(self, *, minibatch_size: int, num_epochs: int = 1, shuffle: bool = True) -> Iterator[dict[str, torch.Tensor]]:
+        """The round's minibatches (:meth:`num_batches` of them), each a fresh sample."""
+        del shuffle  # replay samples are random by nature
+        for _ in range(self._round_steps * num_epochs):
+            yield self.buffer.sample(minibatch_size)
+
+    def explained_variance(self) -> float | None:
+        return None
+
+    def set_progress(self, progress: float) -> None:
+        """Anneal the importance-sampling exponent (prioritized replay)."""
+        self.buffer.set_progress(progress)
+
+    def update_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
+        self.buffer.update_priorities(indices, priorities)
+
+    # ---------------------------------------------------------------------------- state
+
+    def buffer_state(self) -> dict[str, Any] | None:
+        """The replay buffer for a checkpoint (with ``checkpoint_buffer``), else None."""
+        return self.buffer.state_dict() if self.checkpoint_buffer else None
+
+    def load_buffer_state(self, state: dict[str, Any]) -> None:
+        self.buffer.load_state_dict(state)

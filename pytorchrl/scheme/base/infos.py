@@ -1,0 +1,39 @@
+"""Merging the info dicts of several steps or workers into one (counts summed, lists joined)."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+#: counts that are summed when infos merge (the other numbers are averaged, lists joined)
+_SUMMED = (
+    "env_steps", "dropped_batches", "preempted_batches", "lost_batches", "worker_restarts", "env_restarts", "healthy_workers", "num_batches", "num_samples",
+)
+_JOINED = ("episode_returns", "episode_lengths", "policy_lags")
+
+
+def merge_step_infos(infos: list[dict[str, Any]]) -> dict[str, Any]:
+    """One info from the step infos of several gradient workers: counts summed, episode lists
+    joined, diagnostics averaged; ``round_end`` when any worker's round ended."""
+    merged: dict[str, Any] = {}
+    for key in {k for i in infos for k in i}:
+        values = [i[key] for i in infos if key in i and i[key] is not None]
+        if not values:
+            continue
+        if key in _SUMMED:
+            merged[key] = sum(values)
+        elif key in _JOINED:
+            merged[key] = [v for vs in values for v in vs]
+        elif key in ("round_end", "preempted"):
+            merged[key] = any(values)
+        elif key == "skipped":
+            merged[key] = 1.0 if len(values) == len(infos) else None
+        elif key.endswith("_time_s"):
+            merged[key] = max(values)
+        elif all(isinstance(v, (int, float)) for v in values):
+            merged[key] = statistics.fmean(values)
+    if merged.get("skipped") is None:
+        merged.pop("skipped", None)
+    if merged.get("policy_lags"):
+        merged["policy_lag_mean"] = statistics.fmean(merged["policy_lags"])
+    return merged

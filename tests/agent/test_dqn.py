@@ -1,0 +1,158 @@
+"""DQN and its Rainbow components: the C51 projection and the losses against hand computations,
+target updates, exploration, the preset, and bad input."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from pytorchrl.agent.actors.off_policy import NoisyLinear, OffPolicyActor
+from pytorchrl.agent.algorithms.dqn import DQN, project_distribution
+from pytorchrl.config import from_dict
+from pytorchrl.learner import Learner
+from tests.test_cli import _bad
+
+OBS = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+ACTIONS = gym.spaces.Discrete(2)
+
+
+def test_c51_projection_by_hand():
+    support = torch.tensor([-1.0, 0.0, 1.0])  # delta 1
+    next_probs = torch.tensor([[0.2, 0.5, 0.3], [0.2, 0.5, 0.3], [0.2, 0.5, 0.3]])
+    rewards = torch.tensor([0.5, 0.0, 3.0])
+    discounts = torch.tensor([0.5, 0.0, 1.0])
+    m = project_distribution(next_probs, rewards, discounts, support)
+    # row 0: atoms -1, 0, 1 move to 0.0, 0.5, 1.0: 0.2 -> atom 0; 0.5 split 0.25/0.25 between 0 and 1; 0.3 -> atom 1
+    # row 1: terminal, every atom lands on 0; row 2: everything clamps to v_max
+    expected = torch.tensor([[0.0, 0.45, 0.55], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    torch.testing.assert_close(m, expected)
+    torch.testing.assert_close(m.sum(-1), torch.ones(3))
+
+
+def _linear_actor(**kwargs) -> OffPolicyActor:
+    """A Q-network without hidden layers: Q(s) = W s + b, with weights set by hand."""
+    actor = OffPolicyActor(OBS, ACTIONS, hidden_sizes=(), **kwargs)
+    with torch.no_grad():
+        actor.q_net.advantage.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0]]))  # Q = (s0, s1)
+        actor.q_net.advantage.bias.zero_()
+        actor.target_q_net.advantage.weight.copy_(torch.tensor([[0.0, 1.0], [1.0, 0.0]]))  # target Q = (s1, s0)
+        actor.target_q_net.advantage.bias.zero_()
+    return actor
+
+
+BATCH = {
+    "obs": torch.tensor([[1.0, 2.0], [0.0, -1.0]]),
+    "actions": torch.tensor([0, 1]),
+    "rewards": torch.tensor([1.0, 0.5]),
+    "next_obs": torch.tensor([[3.0, 0.0], [2.0, 4.0]]),
+    "discounts": torch.tensor([0.5, 0.0]),
+    "weights": torch.tensor([1.0, 2.0]),
+    "indices": torch.tensor([0, 1]),
+}
+
+
+@pytest.mark.parametrize(("double_q", "expected_y0"), [(False, 1.0 + 0.5 * 3.0), (True, 1.0 + 0.5 * 0.0)])
+def test_dqn_loss_on_a_fixed_batch(double_q, expected_y0):
+    algo = DQN(_linear_actor(), double_q=double_q)
+    loss, _info = algo.compute_loss(BATCH)
+    # q = (Q(s0)[a=0], Q(s1)[a=1]) = (1, -1). Row 0 bootstraps from next_obs (3, 0): the target net
+    # gives (0, 3), so max is 3; double Q picks argmax of the online (3, 0) = action 0, valued 0 by
+    # the target. Row 1 is terminal (discount 0): y = 0.5.
+    q = torch.tensor([1.0, -1.0])
+    y = torch.tensor([expected_y0, 0.5])
+    huber = torch.where((y - q).abs() < 1, 0.5 * (y - q) ** 2, (y - q).abs() - 0.5)
+    torch.testing.assert_close(loss, (BATCH["weights"] * huber).mean())
+    torch.testing.assert_close(algo.pop_priorities(), (y - q).abs())
+    assert algo.pop_priorities() is None  # popped once
+
+
+def test_c51_loss_is_the_cross_entropy_to_the_projected_target():
+    actor = OffPolicyActor(OBS, ACTIONS, hidden_sizes=(), num_atoms=3, v_min=-1.0, v_max=1.0)
+    algo = DQN(actor)
+    loss, _ = algo.compute_loss(BATCH)
+    with torch.no_grad():
+        log_p = actor.q_net.logits(BATCH["obs"]).log_softmax(-1)[torch.arange(2), BATCH["actions"]]
+        next_logits = actor.target_q_net.logits(BATCH["next_obs"])
+        next_a = actor.target_q_net.forward(BATCH["next_obs"]).argmax(-1)
+        m = project_distribution(next_logits.softmax(-1)[torch.arange(2), next_a], BATCH["rewards"], BATCH["discounts"], actor.q_net.support)
+    torch.testing.assert_close(loss, (BATCH["weights"] * -(m * log_p).sum(-1)).mean())
+
+
+def test_target_updates_copy_or_polyak():
+    actor = _linear_actor()
+    online = actor.q_net.advantage.weight.detach().clone()
+    before = actor.target_q_net.advantage.weight.detach().clone()
+    actor.update_target(0.25)
+    torch.testing.assert_close(actor.target_q_net.advantage.weight, before + 0.25 * (online - before))
+    algo = DQN(actor, target_update_interval=2, tau=1.0)
+    algo.compute_gradients(BATCH)
+    algo.apply_gradients()  # version 1: no update
+    assert not torch.equal(actor.target_q_net.advantage.weight, actor.q_net.advantage.weight)
+    algo.compute_gradients(BATCH)
+    algo.apply_gradients()  # version 2: copied
+    assert torch.equal(actor.target_q_net.advantage.weight, actor.q_net.advantage.weight)
+
+
+def test_epsilon_decays_then_stays_and_greedy_acting_never_explores():
+    actor = _linear_actor()
+    algo = DQN(actor, exploration_fraction=0.5, exploration_initial_eps=1.0, exploration_final_eps=0.1)
+    for progress, eps in [(0.0, 1.0), (0.25, 0.55), (0.5, 0.1), (0.9, 0.1)]:
+        algo.set_progress(progress)
+        assert float(actor.epsilon) == pytest.approx(eps)
+    obs = torch.tensor([[1.0, 0.0], [0.0, 1.0]]).repeat(50, 1)
+    action, _, _ = actor.get_action(obs, deterministic=True)
+    assert torch.equal(action, obs.argmax(-1))
+    algo.set_progress(0.0)  # epsilon 1: every action random, both actions seen
+    action, _, _ = actor.get_action(obs)
+    assert set(action.tolist()) == {0, 1} and not torch.equal(action, obs.argmax(-1))
+
+
+def test_noisy_linear_uses_its_mean_when_evaluating():
+    layer = NoisyLinear(3, 2)
+    x = torch.randn(4, 3)
+    noisy = layer(x)
+    layer.reset_noise()
+    assert not torch.equal(noisy, layer(x))
+    layer.eval()
+    torch.testing.assert_close(layer(x), x @ layer.weight_mu.T + layer.bias_mu)
+
+
+def test_rainbow_preset_turns_every_component_on_and_trains():
+    raw = {
+        "env": {"num_envs": 2, "num_test_envs": 1},
+        "actor": {"hidden_sizes": [16]},
+        "storage": {"num_steps": 16, "capacity": 1000},
+        "algorithm": {"name": "dqn", "rainbow": True, "start_steps": 64, "minibatch_size": 32, "updates_per_step": 0.25},
+        "run": {"target_steps": 256, "eval_every": 0, "eval_episodes": 1},
+    }
+    learner = Learner.from_config(from_dict(raw), progress=False)
+    try:
+        learner.train()
+        actor = learner.scheme.algorithm.actor
+        storage = learner.scheme.grad_workers.local_worker.storage
+        assert actor.q_net.value is not None and actor.q_net.num_atoms == 51  # dueling, C51
+        assert isinstance(actor.q_net.advantage, NoisyLinear) and float(actor.epsilon) == 0.0
+        assert storage.buffer.n_step == 3 and type(storage.buffer.sampler).__name__ == "PrioritizedSampler"
+        # at most (256 - 64 transitions before learning) * 0.25: reset steps are no transitions
+        assert 36 <= learner.updates <= 48 and learner.updates == learner.scheme.algorithm.version
+        leaves = storage.buffer.sampler._tree().leaves()[: storage.buffer.size]
+        assert len(set(leaves[leaves > 0].round(6).tolist())) > 2  # priorities were updated from TD errors
+    finally:
+        learner.close()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["env.env_id=Pendulum-v1"], "algorithm.name = 'dqn' needs a Discrete action space; env.env_id = 'Pendulum-v1' has Box"),
+        (["algorithm.minibatch_size=128", "algorithm.start_steps=64"], "'algorithm.minibatch_size' = 128 is larger than algorithm.start_steps = 64"),
+        (["algorithm.noisy=true"], "unknown config key 'algorithm.noisy'; did you mean 'algorithm.noisy_nets'?"),
+    ],
+)
+def test_bad_off_policy_input_exits_2_with_one_line(capsys, tmp_path, args, needle):
+    from tests.conftest import CONFIGS
+
+    err = _bad(capsys, ["train", str(CONFIGS / "dqn" / "cartpole.yaml"), *args, "--run-dir", str(tmp_path / "r"), "--quiet"])
+    assert needle in err
