@@ -89,6 +89,23 @@ def a2c_cartpole(seeds: list[int]) -> dict[str, Any]:
     return learning("a2c/cartpole.yaml", 475.0, 200_000, seeds)
 
 
+def dqn_cartpole(seeds: list[int]) -> dict[str, Any]:
+    """DQN CartPole-v1 to eval >= 475 within 50k env steps."""
+    return learning("dqn/cartpole.yaml", 475.0, 50_000, seeds)
+
+
+def rainbow_cartpole(seeds: list[int]) -> dict[str, Any]:
+    """Rainbow (every DQN component on) CartPole-v1 to eval >= 475 within 50k env steps."""
+    return learning("dqn/rainbow_cartpole.yaml", 475.0, 50_000, seeds)
+
+
+def replay_buffer(seeds: list[int]) -> dict[str, Any]:
+    """Replay buffer insert / sample throughput (uniform, prioritized; 1M capacity, batch 256) and the 84x84x4 memory figure."""
+    from pytorchrl.agent.storages.off_policy.bench import replay_buffer as measure
+
+    return measure(seeds)
+
+
 def collection(seeds: list[int], *, num_envs: int = 64, steps: int = 2_000, repeats: int = 3) -> dict[str, Any]:
     """One CollectionWorker, 64 CartPole envs, default MLP: env-steps/s vs the measured bound."""
     from pytorchrl.config import ActorConfig
@@ -341,7 +358,7 @@ def resume_after_kill(seeds: list[int], *, target_steps: int = 30_720, checkpoin
             if saved:
                 subprocess.run([*cli, "--resume", str(killed)], check=True, capture_output=True)
             else:  # killed before the first checkpoint: nothing to resume, start again
-                shutil.rmtree(killed)
+                shutil.rmtree(killed, ignore_errors=True)
                 subprocess.run([*cli, *args, f"run.seed={seed}", "--run-dir", str(killed)], check=True, capture_output=True)
             a, _ = load_checkpoint(whole / "checkpoints" / f"step_{target_steps}")
             b, meta = load_checkpoint(killed / "checkpoints" / f"step_{target_steps}")
@@ -430,6 +447,9 @@ BENCHMARKS: dict[str, Callable[[list[int]], dict[str, Any]]] = {
     "ppo_acrobot": ppo_acrobot,
     "ppo_pendulum": ppo_pendulum,
     "a2c_cartpole": a2c_cartpole,
+    "dqn_cartpole": dqn_cartpole,
+    "rainbow_cartpole": rainbow_cartpole,
+    "replay_buffer": replay_buffer,
     "scaling": scaling,
     "compression": compression,
     "policy_lag": policy_lag,
