@@ -99,6 +99,11 @@ def rainbow_cartpole(seeds: list[int]) -> dict[str, Any]:
     return learning("dqn/rainbow_cartpole.yaml", 475.0, 50_000, seeds)
 
 
+def apex_cartpole(seeds: list[int]) -> dict[str, Any]:
+    """Ape-X DQN, 2 remote collection workers (asynchronous, per-worker epsilon, actor-side priorities), CartPole-v1 to 475 within 100k."""
+    return learning("dqn/apex_cartpole.yaml", 475.0, 100_000, seeds)
+
+
 def replay_buffer(seeds: list[int]) -> dict[str, Any]:
     """Replay buffer insert / sample throughput (uniform, prioritized; 1M capacity, batch 256) and the 84x84x4 memory figure."""
     from pytorchrl.agent.storages.off_policy.bench import replay_buffer as measure
@@ -449,6 +454,7 @@ BENCHMARKS: dict[str, Callable[[list[int]], dict[str, Any]]] = {
     "a2c_cartpole": a2c_cartpole,
     "dqn_cartpole": dqn_cartpole,
     "rainbow_cartpole": rainbow_cartpole,
+    "apex_cartpole": apex_cartpole,
     "replay_buffer": replay_buffer,
     "scaling": scaling,
     "compression": compression,

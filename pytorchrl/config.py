@@ -212,6 +212,10 @@ class DQNConfig:
     num_atoms: int = param(51, "C51: atoms of the return distribution.", min=2)
     v_min: float = param(-10.0, "C51: smallest return on the support.")
     v_max: float = param(10.0, "C51: largest return on the support.")
+    actor_priorities: bool = param(False, "Ape-X: collection workers score their transitions' TD errors as initial priorities (with prioritized_replay).")
+    apex_epsilon_alpha: float | None = param(
+        None, "Ape-X: collector i of N explores with epsilon ** (1 + alpha * i / (N - 1)) (Horgan et al. 2018 use 7 with epsilon 0.4); null: off.", min=0
+    )
     rainbow: bool = param(False, "Turn every Rainbow component on (double_q, dueling, n_step >= 3, prioritized_replay, noisy_nets, distributional).")
 
 

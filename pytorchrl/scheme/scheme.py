@@ -240,12 +240,14 @@ def _off_policy_factories(config: Config, obs_space: gym.Space, action_space: gy
     actor_factory = OffPolicyActor.create_factory(
         obs_space, action_space, hidden_sizes=tuple(config.actor.hidden_sizes), activation=config.actor.activation,
         dueling=algo.dueling, noisy=algo.noisy_nets, num_atoms=algo.num_atoms if algo.distributional else 1,
-        v_min=algo.v_min, v_max=algo.v_max,
+        v_min=algo.v_min, v_max=algo.v_max, apex_alpha=algo.apex_epsilon_alpha,
+        num_collectors=max(config.scheme.num_col_workers, 1) * max(config.scheme.num_grad_workers, 1),
     )
     storage_factory = ReplayStorage.create_factory(
         capacity=config.storage.capacity, n_step=algo.n_step, gamma=algo.gamma, prioritized=algo.prioritized_replay,
         alpha=algo.per_alpha, beta0=algo.per_beta0, updates_per_step=algo.updates_per_step, start_steps=algo.start_steps,
-        checkpoint_buffer=config.storage.checkpoint_buffer, **rollout,
+        checkpoint_buffer=config.storage.checkpoint_buffer, actor_priorities=algo.actor_priorities and algo.prioritized_replay,
+        **rollout,
     )
     explore = (0.0, 0.0) if algo.noisy_nets else (algo.exploration_initial_eps, algo.exploration_final_eps)
     algo_factory = DQN.create_factory(

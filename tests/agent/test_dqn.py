@@ -156,3 +156,55 @@ def test_bad_off_policy_input_exits_2_with_one_line(capsys, tmp_path, args, need
 
     err = _bad(capsys, ["train", str(CONFIGS / "dqn" / "cartpole.yaml"), *args, "--run-dir", str(tmp_path / "r"), "--quiet"])
     assert needle in err
+
+
+def test_apex_epsilon_per_collector():
+    actors = [OffPolicyActor(OBS, ACTIONS, hidden_sizes=(), apex_alpha=7.0, num_collectors=3) for _ in range(3)]
+    for i, actor in enumerate(actors):
+        actor.set_collector(i)
+        actor.epsilon.fill_(0.4)
+    assert [a.epsilon_power for a in actors] == [1.0, 4.5, 8.0]
+    plain = OffPolicyActor(OBS, ACTIONS, hidden_sizes=())
+    plain.set_collector(5)
+    assert plain.epsilon_power == 1.0
+
+
+def test_actor_side_priorities_are_one_step_td_errors():
+    from pytorchrl.agent.storages.off_policy.replay_storage import ReplayStorage
+
+    actor = _linear_actor()  # Q(s) = (s0, s1), target Q(s) = (s1, s0)
+    storage = ReplayStorage(capacity=100, gamma=0.5, prioritized=True, actor_priorities=True,
+                            num_steps=2, num_envs=1, obs_shape=(2,), action_shape=(), discrete=True)
+    assert storage.needs_scoring
+    storage.reset(torch.tensor([[1.0, 2.0]]))
+    for step, (action, reward, terminated, next_obs) in enumerate([(1, 1.0, False, [3.0, 0.0]), (0, 2.0, True, [0.0, 5.0])]):
+        storage.actions[step] = action
+        storage.insert(reward=np.array([reward], np.float32), terminated=np.array([terminated]), truncated=np.array([False]),
+                       valid=np.array([True]), next_obs=np.array([next_obs], np.float32))
+    storage.score(actor.score)
+    data = storage.get_data()
+    # step 0: Q(s0)[1] = 2, target max at s1 = (0, 3) -> 3: |1 + 0.5 * 3 - 2| = 0.5; step 1: terminal, Q(s1)[0] = 3: |2 - 3| = 1
+    torch.testing.assert_close(data["priorities"], torch.tensor([[0.5], [1.0]]))
+    gradient_side = ReplayStorage(capacity=100, gamma=0.5, prioritized=True, num_steps=2, num_envs=1, obs_shape=(2,), action_shape=(), discrete=True)
+    gradient_side.add_data(data)
+    leaves = gradient_side.buffer.sampler._tree().leaves()
+    assert sorted(leaves[leaves > 0].round(4).tolist()) == sorted(np.round((np.array([0.5, 1.0]) + 1e-6) ** 0.6, 4).tolist())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_apex_config_runs_with_two_remote_workers(ray_session):
+    from pytorchrl.config import load_config
+    from tests.conftest import CONFIGS
+
+    overrides = ["run.target_steps=2048", "run.eval_every=0", "run.stop_at_return=null", "algorithm.start_steps=512",
+                 "env.num_envs=4", "actor.hidden_sizes=[32]", "scheme.col_worker_resources.num_cpus=0.25"]
+    learner = Learner.from_config(load_config(CONFIGS / "dqn" / "apex_cartpole.yaml", overrides), progress=False)
+    try:
+        summary = learner.train()
+        storage = learner.scheme.grad_workers.local_worker.storage
+        leaves = storage.buffer.sampler._tree().leaves()[: storage.buffer.size]
+    finally:
+        learner.close()
+    assert summary["env_steps"] >= 2048 and learner.updates > 0 and learner.healthy_workers == 2
+    assert len(set(leaves[leaves > 0].round(6).tolist())) > 10  # priorities from the actors' TD errors, not one max value

@@ -123,13 +123,19 @@ class OffPolicyActor(nn.Module):
 
     :param observation_space: a Box space (flattened).
     :param action_space: a Discrete space.
+    :param apex_alpha: Ape-X exploration (Horgan et al. 2018): collector ``i`` of
+        ``num_collectors`` acts with ``epsilon ** (1 + apex_alpha * i / (num_collectors - 1))``
+        (None: every collector uses ``epsilon``).
+    :param num_collectors: collection workers in the scheme (for ``apex_alpha``).
     :param kwargs: :class:`QNetwork` options.
     """
 
     is_recurrent = False
     epsilon: torch.Tensor
 
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space, **kwargs: Any) -> None:
+    def __init__(
+        self, observation_space: gym.Space, action_space: gym.Space, *, apex_alpha: float | None = None, num_collectors: int = 1, **kwargs: Any
+    ) -> None:
         super().__init__()
         if not isinstance(action_space, gym.spaces.Discrete):
             raise ValueError(f"Q-networks need a Discrete action space, got {action_space}")
@@ -140,6 +146,7 @@ class OffPolicyActor(nn.Module):
         self.target_q_net = copy.deepcopy(self.q_net).requires_grad_(False)
         self.register_buffer("epsilon", torch.tensor(1.0))
         self.epsilon_power = 1.0  # per collection worker, never sent: epsilon ** power
+        self.apex_alpha, self.num_collectors = apex_alpha, num_collectors
         self.continuous = False
 
     @classmethod
@@ -177,6 +184,18 @@ class OffPolicyActor(nn.Module):
         self.q_net.train(True)
         epsilon = float(self.epsilon) ** self.epsilon_power
         out.copy_(torch.where(noise[..., 0] < epsilon, noise[..., 1].long(), q.argmax(-1)))
+
+    def set_collector(self, index: int) -> None:
+        """Act as collector ``index`` (0-based): its own exploration rate under Ape-X."""
+        if self.apex_alpha is not None and self.num_collectors > 1:
+            self.epsilon_power = 1.0 + self.apex_alpha * index / (self.num_collectors - 1)
+
+    def score(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``Q(obs, actions)`` and ``max_a Q_target(obs, a)`` (the bootstrap value, for actor-side
+        priorities: Ape-X's collection workers score their own transitions)."""
+        q = self.q_net.forward(obs)
+        taken = q.gather(-1, actions.long().view(-1, 1)).squeeze(-1)
+        return taken, self.target_q_net.forward(obs).max(-1).values
 
     @torch.no_grad()
     def update_target(self, tau: float) -> None:

@@ -53,6 +53,9 @@ class CollectionWorker:
         self.device = torch.device(device)
         self.env_factory = env_factory
         self.actor = actor_factory(self.device)
+        set_collector = getattr(self.actor, "set_collector", None)
+        if set_collector is not None:  # e.g. Ape-X: each collector explores at its own rate
+            set_collector(index)
         self.algo = algo_factory(self.actor, self.device)
         seeded = {} if env_seed is None else {"seed": env_seed}
         self.envs = env_factory(worker_index=index, **seeded) if collect else None

@@ -33,10 +33,13 @@ class ReplayStorage(RolloutStorage):
     :param updates_per_step: gradient steps per transition received (the replay ratio).
     :param start_steps: transitions in the buffer before the first gradient step.
     :param checkpoint_buffer: include the buffer in checkpoints (:meth:`buffer_state`).
+    :param actor_priorities: collection workers score their rollouts' one-step TD errors, which
+        become the new transitions' priorities (Ape-X) instead of the maximum seen so far.
     :param rollout: :class:`RolloutStorage` arguments (``num_steps``, ``num_envs``, shapes).
     """
 
-    needs_scoring = False  # replayed transitions need no behaviour log-probabilities or values
+    #: replayed transitions need no behaviour log-probabilities or values (scoring is only for actor-side priorities)
+    needs_scoring = False
 
     def __init__(
         self,
@@ -50,6 +53,7 @@ class ReplayStorage(RolloutStorage):
         updates_per_step: float = 1.0,
         start_steps: int = 1000,
         checkpoint_buffer: bool = False,
+        actor_priorities: bool = False,
         device: str | torch.device = "cpu",
         **rollout: Any,
     ) -> None:
@@ -60,6 +64,9 @@ class ReplayStorage(RolloutStorage):
         self.updates_per_step = updates_per_step
         self.start_steps = start_steps
         self.checkpoint_buffer = checkpoint_buffer
+        self.needs_scoring = actor_priorities
+        self._gamma = gamma
+        self._priorities: torch.Tensor | None = None
         self.stream_id = 0  # set by the collection worker: who this rollout's envs are
         self._chunk = 0
         self._credit = 0.0  # gradient steps owed for transitions received, carried between rounds
@@ -77,8 +84,22 @@ class ReplayStorage(RolloutStorage):
 
     # ------------------------------------------------------------------ collection side
 
+    def score(self, fn: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]], chunk_steps: int = 256) -> None:
+        """Actor-side priorities: ``|r + gamma * max_a Q_target(s') - Q(s, a)|`` per step (a truncated
+        step bootstraps from its final observation; a terminated one does not; reset steps get 0).
+
+        :param fn: ``fn(obs, actions) -> (Q(obs, actions), max_a Q_target(obs, a))`` on flat batches.
+        """
+        t, n = self.step, self.num_envs
+        q, bootstrap = fn(self.obs[: t + 1].flatten(0, 1), self.actions[: t + 1].flatten(0, 1))
+        q, bootstrap = q.view(t + 1, n)[:t], bootstrap.view(t + 1, n)[1:]
+        target = self.rewards[:t] + self._gamma * (~self.terminated[:t]) * bootstrap
+        self._priorities = (target - q).abs() * self.valid[:t]
+
     def get_data(self) -> dict[str, torch.Tensor]:
         data = super().get_data()
+        if self._priorities is not None:
+            data["priorities"], self._priorities = self._priorities, None
         data["stream_id"] = torch.tensor(self.stream_id)
         data["chunk_index"] = torch.tensor(self._chunk)
         self._chunk += 1
@@ -87,7 +108,7 @@ class ReplayStorage(RolloutStorage):
     # -------------------------------------------------------------------- gradient side
 
     def add_data(self, data: dict[str, torch.Tensor]) -> None:
-        self.buffer.add_data(data)
+        self.buffer.add_data(data, priorities=data.get("priorities"))
         valid = data["valid"]
         self._credit += self.updates_per_step * int(valid.sum())
 
