@@ -194,3 +194,41 @@ def test_sigterm_writes_a_final_checkpoint_and_leaves_no_worker_processes(tmp_pa
     while _ray_worker_pids() - before and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not _ray_worker_pids() - before  # no orphan worker processes
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_dqn_with_its_replay_buffer_checkpointed_resumes_exactly(tmp_path):
+    raw = {
+        "env": {"num_envs": 4, "num_test_envs": 2},
+        "actor": {"hidden_sizes": [16], "activation": "relu"},
+        "storage": {"num_steps": 16, "capacity": 2_000, "checkpoint_buffer": True},
+        "algorithm": {"name": "dqn", "start_steps": 128, "minibatch_size": 32, "updates_per_step": 0.25, "target_update_interval": 8,
+                      "prioritized_replay": True, "n_step": 3},
+        "run": {"target_steps": 1_536, "log_every": 128, "eval_every": 512, "eval_episodes": 2, "checkpoint_every": 512,
+                "keep_checkpoints": 5, "stop_at_return": None},
+    }
+    whole = Learner.from_config(from_dict(raw), run_dir=tmp_path / "whole", progress=False)
+    try:
+        whole.train()
+    finally:
+        whole.close()
+    resumed_dir = tmp_path / "resumed"
+    resumed_dir.mkdir()
+    for name in ("config.yaml", "progress.csv"):
+        (resumed_dir / name).write_bytes((tmp_path / "whole" / name).read_bytes())
+    (resumed_dir / "checkpoints").mkdir()
+    step = tmp_path / "whole" / "checkpoints" / "step_1024"
+    for path in step.iterdir():  # resume from the middle of the run
+        (resumed_dir / "checkpoints" / "step_1024").mkdir(exist_ok=True)
+        (resumed_dir / "checkpoints" / "step_1024" / path.name).write_bytes(path.read_bytes())
+    resumed = Learner.resume(resumed_dir, progress=False)
+    try:
+        resumed.train()
+    finally:
+        resumed.close()
+    assert learning_rows(resumed_dir / "progress.csv") == learning_rows(tmp_path / "whole" / "progress.csv")
+    final_whole = ckpt.load_checkpoint(tmp_path / "whole" / "checkpoints" / "step_1536")[0]
+    final_resumed = ckpt.load_checkpoint(resumed_dir / "checkpoints" / "step_1536")[0]
+    assert "replay_buffer" in final_whole["scheme"]["local_gradient_worker"]
+    assert_same_state(final_whole["scheme"], final_resumed["scheme"])

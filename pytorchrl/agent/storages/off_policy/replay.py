@@ -357,7 +357,11 @@ class ReplayBuffer:
         # the chunk's last N rows, obs[T], are the stream's new pending rows: no transition yet
         pending_seq = seq + k - n
         for ring, _ in self._spans(pending_seq, n):
-            a["ready"][ring] = False
+            # cleared, not left as whatever the ring held: a checkpoint of the buffer is then the
+            # same bytes in every run
+            for key in ("ready", "terminated", "truncated", "rewards", "actions"):
+                a[key][ring] = 0
+            a["next_row"][ring] = -1
         self._num_ready += int(np.count_nonzero(valid))
         self._written += k
         if stream is not None:

@@ -150,9 +150,21 @@ class ReplayStorage(RolloutStorage):
 
     # ---------------------------------------------------------------------------- state
 
+    def state_dict(self) -> dict[str, Any]:
+        """Collection side: where the next rollout starts, and which chunk of the stream it is."""
+        return {**super().state_dict(), "chunk": self._chunk}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._chunk = int(state.get("chunk", 0))
+
     def buffer_state(self) -> dict[str, Any] | None:
-        """The replay buffer for a checkpoint (with ``checkpoint_buffer``), else None."""
-        return self.buffer.state_dict() if self.checkpoint_buffer else None
+        """Gradient side, for a checkpoint (with ``checkpoint_buffer``, else None): the replay
+        buffer and the gradient steps owed."""
+        if not self.checkpoint_buffer:
+            return None
+        return {"buffer": self.buffer.state_dict(), "credit": self._credit}
 
     def load_buffer_state(self, state: dict[str, Any]) -> None:
-        self.buffer.load_state_dict(state)
+        self.buffer.load_state_dict(state["buffer"])
+        self._credit = float(state["credit"])
