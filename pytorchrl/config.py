@@ -29,14 +29,17 @@ __all__ = [
     "ActorConfig",
     "Config",
     "ConfigError",
+    "DDPGConfig",
     "DQNConfig",
     "EnvConfig",
     "IMPALAConfig",
     "PPOConfig",
     "RayConfig",
     "RunConfig",
+    "SACConfig",
     "SchemeConfig",
     "StorageConfig",
+    "TD3Config",
     "WorkerResources",
     "apply_overrides",
     "config_to_dict",
@@ -118,7 +121,7 @@ class StorageConfig:
     checkpoint_buffer: bool = param(False, "Off-policy: include the replay buffer in checkpoints (large; exact resume needs it).")
 
 
-ALGORITHM_NAMES = ("ppo", "a2c", "impala", "appo", "dqn")
+ALGORITHM_NAMES = ("ppo", "a2c", "impala", "appo", "dqn", "sac", "td3", "ddpg")
 
 
 @dataclass(frozen=True)
@@ -185,7 +188,24 @@ class APPOConfig(IMPALAConfig):
 
 
 @dataclass(frozen=True)
-class DQNConfig:
+class _ReplayConfig:
+    """Hyper-parameters shared by the algorithms that learn from a replay buffer."""
+
+    name: str = param("dqn", "The algorithm.", choices=ALGORITHM_NAMES)
+    lr: float = param(3e-4, "Adam learning rate.", min=0, min_exclusive=True)
+    gamma: float = param(0.99, "Discount factor.", min=0, max=1)
+    minibatch_size: int = param(256, "Transitions per gradient step.", min=1)
+    updates_per_step: float = param(1.0, "Gradient steps per collected transition (the replay ratio).", min=0, min_exclusive=True)
+    start_steps: int = param(1000, "Transitions collected before the first gradient step (SAC/TD3/DDPG act uniformly at random until then).", min=0)
+    tau: float = param(0.005, "Polyak step of the target networks per update (1: copy).", min=0, max=1, min_exclusive=True)
+    n_step: int = param(1, "n-step returns (a Rainbow component for DQN).", min=1)
+    prioritized_replay: bool = param(False, "Prioritized replay, proportional over a sum tree (a Rainbow component for DQN).")
+    per_alpha: float = param(0.6, "Prioritized replay: priority exponent.", min=0)
+    per_beta0: float = param(0.4, "Prioritized replay: initial importance-sampling exponent, annealed to 1.", min=0, max=1)
+
+
+@dataclass(frozen=True)
+class DQNConfig(_ReplayConfig):
     """DQN (Mnih et al. 2015) with each Rainbow component (Hessel et al. 2018) switchable."""
 
     name: str = param("dqn", "The algorithm.", choices=ALGORITHM_NAMES)
@@ -203,10 +223,6 @@ class DQNConfig:
     adam_eps: float = param(1.5e-4, "Adam epsilon.", min=0, min_exclusive=True)
     double_q: bool = param(False, "Rainbow: double Q-learning (online net picks the bootstrap action, target net values it).")
     dueling: bool = param(False, "Rainbow: dueling value and advantage streams.")
-    n_step: int = param(1, "Rainbow: n-step returns.", min=1)
-    prioritized_replay: bool = param(False, "Rainbow: prioritized replay (proportional, sum tree).")
-    per_alpha: float = param(0.6, "Prioritized replay: priority exponent.", min=0)
-    per_beta0: float = param(0.4, "Prioritized replay: initial importance-sampling exponent, annealed to 1.", min=0, max=1)
     noisy_nets: bool = param(False, "Rainbow: noisy linear heads explore instead of epsilon-greedy (epsilon is then 0).")
     distributional: bool = param(False, "Rainbow: C51 distributional Q-learning.")
     num_atoms: int = param(51, "C51: atoms of the return distribution.", min=2)
@@ -219,9 +235,42 @@ class DQNConfig:
     rainbow: bool = param(False, "Turn every Rainbow component on (double_q, dueling, n_step >= 3, prioritized_replay, noisy_nets, distributional).")
 
 
-ALGORITHM_CONFIGS: dict[str, type] = {"ppo": PPOConfig, "a2c": A2CConfig, "impala": IMPALAConfig, "appo": APPOConfig, "dqn": DQNConfig}
+@dataclass(frozen=True)
+class SACConfig(_ReplayConfig):
+    """Soft actor-critic (Haarnoja et al. 2018): squashed Gaussian policy, twin critics, learned entropy coefficient."""
+
+    name: str = param("sac", "The algorithm.", choices=ALGORITHM_NAMES)
+    target_entropy: float | None = param(None, "Entropy the coefficient is tuned towards (null: -action_dim).")
+    init_ent_coef: float = param(1.0, "Initial entropy coefficient.", min=0, min_exclusive=True)
+    learn_ent_coef: bool = param(True, "Tune the entropy coefficient automatically (else keep init_ent_coef).")
+
+
+@dataclass(frozen=True)
+class TD3Config(_ReplayConfig):
+    """TD3 (Fujimoto et al. 2018): deterministic policy, clipped double Q, target smoothing, delayed policy updates."""
+
+    name: str = param("td3", "The algorithm.", choices=ALGORITHM_NAMES)
+    lr: float = param(1e-3, "Adam learning rate.", min=0, min_exclusive=True)
+    policy_delay: int = param(2, "Gradient steps per policy and target update.", min=1)
+    target_policy_noise: float = param(0.2, "Std of the smoothing noise on target actions, in [-1, 1] action units (0: none).", min=0)
+    target_noise_clip: float = param(0.5, "Clip of the target smoothing noise.", min=0)
+    exploration_noise: float = param(0.1, "Std of the Gaussian exploration noise, in [-1, 1] action units.", min=0)
+
+
+@dataclass(frozen=True)
+class DDPGConfig(TD3Config):
+    """DDPG (Lillicrap et al. 2016): TD3 with one critic, no target smoothing, a policy update every step."""
+
+    name: str = param("ddpg", "The algorithm.", choices=ALGORITHM_NAMES)
+    policy_delay: int = param(1, "Gradient steps per policy and target update.", min=1)
+    target_policy_noise: float = param(0.0, "Std of the smoothing noise on target actions (0: none, as in DDPG).", min=0)
+
+
+ALGORITHM_CONFIGS: dict[str, type] = {"ppo": PPOConfig, "a2c": A2CConfig, "impala": IMPALAConfig, "appo": APPOConfig, "dqn": DQNConfig,
+    "sac": SACConfig, "td3": TD3Config, "ddpg": DDPGConfig,
+}
 #: algorithms that learn from a replay buffer
-OFF_POLICY = ("dqn",)
+OFF_POLICY = ("dqn", "sac", "td3", "ddpg")
 
 
 @dataclass(frozen=True)
@@ -288,7 +337,7 @@ class Config:
     env: EnvConfig = param(EnvConfig(), "The environments.")
     actor: ActorConfig = param(ActorConfig(), "The policy network.")
     storage: StorageConfig = param(StorageConfig(), "The rollout storage.")
-    algorithm: PPOConfig | A2CConfig | IMPALAConfig | APPOConfig | DQNConfig = param(PPOConfig(), "The algorithm; 'name' picks which.")
+    algorithm: PPOConfig | A2CConfig | IMPALAConfig | APPOConfig | DQNConfig | SACConfig | TD3Config | DDPGConfig = param(PPOConfig(), "The algorithm; 'name' picks which.")
     scheme: SchemeConfig = param(SchemeConfig(), "Worker layout and communication.")
     run: RunConfig = param(RunConfig(), "Budget, logging, evaluation, checkpoints.")
 
@@ -452,7 +501,7 @@ def _check_cross_field(config: Config) -> None:
             "'synchronous' (asynchronous gradients cannot be applied identically on every worker)"
         )
     algo = config.algorithm
-    if isinstance(algo, DQNConfig):
+    if isinstance(algo, _ReplayConfig):
         if algo.minibatch_size > algo.start_steps:
             raise ConfigError(
                 f"config key 'algorithm.minibatch_size' = {algo.minibatch_size} is larger than algorithm.start_steps = "
@@ -461,7 +510,7 @@ def _check_cross_field(config: Config) -> None:
             )
         if algo.start_steps > config.storage.capacity:
             raise ConfigError(f"config key 'algorithm.start_steps' = {algo.start_steps} is larger than storage.capacity = {config.storage.capacity}")
-        if algo.v_min >= algo.v_max:
+        if isinstance(algo, DQNConfig) and algo.v_min >= algo.v_max:
             raise ConfigError(f"config key 'algorithm.v_min' = {algo.v_min} must be below algorithm.v_max = {algo.v_max}")
     for name in ("hidden_sizes",):
         sizes = getattr(config.actor, name)

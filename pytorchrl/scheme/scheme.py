@@ -7,14 +7,15 @@ from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
-from pytorchrl.agent.actors.off_policy import OffPolicyActor
+from pytorchrl.agent.actors.off_policy import OffPolicyActor, PolicyCriticActor
 from pytorchrl.agent.actors.on_policy import OnPolicyActor
-from pytorchrl.agent.algorithms import ALGORITHMS, DQN, SEQUENCE_ALGORITHMS
+from pytorchrl.agent.algorithms import ALGORITHMS, DQN, SAC, SEQUENCE_ALGORITHMS, TD3
 from pytorchrl.agent.storages.off_policy.replay_storage import ReplayStorage
 from pytorchrl.agent.storages.on_policy.gae_buffer import GAEBuffer
 from pytorchrl.agent.storages.on_policy.vtrace_buffer import VTraceBuffer
-from pytorchrl.config import OFF_POLICY, Config, ConfigError, DQNConfig, SchemeConfig
+from pytorchrl.config import OFF_POLICY, Config, ConfigError, DQNConfig, SACConfig, SchemeConfig, TD3Config
 from pytorchrl.envs.vec_env import VecEnv
 from pytorchrl.scheme.base.ray_runtime import configure_ray
 from pytorchrl.scheme.base.worker_set import FaultTolerance, check_fits, cluster_resources
@@ -225,34 +226,55 @@ def resolve_device(device: str) -> str:
 
 
 def _off_policy_factories(config: Config, obs_space: gym.Space, action_space: gym.Space, rollout: dict[str, Any]) -> tuple[Any, Any, Any]:
-    """Actor, replay storage and algorithm factories of a DQN-family config (``rainbow`` turns
-    every component on; noisy nets replace epsilon-greedy exploration)."""
+    """Actor, replay storage and algorithm factories of a replay config: DQN (``rainbow`` turns
+    every component on; noisy nets replace epsilon-greedy exploration), SAC, TD3 or DDPG."""
     algo = config.algorithm
-    assert isinstance(algo, DQNConfig)
-    if not isinstance(action_space, gym.spaces.Discrete):
-        raise InputError(
-            f"algorithm.name = {algo.name!r} needs a Discrete action space; env.env_id = {config.env.env_id!r} has {action_space}"
+    assert isinstance(algo, (DQNConfig, SACConfig, TD3Config))
+    actor_factory: Any
+    if isinstance(algo, DQNConfig):
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise InputError(f"algorithm.name = {algo.name!r} needs a Discrete action space; env.env_id = {config.env.env_id!r} has {action_space}")
+        if algo.rainbow:
+            algo = dataclasses.replace(
+                algo, double_q=True, dueling=True, n_step=max(algo.n_step, 3), prioritized_replay=True, noisy_nets=True, distributional=True
+            )
+        actor_factory = OffPolicyActor.create_factory(
+            obs_space, action_space, hidden_sizes=tuple(config.actor.hidden_sizes), activation=config.actor.activation,
+            dueling=algo.dueling, noisy=algo.noisy_nets, num_atoms=algo.num_atoms if algo.distributional else 1,
+            v_min=algo.v_min, v_max=algo.v_max, apex_alpha=algo.apex_epsilon_alpha,
+            num_collectors=max(config.scheme.num_col_workers, 1) * max(config.scheme.num_grad_workers, 1),
         )
-    if algo.rainbow:
-        algo = dataclasses.replace(
-            algo, double_q=True, dueling=True, n_step=max(algo.n_step, 3), prioritized_replay=True, noisy_nets=True, distributional=True
+        explore = (0.0, 0.0) if algo.noisy_nets else (algo.exploration_initial_eps, algo.exploration_final_eps)
+        algo_factory = DQN.create_factory(
+            lr=algo.lr, minibatch_size=algo.minibatch_size, double_q=algo.double_q, target_update_interval=algo.target_update_interval,
+            tau=algo.tau, exploration_fraction=algo.exploration_fraction, exploration_initial_eps=explore[0],
+            exploration_final_eps=explore[1], max_grad_norm=algo.max_grad_norm, adam_eps=algo.adam_eps,
         )
-    actor_factory = OffPolicyActor.create_factory(
-        obs_space, action_space, hidden_sizes=tuple(config.actor.hidden_sizes), activation=config.actor.activation,
-        dueling=algo.dueling, noisy=algo.noisy_nets, num_atoms=algo.num_atoms if algo.distributional else 1,
-        v_min=algo.v_min, v_max=algo.v_max, apex_alpha=algo.apex_epsilon_alpha,
-        num_collectors=max(config.scheme.num_col_workers, 1) * max(config.scheme.num_grad_workers, 1),
-    )
+        actor_priorities = algo.actor_priorities
+    else:
+        if not isinstance(action_space, gym.spaces.Box) or not (np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()):
+            raise InputError(f"algorithm.name = {algo.name!r} needs a bounded Box action space; env.env_id = {config.env.env_id!r} has {action_space}")
+        sac = isinstance(algo, SACConfig)
+        actor_factory = PolicyCriticActor.create_factory(
+            obs_space, action_space, policy="gaussian" if sac else "deterministic", num_critics=1 if algo.name == "ddpg" else 2,
+            hidden_sizes=tuple(config.actor.hidden_sizes), activation=config.actor.activation,
+            exploration_noise=algo.exploration_noise if isinstance(algo, TD3Config) else 0.0,
+        )
+        if isinstance(algo, SACConfig):
+            algo_factory = SAC.create_factory(
+                lr=algo.lr, minibatch_size=algo.minibatch_size, tau=algo.tau, target_entropy=algo.target_entropy,
+                init_ent_coef=algo.init_ent_coef, learn_ent_coef=algo.learn_ent_coef,
+            )
+        else:
+            algo_factory = TD3.create_factory(
+                lr=algo.lr, minibatch_size=algo.minibatch_size, tau=algo.tau, policy_delay=algo.policy_delay,
+                target_policy_noise=algo.target_policy_noise, target_noise_clip=algo.target_noise_clip,
+            )
+        actor_priorities = False
     storage_factory = ReplayStorage.create_factory(
         capacity=config.storage.capacity, n_step=algo.n_step, gamma=algo.gamma, prioritized=algo.prioritized_replay,
         alpha=algo.per_alpha, beta0=algo.per_beta0, updates_per_step=algo.updates_per_step, start_steps=algo.start_steps,
-        checkpoint_buffer=config.storage.checkpoint_buffer, actor_priorities=algo.actor_priorities and algo.prioritized_replay,
+        checkpoint_buffer=config.storage.checkpoint_buffer, actor_priorities=actor_priorities and algo.prioritized_replay,
         **rollout,
-    )
-    explore = (0.0, 0.0) if algo.noisy_nets else (algo.exploration_initial_eps, algo.exploration_final_eps)
-    algo_factory = DQN.create_factory(
-        lr=algo.lr, minibatch_size=algo.minibatch_size, double_q=algo.double_q, target_update_interval=algo.target_update_interval,
-        tau=algo.tau, exploration_fraction=algo.exploration_fraction, exploration_initial_eps=explore[0],
-        exploration_final_eps=explore[1], max_grad_norm=algo.max_grad_norm, adam_eps=algo.adam_eps,
     )
     return actor_factory, storage_factory, algo_factory

@@ -208,5 +208,158 @@ class OffPolicyActor(nn.Module):
             torch._foreach_lerp_(target, online, tau)
 
 
-def _build_actor(cls: type[OffPolicyActor], observation_space: gym.Space, action_space: gym.Space, device: str | torch.device = "cpu", **kwargs: Any) -> OffPolicyActor:
+def _build_actor(cls: Callable[..., nn.Module], observation_space: gym.Space, action_space: gym.Space, device: str | torch.device = "cpu", **kwargs: Any) -> Any:
     return cls(observation_space, action_space, **kwargs).to(device)
+
+
+class PolicyCriticActor(nn.Module):
+    """A policy over a Box action space, ``num_critics`` Q(s, a) critics, and target copies: the
+    actor of SAC (squashed Gaussian policy, twin critics), TD3 (deterministic policy, twin
+    critics, target policy) and DDPG (deterministic policy, one critic).
+
+    The policy works in ``[-1, 1]`` (a tanh squashes it); actions leave the actor scaled to the
+    space's bounds, and critics take them back in ``[-1, 1]`` (:meth:`normalize`), so one
+    network fits any action range. Before ``start_steps`` the collection path acts uniformly at
+    random: the ``uniform`` buffer, which reaches collection workers with the weights.
+
+    :param observation_space: a Box space (flattened).
+    :param action_space: a bounded Box space.
+    :param policy: ``gaussian`` (SAC) or ``deterministic`` (TD3, DDPG).
+    :param num_critics: Q-networks (2: clipped double Q).
+    :param hidden_sizes: hidden widths of every MLP.
+    :param activation: hidden activation name.
+    :param exploration_noise: std of the Gaussian noise a deterministic policy explores with (in ``[-1, 1]`` units).
+    """
+
+    is_recurrent = False
+    uniform: torch.Tensor
+    low: torch.Tensor
+    high: torch.Tensor
+
+    def __init__(
+        self, observation_space: gym.Space, action_space: gym.Space, *, policy: str = "gaussian", num_critics: int = 2,
+        hidden_sizes: tuple[int, ...] = (256, 256), activation: str = "relu", exploration_noise: float = 0.1,
+    ) -> None:
+        super().__init__()
+        if not isinstance(action_space, gym.spaces.Box) or not np.all(np.isfinite(action_space.low)) or not np.all(np.isfinite(action_space.high)):
+            raise ValueError(f"this actor needs a bounded Box action space, got {action_space}")
+        assert observation_space.shape is not None
+        self.observation_space, self.action_space = observation_space, action_space
+        obs_dim, self.action_dim = int(np.prod(observation_space.shape)), int(np.prod(action_space.shape))
+        self.gaussian = policy == "gaussian"
+        self.policy_torso = MLP(obs_dim, tuple(hidden_sizes), activation=activation)
+        self.policy_head = nn.Linear(self.policy_torso.out_features, 2 * self.action_dim if self.gaussian else self.action_dim)
+        self.critics = nn.ModuleList(Critic(obs_dim + self.action_dim, tuple(hidden_sizes), activation) for _ in range(num_critics))
+        self.target_critics = copy.deepcopy(self.critics).requires_grad_(False)
+        self.target_policy = None if self.gaussian else copy.deepcopy(nn.ModuleList([self.policy_torso, self.policy_head])).requires_grad_(False)
+        self.log_alpha = nn.Parameter(torch.zeros(())) if self.gaussian else None  # SAC's entropy coefficient, learned
+        self.exploration_noise = exploration_noise
+        self.register_buffer("uniform", torch.tensor(True))
+        self.register_buffer("low", torch.as_tensor(action_space.low, dtype=torch.float32).flatten())
+        self.register_buffer("high", torch.as_tensor(action_space.high, dtype=torch.float32).flatten())
+        self.continuous = True
+
+    @classmethod
+    def create_factory(cls, observation_space: gym.Space, action_space: gym.Space, **kwargs: Any) -> Callable[..., PolicyCriticActor]:
+        return functools.partial(_build_actor, cls, observation_space, action_space, **kwargs)
+
+    # ------------------------------------------------------------------- the policy
+
+    def _policy_out(self, obs: torch.Tensor, target: bool = False) -> torch.Tensor:
+        if target:
+            assert self.target_policy is not None
+            torso, head = self.target_policy
+            return head(torso(obs.flatten(1)))
+        return self.policy_head(self.policy_torso.forward(obs.flatten(1)))
+
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised squashed-Gaussian sample in ``[-1, 1]`` and its log-probability (SAC)."""
+        mean, log_std = self._policy_out(obs).chunk(2, dim=-1)
+        log_std = log_std.clamp(-20.0, 2.0)
+        pre = mean + log_std.exp() * torch.randn_like(mean)
+        action = torch.tanh(pre)
+        # Gaussian log-density minus the tanh Jacobian, in a numerically stable form
+        log_prob = (-0.5 * ((pre - mean) / log_std.exp()) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        log_prob = log_prob - (2 * (math.log(2) - pre - F.softplus(-2 * pre))).sum(-1)
+        return action, log_prob
+
+    def deterministic(self, obs: torch.Tensor, target: bool = False) -> torch.Tensor:
+        """The policy's action in ``[-1, 1]`` without noise (the Gaussian's squashed mean)."""
+        out = self._policy_out(obs, target)
+        return torch.tanh(out.chunk(2, dim=-1)[0] if self.gaussian else out)
+
+    def scale(self, action: torch.Tensor) -> torch.Tensor:
+        """``[-1, 1]`` to the action space's bounds."""
+        return self.low + (action + 1.0) * 0.5 * (self.high - self.low)
+
+    def normalize(self, action: torch.Tensor) -> torch.Tensor:
+        """The action space's bounds to ``[-1, 1]``."""
+        return 2.0 * (action.flatten(1) - self.low) / (self.high - self.low) - 1.0
+
+    # ------------------------------------------------------------------ the critics
+
+    def q_values(
+        self, obs: torch.Tensor, action: torch.Tensor, *, target: bool = False, critics: int | None = None, frozen: bool = False
+    ) -> torch.Tensor:
+        """``[num_critics, batch]`` Q-values of ``action`` (in ``[-1, 1]``); the first ``critics``
+        only if given; ``frozen``: no gradient reaches the critics (policy losses)."""
+        x = torch.cat([obs.flatten(1), action], dim=-1)
+        nets = self.target_critics if target else self.critics
+        return torch.stack([net(x, frozen) for net in list(nets)[:critics]])
+
+    # ------------------------------------------------------------------------ acting
+
+    def draw_noise(self, num_steps: int, num_envs: int) -> torch.Tensor:
+        """Per step and env: policy noise, and a uniform random action (before ``start_steps``)."""
+        return torch.cat([torch.randn(num_steps, num_envs, self.action_dim), torch.rand(num_steps, num_envs, self.action_dim) * 2 - 1], -1)
+
+    def act(self, obs: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> None:
+        """Exploring actions for a batch of observations into ``out`` (see :meth:`draw_noise`)."""
+        gaussian_noise, random_action = noise[..., : self.action_dim], noise[..., self.action_dim :]
+        if bool(self.uniform):
+            action = random_action
+        elif self.gaussian:
+            mean, log_std = self._policy_out(obs).chunk(2, dim=-1)
+            action = torch.tanh(mean + log_std.clamp(-20.0, 2.0).exp() * gaussian_noise)
+        else:
+            action = (torch.tanh(self._policy_out(obs)) + self.exploration_noise * gaussian_noise).clamp(-1.0, 1.0)
+        out.copy_(self.scale(action).view_as(out))
+
+    def get_action(
+        self, obs: torch.Tensor, rhs: Any = None, done: torch.Tensor | None = None, deterministic: bool = False
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], Any]:
+        if deterministic:
+            return self.scale(self.deterministic(obs)), {}, rhs
+        out = torch.empty(obs.shape[0], self.action_dim)
+        self.act(obs, self.draw_noise(1, obs.shape[0])[0], out)
+        return out, {}, rhs
+
+    @torch.no_grad()
+    def update_target(self, tau: float) -> None:
+        """Polyak-average the target critics (and target policy) towards the online ones."""
+        pairs = [(self.target_critics, self.critics)]
+        if self.target_policy is not None:
+            pairs.append((self.target_policy, nn.ModuleList([self.policy_torso, self.policy_head])))
+        for target, online in pairs:
+            torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
+
+
+class Critic(nn.Module):
+    """``Q(s, a)``: an MLP over the concatenated observation and action, one output.
+
+    ``forward(x, frozen=True)`` reads detached parameters: the gradient reaches the input (the
+    policy's action) but never the critic, which is what a policy loss needs (a tenth of the
+    cost of ``torch.func.functional_call``).
+    """
+
+    def __init__(self, in_features: int, hidden_sizes: tuple[int, ...], activation: str) -> None:
+        super().__init__()
+        self.torso = MLP(in_features, tuple(hidden_sizes), activation=activation)
+        self.head = nn.Linear(self.torso.out_features, 1)
+
+    def forward(self, x: torch.Tensor, frozen: bool = False) -> torch.Tensor:
+        if not frozen:
+            return self.head(self.torso.forward(x)).squeeze(-1)
+        for weight, bias in self.torso._weights:
+            x = self.torso._act(F.linear(x, weight.detach(), bias.detach()))
+        return F.linear(x, self.head.weight.detach(), self.head.bias.detach()).squeeze(-1)

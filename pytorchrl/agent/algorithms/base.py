@@ -102,6 +102,9 @@ class Algorithm:
         self.optimizer.step()
         self.version += 1
 
+    def set_warmup(self, warming_up: bool) -> None:
+        """Told before each collection whether the storage is still filling up (off-policy ``start_steps``)."""
+
     def pop_priorities(self) -> torch.Tensor | None:
         """New replay priorities of the last minibatch's transitions (prioritized replay), if any."""
         return None

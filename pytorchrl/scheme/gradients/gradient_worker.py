@@ -117,6 +117,9 @@ class GradientWorker:
     def _new_round(self) -> dict[str, Any]:
         self.algo.stop_round = False
         self.storage.after_gradients()
+        warming_up = getattr(self.storage, "warming_up", None)
+        if warming_up is not None:  # off-policy start_steps: set before the weights go out
+            self.algo.set_warmup(warming_up)
         self.col_workers.sync_weights(self.algo.get_weights(), self.algo.version)
         rollouts, info = self.col_workers.collect()
         for data in rollouts:

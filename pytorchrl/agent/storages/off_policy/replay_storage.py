@@ -122,6 +122,11 @@ class ReplayStorage(RolloutStorage):
     def num_samples(self) -> int:
         return self.buffer.num_samples
 
+    @property
+    def warming_up(self) -> bool:
+        """Whether the buffer holds fewer than ``start_steps`` transitions (acting is then uniform, for SAC/TD3)."""
+        return self.buffer.num_samples < self.start_steps
+
     def num_batches(self, minibatch_size: int) -> int:
         """Gradient steps this round: the replay ratio's due, once ``start_steps`` are stored."""
         if self.buffer.num_samples < max(self.start_steps, minibatch_size):

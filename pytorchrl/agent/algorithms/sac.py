@@ -1,0 +1,142 @@
+"""Soft actor-critic (Haarnoja et al. 2018) with automatic entropy tuning, and TD3 (Fujimoto et
+al. 2018) / DDPG (Lillicrap et al. 2016), on a :class:`~pytorchrl.agent.actors.off_policy.PolicyCriticActor`.
+
+All losses of one minibatch go into one backward pass over one flat gradient (the framework's
+gradient format): the policy's loss reads the critics through their detached parameters,
+so it moves only the policy, and one Adam over all parameters is the same as one
+per network (Adam is per-parameter). Replayed batches carry n-step returns in ``rewards`` and the
+bootstrap discount in ``discounts`` (see :class:`~pytorchrl.agent.storages.off_policy.ReplayBuffer`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from pytorchrl.agent.algorithms.base import Algorithm
+
+
+class _PolicyCritic(Algorithm):
+    """What SAC and TD3 share: polyak target updates and the detached-critic policy loss."""
+
+    def __init__(self, actor: Any, device: str | torch.device, *, lr: float, minibatch_size: int, tau: float) -> None:
+        super().__init__(actor, device, lr=lr, adam_eps=1e-8)
+        self.minibatch_size = minibatch_size
+        self.tau = tau
+
+    def _policy_q(self, obs: torch.Tensor, action: torch.Tensor, critics: int | None = None) -> torch.Tensor:
+        """Q-values for the policy's loss: gradients reach ``action``, never the critics."""
+        return self.actor.q_values(obs, action, critics=critics, frozen=True)
+
+    def set_warmup(self, warming_up: bool) -> None:
+        """Act uniformly at random while the replay buffer fills up to ``start_steps``."""
+        self.actor.uniform.fill_(warming_up)
+
+
+class SAC(_PolicyCritic):
+    """Soft actor-critic with twin critics and a learned entropy coefficient.
+
+    :param actor: a ``gaussian`` :class:`PolicyCriticActor`.
+    :param lr: Adam learning rate (policy, critics and entropy coefficient).
+    :param minibatch_size: transitions per gradient step.
+    :param tau: polyak step of the target critics after each gradient step.
+    :param target_entropy: entropy the coefficient is tuned towards (None: ``-action_dim``).
+    :param init_ent_coef: initial entropy coefficient.
+    :param learn_ent_coef: tune the coefficient (else keep ``init_ent_coef``).
+    """
+
+    def __init__(
+        self, actor: Any, device: str | torch.device = "cpu", *, lr: float = 3e-4, minibatch_size: int = 256, tau: float = 0.005,
+        target_entropy: float | None = None, init_ent_coef: float = 1.0, learn_ent_coef: bool = True,
+    ) -> None:
+        with torch.no_grad():
+            actor.log_alpha.fill_(float(torch.log(torch.tensor(init_ent_coef))))
+        actor.log_alpha.requires_grad_(learn_ent_coef)
+        super().__init__(actor, device, lr=lr, minibatch_size=minibatch_size, tau=tau)
+        self.target_entropy = -float(actor.action_dim) if target_entropy is None else target_entropy
+        self.learn_ent_coef = learn_ent_coef
+
+    def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        actor = self.actor
+        obs, actions = batch["obs"], actor.normalize(batch["actions"])
+        alpha = actor.log_alpha.detach().exp()
+        with torch.no_grad():
+            next_action, next_log_prob = actor.sample(batch["next_obs"])
+            next_q = actor.q_values(batch["next_obs"], next_action, target=True).min(0).values - alpha * next_log_prob
+            y = batch["rewards"] + batch["discounts"] * next_q
+        q = actor.q_values(obs, actions)
+        critic_loss = 0.5 * ((q - y) ** 2 * batch["weights"]).mean(-1).sum()
+        new_action, log_prob = actor.sample(obs)
+        policy_loss = (alpha * log_prob - self._policy_q(obs, new_action).min(0).values).mean()
+        loss = critic_loss + policy_loss
+        if self.learn_ent_coef:
+            loss = loss - (actor.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+        return loss, {
+            "value_loss": float(critic_loss.detach()), "policy_loss": float(policy_loss.detach()),
+            "entropy": float(-log_prob.detach().mean()), "ent_coef": float(alpha), "q_mean": float(q.detach().mean()),
+        }
+
+    def apply_gradients(self, gradients: torch.Tensor | None = None) -> None:
+        super().apply_gradients(gradients)
+        self.actor.update_target(self.tau)
+
+
+class TD3(_PolicyCritic):
+    """TD3: clipped double Q, target policy smoothing, delayed policy and target updates. With
+    one critic, ``policy_delay=1`` and no smoothing it is DDPG.
+
+    :param actor: a ``deterministic`` :class:`PolicyCriticActor`.
+    :param lr: Adam learning rate.
+    :param minibatch_size: transitions per gradient step.
+    :param tau: polyak step of the targets at each policy update.
+    :param policy_delay: gradient steps per policy (and target) update.
+    :param target_policy_noise: std of the smoothing noise on target actions (0: none).
+    :param target_noise_clip: clip of that noise.
+    """
+
+    def __init__(
+        self, actor: Any, device: str | torch.device = "cpu", *, lr: float = 1e-3, minibatch_size: int = 256, tau: float = 0.005,
+        policy_delay: int = 2, target_policy_noise: float = 0.2, target_noise_clip: float = 0.5,
+    ) -> None:
+        super().__init__(actor, device, lr=lr, minibatch_size=minibatch_size, tau=tau)
+        self.policy_delay, self.target_policy_noise, self.target_noise_clip = policy_delay, target_policy_noise, target_noise_clip
+        self._policy_params = [*actor.policy_torso.parameters(), *actor.policy_head.parameters()]
+
+    def _policy_step(self) -> bool:
+        return (self.version + 1) % self.policy_delay == 0
+
+    def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        actor = self.actor
+        obs, actions = batch["obs"], actor.normalize(batch["actions"])
+        with torch.no_grad():
+            next_action = actor.deterministic(batch["next_obs"], target=True)
+            if self.target_policy_noise > 0:
+                noise = (torch.randn_like(next_action) * self.target_policy_noise).clamp(-self.target_noise_clip, self.target_noise_clip)
+                next_action = (next_action + noise).clamp(-1.0, 1.0)
+            y = batch["rewards"] + batch["discounts"] * actor.q_values(batch["next_obs"], next_action, target=True).min(0).values
+        q = actor.q_values(obs, actions)
+        loss = critic_loss = 0.5 * ((q - y) ** 2 * batch["weights"]).mean(-1).sum()
+        info = {"value_loss": float(critic_loss.detach()), "q_mean": float(q.detach().mean())}
+        if self._policy_step():
+            policy_loss = -self._policy_q(obs, actor.deterministic(obs), critics=1).mean()
+            loss = loss + policy_loss
+            info["policy_loss"] = float(policy_loss.detach())
+        return loss, info
+
+    def apply_gradients(self, gradients: torch.Tensor | None = None) -> None:
+        policy_step = self._policy_step()
+        if policy_step:
+            super().apply_gradients(gradients)
+            self.actor.update_target(self.tau)
+            return
+        # a critic-only step: Adam skips parameters without a gradient, so the policy (and its
+        # moment estimates) stay as they are, as with a policy optimizer that is not stepped
+        views = [p.grad for p in self._policy_params]
+        for p in self._policy_params:
+            p.grad = None
+        try:
+            super().apply_gradients(gradients)
+        finally:
+            for p, view in zip(self._policy_params, views):
+                p.grad = view

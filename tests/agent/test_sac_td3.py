@@ -1,0 +1,118 @@
+"""SAC, TD3 and DDPG: losses on a fixed batch, the frozen-critic policy gradient, delayed policy
+and target updates, warm-up acting, and bad input."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from pytorchrl.agent.actors.off_policy import PolicyCriticActor
+from pytorchrl.agent.algorithms.sac import SAC, TD3
+from tests.test_cli import _bad
+
+OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+ACTIONS = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
+B = 8
+
+
+def _batch() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return {
+        "obs": torch.randn(B, 3, generator=g), "actions": torch.rand(B, 1, generator=g) * 4 - 2, "rewards": torch.randn(B, generator=g),
+        "next_obs": torch.randn(B, 3, generator=g), "discounts": torch.tensor([0.99] * (B - 1) + [0.0]), "weights": torch.rand(B, generator=g) + 0.5,
+    }
+
+
+def test_sac_loss_on_a_fixed_batch():
+    actor = PolicyCriticActor(OBS, ACTIONS, policy="gaussian", hidden_sizes=(16,))
+    algo = SAC(actor, init_ent_coef=0.5)
+    batch = _batch()
+    torch.manual_seed(1)
+    loss, info = algo.compute_loss(batch)
+    # the same loss composed by hand, with the same random draws
+    torch.manual_seed(1)
+    alpha = 0.5
+    with torch.no_grad():
+        next_a, next_logp = actor.sample(batch["next_obs"])
+        next_q = torch.minimum(*actor.q_values(batch["next_obs"], next_a, target=True)) - alpha * next_logp
+        y = batch["rewards"] + batch["discounts"] * next_q
+    actions = batch["actions"] / 2.0  # [-2, 2] -> [-1, 1]
+    q1, q2 = actor.q_values(batch["obs"], actions)
+    critic = 0.5 * ((batch["weights"] * (q1 - y) ** 2).mean() + (batch["weights"] * (q2 - y) ** 2).mean())
+    new_a, logp = actor.sample(batch["obs"])
+    policy = (alpha * logp - torch.minimum(*actor.q_values(batch["obs"], new_a))).mean()
+    alpha_loss = -(math.log(alpha) * (logp + (-1.0))).mean()
+    torch.testing.assert_close(loss, critic + policy + alpha_loss)
+    assert info["ent_coef"] == pytest.approx(alpha)
+
+
+def test_squashed_gaussian_log_prob_matches_the_change_of_variables():
+    actor = PolicyCriticActor(OBS, ACTIONS, policy="gaussian", hidden_sizes=(8,))
+    obs = torch.randn(4, 3)
+    torch.manual_seed(3)
+    action, log_prob = actor.sample(obs)
+    mean, log_std = actor._policy_out(obs).chunk(2, -1)
+    pre = torch.atanh(action.clamp(-1 + 1e-6, 1 - 1e-6))
+    normal = torch.distributions.Normal(mean, log_std.clamp(-20, 2).exp())
+    expected = (normal.log_prob(pre) - torch.log(1 - action**2 + 1e-12)).sum(-1)
+    torch.testing.assert_close(log_prob, expected, atol=1e-3, rtol=1e-4)
+
+
+def test_the_policy_loss_never_moves_the_critics():
+    actor = PolicyCriticActor(OBS, ACTIONS, policy="deterministic", hidden_sizes=(8,))
+    obs = torch.randn(5, 3)
+    (-actor.q_values(obs, actor.deterministic(obs), frozen=True).mean()).backward()
+    assert all(p.grad is None or not p.grad.any() for p in actor.critics.parameters())
+    assert actor.policy_head.weight.grad is not None and actor.policy_head.weight.grad.abs().sum() > 0
+
+
+def test_td3_delays_policy_and_target_updates_and_ddpg_does_not():
+    batch = _batch()
+    for delay in (2, 1):
+        actor = PolicyCriticActor(OBS, ACTIONS, policy="deterministic", num_critics=2 if delay == 2 else 1, hidden_sizes=(8,))
+        algo = TD3(actor, policy_delay=delay, target_policy_noise=0.2 if delay == 2 else 0.0)
+        moved = []
+        for _ in range(4):
+            policy, critic = actor.policy_head.weight.detach().clone(), actor.critics[0].head.weight.detach().clone()
+            target = actor.target_critics[0].head.weight.detach().clone()
+            algo.compute_gradients(batch)
+            algo.apply_gradients()
+            moved.append((
+                not torch.equal(policy, actor.policy_head.weight), not torch.equal(critic, actor.critics[0].head.weight),
+                not torch.equal(target, actor.target_critics[0].head.weight),
+            ))
+        if delay == 2:  # policy and targets every 2nd step, critics every step
+            assert moved == [(False, True, False), (True, True, True)] * 2
+        else:
+            assert moved == [(True, True, True)] * 4
+
+
+def test_warm_up_acts_uniformly_then_with_the_policy():
+    actor = PolicyCriticActor(OBS, ACTIONS, policy="deterministic", hidden_sizes=(8,), exploration_noise=0.0)
+    algo = TD3(actor)
+    obs = torch.zeros(200, 3)
+    algo.set_warmup(True)
+    warm, _, _ = actor.get_action(obs)
+    assert warm.min() < -1.5 and warm.max() > 1.5  # uniform over [-2, 2]
+    algo.set_warmup(False)
+    acting, _, _ = actor.get_action(obs)
+    assert torch.allclose(acting, acting[0].expand_as(acting))  # one observation, one action
+    torch.testing.assert_close(acting[0], actor.scale(actor.deterministic(obs[:1]))[0])
+
+
+@pytest.mark.parametrize(
+    ("config", "args", "needle"),
+    [
+        ("sac/pendulum.yaml", ["env.env_id=CartPole-v1"], "algorithm.name = 'sac' needs a bounded Box action space; env.env_id = 'CartPole-v1' has Discrete(2)"),
+        ("td3/pendulum.yaml", ["algorithm.minibatch_size=2048"], "'algorithm.minibatch_size' = 2048 is larger than algorithm.start_steps = 1000"),
+    ],
+)
+def test_bad_continuous_off_policy_input_exits_2(capsys, tmp_path, config, args, needle):
+    from tests.conftest import CONFIGS
+
+    err = _bad(capsys, ["train", str(CONFIGS / config), *args, "--run-dir", str(tmp_path / "r"), "--quiet"])
+    assert needle in err
