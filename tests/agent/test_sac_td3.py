@@ -62,6 +62,17 @@ def test_squashed_gaussian_log_prob_matches_the_change_of_variables():
     torch.testing.assert_close(log_prob, expected, atol=1e-3, rtol=1e-4)
 
 
+def test_the_critic_ensemble_is_independent_mlps():
+    from pytorchrl.agent.actors.off_policy import CriticEnsemble
+
+    ensemble = CriticEnsemble(2, 4, (8,), "relu")
+    x = torch.randn(5, 4)
+    for k in range(2):  # critic k alone, as an ordinary MLP
+        h = torch.relu(x @ ensemble.weights[0][k] + ensemble.biases[0][k])
+        torch.testing.assert_close(ensemble(x)[k], (h @ ensemble.weights[1][k] + ensemble.biases[1][k]).squeeze(-1))
+    assert not torch.equal(ensemble(x)[0], ensemble(x)[1])
+
+
 def test_the_policy_loss_never_moves_the_critics():
     actor = PolicyCriticActor(OBS, ACTIONS, policy="deterministic", hidden_sizes=(8,))
     obs = torch.randn(5, 3)
@@ -77,13 +88,13 @@ def test_td3_delays_policy_and_target_updates_and_ddpg_does_not():
         algo = TD3(actor, policy_delay=delay, target_policy_noise=0.2 if delay == 2 else 0.0)
         moved = []
         for _ in range(4):
-            policy, critic = actor.policy_head.weight.detach().clone(), actor.critics[0].head.weight.detach().clone()
-            target = actor.target_critics[0].head.weight.detach().clone()
+            policy, critic = actor.policy_head.weight.detach().clone(), actor.critics.weights[-1].detach().clone()
+            target = actor.target_critics.weights[-1].detach().clone()
             algo.compute_gradients(batch)
             algo.apply_gradients()
             moved.append((
-                not torch.equal(policy, actor.policy_head.weight), not torch.equal(critic, actor.critics[0].head.weight),
-                not torch.equal(target, actor.target_critics[0].head.weight),
+                not torch.equal(policy, actor.policy_head.weight), not torch.equal(critic, actor.critics.weights[-1]),
+                not torch.equal(target, actor.target_critics.weights[-1]),
             ))
         if delay == 2:  # policy and targets every 2nd step, critics every step
             assert moved == [(False, True, False), (True, True, True)] * 2
