@@ -196,8 +196,9 @@ class CollectionWorkerSet:
             self._submit(worker)
         self._idle = []
         while True:
-            if not self._pending:  # every worker died: wait for a replacement
-                for worker in ws.wait_for_active():
+            if not self._pending:  # every worker died (or left): wait for one, then put all to work
+                ws.wait_for_active()
+                for worker in ws.remote_workers:
                     self._submit(worker)
                 continue
             first_deadline = min(deadline for _, deadline in self._pending.values())
