@@ -210,10 +210,7 @@ class DQNConfig(_ReplayConfig):
 
     name: str = param("dqn", "The algorithm.", choices=ALGORITHM_NAMES)
     lr: float = param(1e-4, "Adam learning rate.", min=0, min_exclusive=True)
-    gamma: float = param(0.99, "Discount factor.", min=0, max=1)
     minibatch_size: int = param(64, "Transitions per gradient step.", min=1)
-    updates_per_step: float = param(1.0, "Gradient steps per collected transition (the replay ratio).", min=0, min_exclusive=True)
-    start_steps: int = param(1000, "Transitions collected before the first gradient step.", min=0)
     target_update_interval: int = param(1000, "Gradient steps between target-network updates.", min=1)
     tau: float = param(1.0, "Each target update moves the target this far towards the online network (1: copy; <1: Polyak).", min=0, max=1, min_exclusive=True)
     exploration_fraction: float = param(0.1, "Share of run.target_steps over which epsilon decays linearly.", min=0, max=1)

@@ -104,10 +104,13 @@ class QNetwork(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Expected action values ``[batch, actions]``."""
-        out = self.logits(obs)
+        return self.values(self.logits(obs))
+
+    def values(self, logits: torch.Tensor) -> torch.Tensor:
+        """Expected values of :meth:`logits` (so one forward pass serves both)."""
         if self.num_atoms == 1:
-            return out.squeeze(-1)
-        return (out.softmax(-1) * self.support).sum(-1)
+            return logits.squeeze(-1)
+        return (logits.softmax(-1) * self.support).sum(-1)
 
     def reset_noise(self) -> None:
         for module in self.modules():
@@ -161,11 +164,13 @@ class OffPolicyActor(nn.Module):
         self, obs: torch.Tensor, rhs: Any = None, done: torch.Tensor | None = None, deterministic: bool = False
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], Any]:
         """Greedy actions (``deterministic``, the evaluation path) or epsilon-greedy ones."""
-        noise = self.draw_noise(1, obs.shape[0])[0]
         if deterministic:
-            noise[..., 0] = 1.0  # never explore
+            self.q_net.eval()  # noisy layers act with their mean weights
+            action = self.q_net.forward(obs).argmax(-1)
+            self.q_net.train()
+            return action, {}, rhs
         action = torch.empty(obs.shape[0], dtype=torch.long, device=obs.device)
-        self.act(obs, noise, action, greedy=deterministic)
+        self.act(obs, self.draw_noise(1, obs.shape[0])[0], action)
         return action, {}, rhs
 
     def draw_noise(self, num_steps: int, num_envs: int) -> torch.Tensor:
@@ -178,11 +183,9 @@ class OffPolicyActor(nn.Module):
         random_action = torch.randint(self.num_actions, (num_steps, num_envs, 1)).float()
         return torch.cat([uniform, random_action], dim=-1)
 
-    def act(self, obs: torch.Tensor, noise: torch.Tensor, out: torch.Tensor, *, greedy: bool = False) -> None:
+    def act(self, obs: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> None:
         """Epsilon-greedy actions for a batch of observations into ``out`` (see :meth:`draw_noise`)."""
-        self.q_net.train(not greedy)  # noisy layers use their mean weights when acting greedily
         q = self.q_net.forward(obs)
-        self.q_net.train(True)
         epsilon = float(self.epsilon) ** self.epsilon_power
         out.copy_(torch.where(noise[..., 0] < epsilon, noise[..., 1].long(), q.argmax(-1)))
 

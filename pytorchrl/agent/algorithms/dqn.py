@@ -64,25 +64,23 @@ class DQN(Algorithm):
         q_net.reset_noise()
         target.reset_noise()
         actions = batch["actions"].long()
-        with torch.no_grad():
-            chooser = q_net if self.double_q else target
-            next_actions = chooser.forward(batch["next_obs"]).argmax(-1, keepdim=True)
+        rows = torch.arange(len(actions))
+        with torch.no_grad():  # the target network runs once: it both values and (without double Q) picks
+            next_logits = target.logits(batch["next_obs"])
+            chooser = q_net.forward(batch["next_obs"]) if self.double_q else target.values(next_logits)
+            next_out = next_logits[rows, chooser.argmax(-1)]  # [batch, atoms] of the bootstrap action
+        out = q_net.logits(batch["obs"])[rows, actions]
         if q_net.num_atoms == 1:
-            q = q_net.forward(batch["obs"]).gather(1, actions.unsqueeze(-1)).squeeze(-1)
+            q = out.squeeze(-1)
             with torch.no_grad():
-                next_q = target.forward(batch["next_obs"]).gather(1, next_actions).squeeze(-1)
-                y = batch["rewards"] + batch["discounts"] * next_q
-            td = y - q
+                y = batch["rewards"] + batch["discounts"] * next_out.squeeze(-1)
             per_sample = F.smooth_l1_loss(q, y, reduction="none")
-            priorities = td.detach().abs()
+            priorities = (y - q).detach().abs()
             info = {"q_mean": float(q.detach().mean()), "td_abs_mean": float(priorities.mean())}
         else:  # C51: cross-entropy to the projected target distribution
-            logits = q_net.logits(batch["obs"])
-            log_p = logits.log_softmax(-1)[torch.arange(len(actions)), actions]
+            log_p = out.log_softmax(-1)
             with torch.no_grad():
-                next_logits = target.logits(batch["next_obs"])
-                next_p = next_logits.softmax(-1)[torch.arange(len(actions)), next_actions.squeeze(-1)]
-                m = project_distribution(next_p, batch["rewards"], batch["discounts"], q_net.support)
+                m = project_distribution(next_out.softmax(-1), batch["rewards"], batch["discounts"], q_net.support)
             per_sample = -(m * log_p).sum(-1)
             priorities = per_sample.detach()
             info = {"q_mean": float((log_p.detach().exp() * q_net.support).sum(-1).mean()), "td_abs_mean": float(priorities.mean())}

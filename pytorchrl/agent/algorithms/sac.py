@@ -18,16 +18,12 @@ from pytorchrl.agent.algorithms.base import Algorithm
 
 
 class _PolicyCritic(Algorithm):
-    """What SAC and TD3 share: polyak target updates and the detached-critic policy loss."""
+    """What SAC and TD3 share: the optimizer settings, polyak ``tau`` and warm-up acting."""
 
     def __init__(self, actor: Any, device: str | torch.device, *, lr: float, minibatch_size: int, tau: float) -> None:
         super().__init__(actor, device, lr=lr, adam_eps=1e-8)
         self.minibatch_size = minibatch_size
         self.tau = tau
-
-    def _policy_q(self, obs: torch.Tensor, action: torch.Tensor, critics: int | None = None) -> torch.Tensor:
-        """Q-values for the policy's loss: gradients reach ``action``, never the critics."""
-        return self.actor.q_values(obs, action, critics=critics, frozen=True)
 
     def set_warmup(self, warming_up: bool) -> None:
         """Act uniformly at random while the replay buffer fills up to ``start_steps``."""
@@ -68,7 +64,7 @@ class SAC(_PolicyCritic):
         q = actor.q_values(obs, actions)
         critic_loss = 0.5 * ((q - y) ** 2 * batch["weights"]).mean(-1).sum()
         new_action, log_prob = actor.sample(obs)
-        policy_loss = (alpha * log_prob - self._policy_q(obs, new_action).min(0).values).mean()
+        policy_loss = (alpha * log_prob - actor.q_values(obs, new_action, frozen=True).min(0).values).mean()
         loss = critic_loss + policy_loss
         if self.learn_ent_coef:
             loss = loss - (actor.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
@@ -119,7 +115,7 @@ class TD3(_PolicyCritic):
         loss = critic_loss = 0.5 * ((q - y) ** 2 * batch["weights"]).mean(-1).sum()
         info = {"value_loss": float(critic_loss.detach()), "q_mean": float(q.detach().mean())}
         if self._policy_step():
-            policy_loss = -self._policy_q(obs, actor.deterministic(obs), critics=1).mean()
+            policy_loss = -actor.q_values(obs, actor.deterministic(obs), critics=1, frozen=True).mean()
             loss = loss + policy_loss
             info["policy_loss"] = float(policy_loss.detach())
         return loss, info

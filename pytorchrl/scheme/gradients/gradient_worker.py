@@ -117,16 +117,12 @@ class GradientWorker:
     def _new_round(self) -> dict[str, Any]:
         self.algo.stop_round = False
         self.storage.after_gradients()
-        warming_up = getattr(self.storage, "warming_up", None)
-        if warming_up is not None:  # off-policy start_steps: set before the weights go out
-            self.algo.set_warmup(warming_up)
+        self.algo.set_warmup(self.storage.warming_up)  # off-policy start_steps: before the weights go out
         self.col_workers.sync_weights(self.algo.get_weights(), self.algo.version)
         rollouts, info = self.col_workers.collect()
         for data in rollouts:
             self.storage.add_data(data)
-        set_progress = getattr(self.storage, "set_progress", None)
-        if set_progress is not None:  # e.g. prioritized replay's importance-sampling exponent
-            set_progress(self.algo.progress)
+        self.storage.set_progress(self.algo.progress)  # e.g. prioritized replay's importance-sampling exponent
         self.storage.before_gradients()
         size = self.algo.minibatch_size or self.storage.num_samples
         self._remaining = self.storage.num_batches(size) * self.algo.num_epochs
@@ -166,7 +162,7 @@ class GradientWorker:
         """What a remote worker keeps beyond the master's algorithm state (and its replay
         buffer, when the storage is told to checkpoint it)."""
         state = {"collection": self.col_workers.state_dict(), "gradient_rng": self._stream.state}
-        buffer = getattr(self.storage, "buffer_state", lambda: None)()
+        buffer = self.storage.buffer_state()
         if buffer is not None:
             state["replay_buffer"] = buffer
         return state

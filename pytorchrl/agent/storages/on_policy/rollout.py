@@ -161,6 +161,18 @@ class RolloutStorage:
         """Drop the data used for this round of gradients."""
         self._received = []
 
+    @property
+    def warming_up(self) -> bool:
+        """Whether acting should be uniformly random for now (off-policy ``start_steps``; never here)."""
+        return False
+
+    def set_progress(self, progress: float) -> None:
+        """How far training is (0 to 1), for schedules of the gradient side (none here)."""
+
+    def buffer_state(self) -> dict[str, Any] | None:
+        """What of the gradient side a checkpoint keeps (nothing: a round's data is used up)."""
+        return None
+
     def state_dict(self) -> dict[str, Any]:
         """The rollout under construction (what a collection worker needs to continue)."""
         return {"obs": self.obs[self.step].clone()}
