@@ -195,6 +195,9 @@ class _ReplayConfig:
     lr: float = param(3e-4, "Adam learning rate.", min=0, min_exclusive=True)
     gamma: float = param(0.99, "Discount factor.", min=0, max=1)
     minibatch_size: int = param(256, "Transitions per gradient step.", min=1)
+    update_every: int | None = param(
+        None, "Env steps (per env) between rounds of gradient steps; a round makes update_every * num_envs * updates_per_step of them (null: storage.num_steps).", min=1
+    )
     updates_per_step: float = param(1.0, "Gradient steps per collected transition (the replay ratio).", min=0, min_exclusive=True)
     start_steps: int = param(1000, "Transitions collected before the first gradient step (SAC/TD3/DDPG act uniformly at random until then).", min=0)
     tau: float = param(0.005, "Polyak step of the target networks per update (1: copy).", min=0, max=1, min_exclusive=True)
@@ -234,10 +237,11 @@ class DQNConfig(_ReplayConfig):
 
 @dataclass(frozen=True)
 class SACConfig(_ReplayConfig):
-    """Soft actor-critic (Haarnoja et al. 2018): squashed Gaussian policy, twin critics, learned entropy coefficient."""
+    """Soft actor-critic (Haarnoja et al. 2018): squashed Gaussian policy, twin critics, learned
+    entropy coefficient; on a Discrete action space, discrete SAC (Christodoulou 2019)."""
 
     name: str = param("sac", "The algorithm.", choices=ALGORITHM_NAMES)
-    target_entropy: float | None = param(None, "Entropy the coefficient is tuned towards (null: -action_dim).")
+    target_entropy: float | None = param(None, "Entropy the coefficient is tuned towards (null: -action_dim on a Box; 0.89 * log(num_actions) on a Discrete space).")
     init_ent_coef: float = param(1.0, "Initial entropy coefficient.", min=0, min_exclusive=True)
     learn_ent_coef: bool = param(True, "Tune the entropy coefficient automatically (else keep init_ent_coef).")
 
@@ -504,6 +508,11 @@ def _check_cross_field(config: Config) -> None:
                 f"config key 'algorithm.minibatch_size' = {algo.minibatch_size} is larger than algorithm.start_steps = "
                 f"{algo.start_steps}: the first gradient step would sample more transitions than the buffer holds; "
                 "raise start_steps or lower minibatch_size"
+            )
+        if algo.update_every is not None and config.storage.num_steps not in (StorageConfig.num_steps, algo.update_every):
+            raise ConfigError(
+                f"config key 'algorithm.update_every' = {algo.update_every} disagrees with storage.num_steps = {config.storage.num_steps}: "
+                "both set the steps per round for a replay algorithm; set one of them"
             )
         if algo.start_steps > config.storage.capacity:
             raise ConfigError(f"config key 'algorithm.start_steps' = {algo.start_steps} is larger than storage.capacity = {config.storage.capacity}")

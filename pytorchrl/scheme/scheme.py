@@ -152,7 +152,7 @@ class Scheme:
     def evaluate(self, num_episodes: int) -> list[float]:
         """Deterministic returns of the current policy on the local collection worker's test envs."""
         col = self.collection_workers
-        col.local_worker.set_weights(self.algorithm.get_weights(), self.algorithm.version)
+        col.local_worker.set_weights(self.algorithm.get_weights(acting=True), self.algorithm.version)
         return col.evaluate(num_episodes)
 
     def state_dict(self) -> dict[str, Any]:
@@ -187,8 +187,9 @@ def build_scheme(config: Config) -> Scheme:
         reward_gamma=env.reward_gamma,
         restart_failed_envs=env.restart_failed_envs,
     )
+    update_every = getattr(algo, "update_every", None)  # replay algorithms: the rollout is the update interval
     rollout = {
-        "num_steps": config.storage.num_steps,
+        "num_steps": update_every or config.storage.num_steps,
         "num_envs": env.num_envs,
         "obs_shape": obs_space.shape,
         "action_shape": action_space.shape if not isinstance(action_space, gym.spaces.Discrete) else (),
@@ -252,11 +253,15 @@ def _off_policy_factories(config: Config, obs_space: gym.Space, action_space: gy
         )
         actor_priorities = algo.actor_priorities
     else:
-        if not isinstance(action_space, gym.spaces.Box) or not (np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()):
-            raise InputError(f"algorithm.name = {algo.name!r} needs a bounded Box action space; env.env_id = {config.env.env_id!r} has {action_space}")
         sac = isinstance(algo, SACConfig)
+        discrete = sac and isinstance(action_space, gym.spaces.Discrete)  # discrete SAC
+        bounded_box = isinstance(action_space, gym.spaces.Box) and np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()
+        if not (bounded_box or discrete):
+            allowed = "a bounded Box or a Discrete action space" if sac else "a bounded Box action space"
+            raise InputError(f"algorithm.name = {algo.name!r} needs {allowed}; env.env_id = {config.env.env_id!r} has {action_space}")
+        policy = "categorical" if discrete else "gaussian" if sac else "deterministic"
         actor_factory = PolicyCriticActor.create_factory(
-            obs_space, action_space, policy="gaussian" if sac else "deterministic", num_critics=1 if algo.name == "ddpg" else 2,
+            obs_space, action_space, policy=policy, num_critics=1 if algo.name == "ddpg" else 2,
             hidden_sizes=tuple(config.actor.hidden_sizes), activation=config.actor.activation,
             exploration_noise=algo.exploration_noise if isinstance(algo, TD3Config) else 0.0,
         )

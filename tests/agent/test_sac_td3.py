@@ -50,6 +50,52 @@ def test_sac_loss_on_a_fixed_batch():
     assert info["ent_coef"] == pytest.approx(alpha)
 
 
+def test_discrete_sac_loss_on_a_fixed_batch():
+    actor = PolicyCriticActor(OBS, gym.spaces.Discrete(3), policy="categorical", hidden_sizes=(16,))
+    algo = SAC(actor, init_ent_coef=0.5)
+    batch = {**_batch(), "actions": torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])}
+    loss, info = algo.compute_loss(batch)
+    # by hand: exact expectations over the policy's probabilities, no sampling
+    alpha, target_entropy = 0.5, 0.89 * math.log(3)
+    with torch.no_grad():
+        next_pi = torch.softmax(actor._policy_out(batch["next_obs"]), -1)
+        q1_next, q2_next = actor.target_critics(batch["next_obs"])
+        next_v = (next_pi * (torch.minimum(q1_next, q2_next) - alpha * next_pi.log())).sum(-1)
+        y = batch["rewards"] + batch["discounts"] * next_v
+    q1, q2 = actor.critics(batch["obs"])
+    taken = batch["actions"].view(-1, 1)
+    critic = 0.5 * sum((batch["weights"] * (q.gather(1, taken).squeeze(1) - y) ** 2).mean() for q in (q1, q2))
+    pi = torch.softmax(actor._policy_out(batch["obs"]), -1)
+    policy = (pi * (alpha * pi.log() - torch.minimum(q1, q2))).sum(-1).mean()
+    entropy = -(pi * pi.log()).sum(-1)
+    alpha_loss = (math.log(alpha) * (entropy - target_entropy)).mean()
+    torch.testing.assert_close(loss, critic + policy + alpha_loss)
+    assert info["entropy"] == pytest.approx(float(entropy.detach().mean()), rel=1e-5)
+    # the policy's loss reads the critics detached: its gradient moves the policy alone
+    algo.flat_grad.zero_()
+    policy_only = (pi * (alpha * pi.log() - torch.minimum(q1, q2).detach())).sum(-1).mean()
+    policy_only.backward()
+    assert not any(p.grad.any() for p in actor.critics.parameters())
+
+
+def test_categorical_acting_samples_the_policy_and_evaluates_greedily():
+    actor = PolicyCriticActor(OBS, gym.spaces.Discrete(3), policy="categorical", hidden_sizes=(8,))
+    algo = SAC(actor)
+    obs = torch.zeros(4000, 3)
+    algo.set_warmup(True)
+    torch.manual_seed(0)
+    warm, _, _ = actor.get_action(obs)
+    torch.testing.assert_close(torch.bincount(warm, minlength=3) / 4000.0, torch.full((3,), 1 / 3), atol=0.03, rtol=0)
+    algo.set_warmup(False)
+    with torch.no_grad():
+        actor.policy_head.bias.copy_(torch.tensor([1.0, 0.0, -1.0]))
+        actor.policy_head.weight.zero_()
+        acting, _, _ = actor.get_action(obs)  # Gumbel-max: a sample of softmax(logits)
+    torch.testing.assert_close(torch.bincount(acting, minlength=3) / 4000.0, torch.softmax(torch.tensor([1.0, 0.0, -1.0]), 0), atol=0.03, rtol=0)
+    greedy, _, _ = actor.get_action(obs, deterministic=True)
+    assert greedy.dtype == torch.long and (greedy == 0).all()
+
+
 def test_squashed_gaussian_log_prob_matches_the_change_of_variables():
     actor = PolicyCriticActor(OBS, ACTIONS, policy="gaussian", hidden_sizes=(8,))
     obs = torch.randn(4, 3)
@@ -69,7 +115,7 @@ def test_the_critic_ensemble_is_independent_mlps():
     x = torch.randn(5, 4)
     for k in range(2):  # critic k alone, as an ordinary MLP
         h = torch.relu(x @ ensemble.weights[0][k] + ensemble.biases[0][k])
-        torch.testing.assert_close(ensemble(x)[k], (h @ ensemble.weights[1][k] + ensemble.biases[1][k]).squeeze(-1))
+        torch.testing.assert_close(ensemble(x)[k], h @ ensemble.weights[1][k] + ensemble.biases[1][k])
     assert not torch.equal(ensemble(x)[0], ensemble(x)[1])
 
 
@@ -118,7 +164,8 @@ def test_warm_up_acts_uniformly_then_with_the_policy():
 @pytest.mark.parametrize(
     ("config", "args", "needle"),
     [
-        ("sac/pendulum.yaml", ["env.env_id=CartPole-v1"], "algorithm.name = 'sac' needs a bounded Box action space; env.env_id = 'CartPole-v1' has Discrete(2)"),
+        ("td3/pendulum.yaml", ["env.env_id=CartPole-v1"], "algorithm.name = 'td3' needs a bounded Box action space; env.env_id = 'CartPole-v1' has Discrete(2)"),
+        ("sac/pendulum.yaml", ["algorithm.update_every=4", "storage.num_steps=8"], "'algorithm.update_every' = 4 disagrees with storage.num_steps = 8"),
         ("td3/pendulum.yaml", ["algorithm.minibatch_size=2048"], "'algorithm.minibatch_size' = 2048 is larger than algorithm.start_steps = 1000"),
     ],
 )

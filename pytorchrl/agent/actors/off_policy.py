@@ -213,18 +213,21 @@ class OffPolicyActor(nn.Module):
 
 
 class PolicyCriticActor(nn.Module):
-    """A policy over a Box action space, ``num_critics`` Q(s, a) critics, and target copies: the
-    actor of SAC (squashed Gaussian policy, twin critics), TD3 (deterministic policy, twin
-    critics, target policy) and DDPG (deterministic policy, one critic).
+    """A policy, ``num_critics`` Q critics, and target copies: the actor of SAC (squashed
+    Gaussian policy over a Box, or a categorical one over a Discrete space; twin critics), TD3
+    (deterministic policy, twin critics, target policy) and DDPG (deterministic policy, one critic).
 
-    The policy works in ``[-1, 1]`` (a tanh squashes it); actions leave the actor scaled to the
-    space's bounds, and critics take them back in ``[-1, 1]`` (:meth:`normalize`), so one
-    network fits any action range. Before ``start_steps`` the collection path acts uniformly at
-    random: the ``uniform`` buffer, which reaches collection workers with the weights.
+    Over a Box, the policy works in ``[-1, 1]`` (a tanh squashes it); actions leave the actor
+    scaled to the space's bounds, and critics take them back in ``[-1, 1]`` (:meth:`normalize`),
+    so one network fits any action range; each critic is ``Q(s, a)``. Over a Discrete space
+    (discrete SAC, Christodoulou 2019) the policy outputs logits and each critic outputs
+    ``Q(s, .)`` for every action, so expectations over actions are exact sums. Before
+    ``start_steps`` the collection path acts uniformly at random: the ``uniform`` buffer, which
+    reaches collection workers with the weights.
 
     :param observation_space: a Box space (flattened).
-    :param action_space: a bounded Box space.
-    :param policy: ``gaussian`` (SAC) or ``deterministic`` (TD3, DDPG).
+    :param action_space: a bounded Box space, or a Discrete one (``policy="categorical"``).
+    :param policy: ``gaussian`` (SAC), ``deterministic`` (TD3, DDPG) or ``categorical`` (discrete SAC).
     :param num_critics: Q-networks (2: clipped double Q).
     :param hidden_sizes: hidden widths of every MLP.
     :param activation: hidden activation name.
@@ -232,6 +235,8 @@ class PolicyCriticActor(nn.Module):
     """
 
     is_recurrent = False
+    #: what collection workers need to act (state-dict key prefixes): not the critics or targets
+    acting_prefixes = ("policy_torso.", "policy_head.", "uniform", "low", "high")
     uniform: torch.Tensor
     low: torch.Tensor
     high: torch.Tensor
@@ -241,23 +246,32 @@ class PolicyCriticActor(nn.Module):
         hidden_sizes: tuple[int, ...] = (256, 256), activation: str = "relu", exploration_noise: float = 0.1,
     ) -> None:
         super().__init__()
-        if not isinstance(action_space, gym.spaces.Box) or not np.all(np.isfinite(action_space.low)) or not np.all(np.isfinite(action_space.high)):
+        self.discrete = policy == "categorical"
+        if self.discrete:
+            if not isinstance(action_space, gym.spaces.Discrete):
+                raise ValueError(f"a categorical policy needs a Discrete action space, got {action_space}")
+        elif not isinstance(action_space, gym.spaces.Box) or not np.all(np.isfinite(action_space.low)) or not np.all(np.isfinite(action_space.high)):
             raise ValueError(f"this actor needs a bounded Box action space, got {action_space}")
         assert observation_space.shape is not None
         self.observation_space, self.action_space = observation_space, action_space
-        obs_dim, self.action_dim = int(np.prod(observation_space.shape)), int(np.prod(action_space.shape))
+        obs_dim = int(np.prod(observation_space.shape))
+        # discrete: actions are indices, and the policy and critics have one output per action
+        self.action_dim = int(action_space.n) if isinstance(action_space, gym.spaces.Discrete) else int(np.prod(action_space.shape))
         self.gaussian = policy == "gaussian"
         self.policy_torso = MLP(obs_dim, tuple(hidden_sizes), activation=activation)
         self.policy_head = nn.Linear(self.policy_torso.out_features, 2 * self.action_dim if self.gaussian else self.action_dim)
-        self.critics = CriticEnsemble(num_critics, obs_dim + self.action_dim, tuple(hidden_sizes), activation)
+        critic_in, critic_out = (obs_dim, self.action_dim) if self.discrete else (obs_dim + self.action_dim, 1)
+        self.critics = CriticEnsemble(num_critics, critic_in, tuple(hidden_sizes), activation, out_features=critic_out)
         self.target_critics = copy.deepcopy(self.critics).requires_grad_(False)
-        self.target_policy = None if self.gaussian else copy.deepcopy(nn.ModuleList([self.policy_torso, self.policy_head])).requires_grad_(False)
-        self.log_alpha = nn.Parameter(torch.zeros(())) if self.gaussian else None  # SAC's entropy coefficient, learned
+        has_target_policy = policy == "deterministic"
+        self.target_policy = copy.deepcopy(nn.ModuleList([self.policy_torso, self.policy_head])).requires_grad_(False) if has_target_policy else None
+        self.log_alpha = None if has_target_policy else nn.Parameter(torch.zeros(()))  # SAC's entropy coefficient, learned
         self.exploration_noise = exploration_noise
         self.register_buffer("uniform", torch.tensor(True))
-        self.register_buffer("low", torch.as_tensor(action_space.low, dtype=torch.float32).flatten())
-        self.register_buffer("high", torch.as_tensor(action_space.high, dtype=torch.float32).flatten())
-        self.continuous = True
+        bounds = (np.zeros(1), np.ones(1)) if self.discrete else (action_space.low, action_space.high)
+        self.register_buffer("low", torch.as_tensor(bounds[0], dtype=torch.float32).flatten())
+        self.register_buffer("high", torch.as_tensor(bounds[1], dtype=torch.float32).flatten())
+        self.continuous = not self.discrete
 
     @classmethod
     def create_factory(cls, observation_space: gym.Space, action_space: gym.Space, **kwargs: Any) -> Callable[..., PolicyCriticActor]:
@@ -276,20 +290,29 @@ class PolicyCriticActor(nn.Module):
         """A reparameterised squashed-Gaussian sample in ``[-1, 1]`` and its log-probability (SAC)."""
         mean, log_std = self._policy_out(obs).chunk(2, dim=-1)
         log_std = log_std.clamp(-20.0, 2.0)
-        pre = mean + log_std.exp() * torch.randn_like(mean)
-        action = torch.tanh(pre)
-        # Gaussian log-density minus the tanh Jacobian, in a numerically stable form
-        log_prob = (-0.5 * ((pre - mean) / log_std.exp()) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-        log_prob = log_prob - (2 * (math.log(2) - pre - F.softplus(-2 * pre))).sum(-1)
-        return action, log_prob
+        eps = torch.randn_like(mean)
+        pre = torch.addcmul(mean, log_std.exp(), eps)
+        # Gaussian log-density (``(pre - mean) / std`` is the noise itself) minus the tanh
+        # Jacobian ``log(1 - tanh(pre)^2) = 2 (log 2 - pre - softplus(-2 pre))``, in a stable form
+        log_prob = (log_std + 0.5 * eps.square() + 2.0 * (_LOG2 - pre - F.softplus(-2.0 * pre))).sum(-1)
+        return torch.tanh(pre), -log_prob - _HALF_LOG_2PI * self.action_dim
+
+    def log_policy(self, obs: torch.Tensor) -> torch.Tensor:
+        """``log pi(. | obs)`` over every action ``[batch, actions]`` (categorical policy)."""
+        return F.log_softmax(self._policy_out(obs), dim=-1)
 
     def deterministic(self, obs: torch.Tensor, target: bool = False) -> torch.Tensor:
-        """The policy's action in ``[-1, 1]`` without noise (the Gaussian's squashed mean)."""
+        """The policy's action in ``[-1, 1]`` without noise (the Gaussian's squashed mean); the
+        most probable action of a categorical policy."""
         out = self._policy_out(obs, target)
+        if self.discrete:
+            return out.argmax(-1)
         return torch.tanh(out.chunk(2, dim=-1)[0] if self.gaussian else out)
 
     def scale(self, action: torch.Tensor) -> torch.Tensor:
-        """``[-1, 1]`` to the action space's bounds."""
+        """``[-1, 1]`` to the action space's bounds (indices stay as they are)."""
+        if self.discrete:
+            return action
         return self.low + (action + 1.0) * 0.5 * (self.high - self.low)
 
     def normalize(self, action: torch.Tensor) -> torch.Tensor:
@@ -299,30 +322,39 @@ class PolicyCriticActor(nn.Module):
     # ------------------------------------------------------------------ the critics
 
     def q_values(
-        self, obs: torch.Tensor, action: torch.Tensor, *, target: bool = False, critics: int | None = None, frozen: bool = False
+        self, obs: torch.Tensor, action: torch.Tensor | None = None, *, target: bool = False, critics: int | None = None, frozen: bool = False
     ) -> torch.Tensor:
-        """``[num_critics, batch]`` Q-values of ``action`` (in ``[-1, 1]``); the first ``critics``
-        only if given; ``frozen``: no gradient reaches the critics (policy losses)."""
-        x = torch.cat([obs.flatten(1), action], dim=-1)
+        """``[num_critics, batch]`` Q-values of ``action`` (in ``[-1, 1]``); over a Discrete space
+        (no ``action``) ``[num_critics, batch, actions]``, every action's value. The first
+        ``critics`` only if given; ``frozen``: no gradient reaches the critics (policy losses)."""
+        x = obs.flatten(1) if action is None else torch.cat([obs.flatten(1), action], dim=-1)
         q = (self.target_critics if target else self.critics)(x, frozen)
+        q = q if self.discrete else q.squeeze(-1)
         return q if critics is None else q[:critics]
 
     # ------------------------------------------------------------------------ acting
 
     def draw_noise(self, num_steps: int, num_envs: int) -> torch.Tensor:
-        """Per step and env: policy noise, and a uniform random action (before ``start_steps``)."""
-        return torch.cat([torch.randn(num_steps, num_envs, self.action_dim), torch.rand(num_steps, num_envs, self.action_dim) * 2 - 1], -1)
+        """Per step and env: policy noise (Gaussian; Gumbel for a categorical policy, whose
+        ``argmax(logits + noise)`` is a sample), and a uniform random action (before ``start_steps``)."""
+        shape = (num_steps, num_envs, self.action_dim)
+        if self.discrete:
+            gumbel = -torch.empty(shape).exponential_().log()
+            return torch.cat([gumbel, torch.randint(self.action_dim, (num_steps, num_envs, 1)).float()], -1)
+        return torch.cat([torch.randn(shape), torch.rand(shape) * 2 - 1], -1)
 
     def act(self, obs: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> None:
         """Exploring actions for a batch of observations into ``out`` (see :meth:`draw_noise`)."""
-        gaussian_noise, random_action = noise[..., : self.action_dim], noise[..., self.action_dim :]
-        if bool(self.uniform):
+        policy_noise, random_action = noise[..., : self.action_dim], noise[..., self.action_dim :]
+        if self.discrete:
+            action = random_action[..., 0].long() if bool(self.uniform) else (self._policy_out(obs) + policy_noise).argmax(-1)
+        elif bool(self.uniform):
             action = random_action
         elif self.gaussian:
             mean, log_std = self._policy_out(obs).chunk(2, dim=-1)
-            action = torch.tanh(mean + log_std.clamp(-20.0, 2.0).exp() * gaussian_noise)
+            action = torch.tanh(mean + log_std.clamp(-20.0, 2.0).exp() * policy_noise)
         else:
-            action = (torch.tanh(self._policy_out(obs)) + self.exploration_noise * gaussian_noise).clamp(-1.0, 1.0)
+            action = (torch.tanh(self._policy_out(obs)) + self.exploration_noise * policy_noise).clamp(-1.0, 1.0)
         out.copy_(self.scale(action).view_as(out))
 
     def get_action(
@@ -330,7 +362,7 @@ class PolicyCriticActor(nn.Module):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], Any]:
         if deterministic:
             return self.scale(self.deterministic(obs)), {}, rhs
-        out = torch.empty(obs.shape[0], self.action_dim)
+        out = torch.empty(obs.shape[0], dtype=torch.long) if self.discrete else torch.empty(obs.shape[0], self.action_dim)
         self.act(obs, self.draw_noise(1, obs.shape[0])[0], out)
         return out, {}, rhs
 
@@ -344,8 +376,12 @@ class PolicyCriticActor(nn.Module):
             torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
 
 
+_LOG2 = math.log(2.0)
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
 class CriticEnsemble(nn.Module):
-    """``K`` independent ``Q(s, a)`` MLPs evaluated as one: each layer is one batched matrix
+    """``K`` independent Q MLPs evaluated as one: each layer is one batched matrix
     product over the ensemble (``baddbmm``), so twin critics cost one pass of kernels and
     autograd nodes instead of two, which is most of an update on small networks.
 
@@ -356,11 +392,12 @@ class CriticEnsemble(nn.Module):
     :param in_features: observation plus action size.
     :param hidden_sizes: hidden widths.
     :param activation: hidden activation name.
+    :param out_features: outputs per critic (1 for ``Q(s, a)``; the number of actions for ``Q(s, .)``).
     """
 
-    def __init__(self, num: int, in_features: int, hidden_sizes: tuple[int, ...], activation: str) -> None:
+    def __init__(self, num: int, in_features: int, hidden_sizes: tuple[int, ...], activation: str, out_features: int = 1) -> None:
         super().__init__()
-        widths = (in_features, *hidden_sizes, 1)
+        widths = (in_features, *hidden_sizes, out_features)
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
         for fan_in, fan_out in itertools.pairwise(widths):
@@ -371,7 +408,7 @@ class CriticEnsemble(nn.Module):
         self.num = num
 
     def forward(self, x: torch.Tensor, frozen: bool = False) -> torch.Tensor:
-        """``[num, batch]`` Q-values of ``x`` (``[batch, in_features]``)."""
+        """``[num, batch, out_features]`` outputs for ``x`` (``[batch, in_features]``)."""
         h = x.unsqueeze(0).expand(self.num, *x.shape)
         last = len(self.weights) - 1
         for i, (weight, bias) in enumerate(zip(self.weights, self.biases)):
@@ -380,7 +417,7 @@ class CriticEnsemble(nn.Module):
             h = torch.baddbmm(bias, h, weight)
             if i < last:
                 h = self._act(h)
-        return h.squeeze(-1)
+        return h
 
 
 def _build_actor(cls: Callable[..., nn.Module], observation_space: gym.Space, action_space: gym.Space, device: str | torch.device = "cpu", **kwargs: Any) -> Any:

@@ -10,6 +10,7 @@ bootstrap discount in ``discounts`` (see :class:`~pytorchrl.agent.storages.off_p
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -31,13 +32,17 @@ class _PolicyCritic(Algorithm):
 
 
 class SAC(_PolicyCritic):
-    """Soft actor-critic with twin critics and a learned entropy coefficient.
+    """Soft actor-critic with twin critics and a learned entropy coefficient; over a Discrete
+    action space, discrete SAC (Christodoulou 2019): critics value every action at once, so the
+    soft value of the next state and the policy's loss are exact expectations over the
+    policy's probabilities instead of one-sample estimates.
 
-    :param actor: a ``gaussian`` :class:`PolicyCriticActor`.
+    :param actor: a ``gaussian`` or ``categorical`` :class:`PolicyCriticActor`.
     :param lr: Adam learning rate (policy, critics and entropy coefficient).
     :param minibatch_size: transitions per gradient step.
     :param tau: polyak step of the target critics after each gradient step.
-    :param target_entropy: entropy the coefficient is tuned towards (None: ``-action_dim``).
+    :param target_entropy: entropy the coefficient is tuned towards (None: ``-action_dim`` for a
+        Box; ``0.89 * log(num_actions)`` for a Discrete space, 89% of the uniform policy's entropy).
     :param init_ent_coef: initial entropy coefficient.
     :param learn_ent_coef: tune the coefficient (else keep ``init_ent_coef``).
     """
@@ -50,10 +55,14 @@ class SAC(_PolicyCritic):
             actor.log_alpha.fill_(float(torch.log(torch.tensor(init_ent_coef))))
         actor.log_alpha.requires_grad_(learn_ent_coef)
         super().__init__(actor, device, lr=lr, minibatch_size=minibatch_size, tau=tau)
-        self.target_entropy = -float(actor.action_dim) if target_entropy is None else target_entropy
+        if target_entropy is None:
+            target_entropy = 0.89 * math.log(actor.action_dim) if actor.discrete else -float(actor.action_dim)
+        self.target_entropy = target_entropy
         self.learn_ent_coef = learn_ent_coef
 
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        if self.actor.discrete:
+            return self._discrete_loss(batch)
         actor = self.actor
         obs, actions = batch["obs"], actor.normalize(batch["actions"])
         alpha = actor.log_alpha.detach().exp()
@@ -71,6 +80,30 @@ class SAC(_PolicyCritic):
         return loss, {
             "value_loss": float(critic_loss.detach()), "policy_loss": float(policy_loss.detach()),
             "entropy": float(-log_prob.detach().mean()), "ent_coef": float(alpha), "q_mean": float(q.detach().mean()),
+        }
+
+    def _discrete_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        actor = self.actor
+        alpha = actor.log_alpha.detach().exp()
+        with torch.no_grad():
+            next_log_pi = actor.log_policy(batch["next_obs"])
+            next_q = actor.q_values(batch["next_obs"], target=True).min(0).values
+            next_v = (next_log_pi.exp() * (next_q - alpha * next_log_pi)).sum(-1)
+            y = batch["rewards"] + batch["discounts"] * next_v
+        q_all = actor.q_values(batch["obs"])  # [critics, batch, actions]
+        q = q_all.gather(-1, batch["actions"].long().view(1, -1, 1).expand(q_all.shape[0], -1, 1)).squeeze(-1)
+        critic_loss = 0.5 * ((q - y) ** 2 * batch["weights"]).mean(-1).sum()
+        log_pi = actor.log_policy(batch["obs"])
+        pi = log_pi.exp()
+        # every action's value is already there: the policy's loss reads it detached
+        policy_loss = (pi * (alpha * log_pi - q_all.detach().min(0).values)).sum(-1).mean()
+        entropy = -(pi * log_pi).sum(-1).detach()
+        loss = critic_loss + policy_loss
+        if self.learn_ent_coef:
+            loss = loss + (actor.log_alpha * (entropy - self.target_entropy)).mean()
+        return loss, {
+            "value_loss": float(critic_loss.detach()), "policy_loss": float(policy_loss.detach()),
+            "entropy": float(entropy.mean()), "ent_coef": float(alpha), "q_mean": float(q.detach().mean()),
         }
 
     def apply_gradients(self, gradients: torch.Tensor | None = None) -> None:
@@ -95,9 +128,14 @@ class TD3(_PolicyCritic):
         self, actor: Any, device: str | torch.device = "cpu", *, lr: float = 1e-3, minibatch_size: int = 256, tau: float = 0.005,
         policy_delay: int = 2, target_policy_noise: float = 0.2, target_noise_clip: float = 0.5,
     ) -> None:
+        self._policy_params = [*actor.policy_torso.parameters(), *actor.policy_head.parameters()]
         super().__init__(actor, device, lr=lr, minibatch_size=minibatch_size, tau=tau)
         self.policy_delay, self.target_policy_noise, self.target_noise_clip = policy_delay, target_policy_noise, target_noise_clip
-        self._policy_params = [*actor.policy_torso.parameters(), *actor.policy_head.parameters()]
+
+    def param_groups(self) -> list[list[torch.Tensor]]:
+        """The policy, and the critics: a critic-only step leaves the policy's Adam alone."""
+        policy = {id(p) for p in self._policy_params}
+        return [[p for p in self.params if id(p) in policy], [p for p in self.params if id(p) not in policy]]
 
     def _policy_step(self) -> bool:
         return (self.version + 1) % self.policy_delay == 0
@@ -126,13 +164,11 @@ class TD3(_PolicyCritic):
             super().apply_gradients(gradients)
             self.actor.update_target(self.tau)
             return
-        # a critic-only step: Adam skips parameters without a gradient, so the policy (and its
-        # moment estimates) stay as they are, as with a policy optimizer that is not stepped
-        views = [p.grad for p in self._policy_params]
-        for p in self._policy_params:
-            p.grad = None
+        # a critic-only step: Adam skips a segment without a gradient, so the policy (and its
+        # moment estimates and step count) stay as they are, as with a policy optimizer that is not stepped
+        policy = self.segments[0]
+        view, policy.grad = policy.grad, None
         try:
             super().apply_gradients(gradients)
         finally:
-            for p, view in zip(self._policy_params, views):
-                p.grad = view
+            policy.grad = view

@@ -118,7 +118,7 @@ class GradientWorker:
         self.algo.stop_round = False
         self.storage.after_gradients()
         self.algo.set_warmup(self.storage.warming_up)  # off-policy start_steps: before the weights go out
-        self.col_workers.sync_weights(self.algo.get_weights(), self.algo.version)
+        self.col_workers.sync_weights(self.algo.get_weights(acting=True), self.algo.version)
         rollouts, info = self.col_workers.collect()
         for data in rollouts:
             self.storage.add_data(data)
