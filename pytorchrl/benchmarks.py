@@ -104,6 +104,11 @@ def sac_pendulum(seeds: list[int]) -> dict[str, Any]:
     return learning("sac/pendulum.yaml", -200.0, 10_000, seeds)
 
 
+def sac_discrete_cartpole(seeds: list[int]) -> dict[str, Any]:
+    """Discrete SAC CartPole-v1 to eval >= 475 within 100k env steps."""
+    return learning("sac/discrete_cartpole.yaml", 475.0, 100_000, seeds)
+
+
 def td3_pendulum(seeds: list[int]) -> dict[str, Any]:
     """TD3 Pendulum-v1 to eval >= -200 within 10k env steps."""
     return learning("td3/pendulum.yaml", -200.0, 10_000, seeds)
@@ -471,6 +476,7 @@ BENCHMARKS: dict[str, Callable[[list[int]], dict[str, Any]]] = {
     "rainbow_cartpole": rainbow_cartpole,
     "apex_cartpole": apex_cartpole,
     "sac_pendulum": sac_pendulum,
+    "sac_discrete_cartpole": sac_discrete_cartpole,
     "td3_pendulum": td3_pendulum,
     "ddpg_pendulum": ddpg_pendulum,
     "replay_buffer": replay_buffer,

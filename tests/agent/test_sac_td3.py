@@ -174,3 +174,26 @@ def test_bad_continuous_off_policy_input_exits_2(capsys, tmp_path, config, args,
 
     err = _bad(capsys, ["train", str(CONFIGS / config), *args, "--run-dir", str(tmp_path / "r"), "--quiet"])
     assert needle in err
+
+
+def test_parameters_live_in_one_flat_buffer_and_weights_leave_as_compact_copies():
+    import pickle
+
+    actor = PolicyCriticActor(OBS, ACTIONS, policy="gaussian", hidden_sizes=(16,))
+    algo = SAC(actor)
+    assert all(p.untyped_storage().data_ptr() == algo.flat_params.untyped_storage().data_ptr() for p in algo.params)
+    algo.compute_gradients(_batch())
+    before = algo.flat_params.clone()
+    algo.apply_gradients()
+    assert not torch.equal(before, algo.flat_params)  # one optimizer step moved the flat buffer...
+    weights = algo.get_weights()
+    assert all(w.untyped_storage().nbytes() == w.numel() * w.element_size() for w in weights.values())  # ...and leaves as copies
+    assert len(pickle.dumps(weights)) < sum(w.numel() * w.element_size() + 500 for w in weights.values())  # a view would carry the whole buffer
+    # collection workers get the policy alone, and take it in place
+    acting = algo.get_weights(acting=True)
+    assert acting and not any(k.startswith(("critics", "target_critics", "log_alpha")) for k in acting)
+    other = SAC(PolicyCriticActor(OBS, ACTIONS, policy="gaussian", hidden_sizes=(16,)))
+    critic = other.actor.critics.weights[0].detach().clone()
+    other.set_weights(acting, version=7)
+    torch.testing.assert_close(other.actor.policy_head.weight, actor.policy_head.weight)
+    assert torch.equal(other.actor.critics.weights[0], critic) and other.version == 7

@@ -268,7 +268,7 @@ class PolicyCriticActor(nn.Module):
         self.log_alpha = None if has_target_policy else nn.Parameter(torch.zeros(()))  # SAC's entropy coefficient, learned
         self.exploration_noise = exploration_noise
         self.register_buffer("uniform", torch.tensor(True))
-        bounds = (np.zeros(1), np.ones(1)) if self.discrete else (action_space.low, action_space.high)
+        bounds = (np.zeros(1), np.ones(1)) if isinstance(action_space, gym.spaces.Discrete) else (action_space.low, action_space.high)
         self.register_buffer("low", torch.as_tensor(bounds[0], dtype=torch.float32).flatten())
         self.register_buffer("high", torch.as_tensor(bounds[1], dtype=torch.float32).flatten())
         self.continuous = not self.discrete

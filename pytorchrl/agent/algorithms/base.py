@@ -42,7 +42,7 @@ class Algorithm:
         self.initial_lr = lr
         self.max_grad_norm = max_grad_norm
         self.anneal_lr = anneal_lr
-        self.params = [p for p in actor.parameters() if p.requires_grad]
+        self.params: list[torch.Tensor] = [p for p in actor.parameters() if p.requires_grad]
         # Every parameter is a view into one flat buffer and every .grad a view into another:
         # autograd accumulates into existing grads in place, so zeroing, clipping, copying out and
         # applying a gradient are one op each, and Adam steps a few flat segments instead of

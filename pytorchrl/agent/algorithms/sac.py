@@ -25,6 +25,18 @@ class _PolicyCritic(Algorithm):
         super().__init__(actor, device, lr=lr, adam_eps=1e-8)
         self.minibatch_size = minibatch_size
         self.tau = tau
+        self._priorities: torch.Tensor | None = None
+
+    def _critic_loss(self, q: torch.Tensor, y: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """Importance-weighted squared TD errors of every critic; keeps the mean absolute error
+        over critics as the transitions' new priorities (prioritized replay)."""
+        td = q - y
+        self._priorities = td.detach().abs().mean(0)
+        return 0.5 * (td**2 * weights).mean(-1).sum()
+
+    def pop_priorities(self) -> torch.Tensor | None:
+        out, self._priorities = self._priorities, None
+        return out
 
     def set_warmup(self, warming_up: bool) -> None:
         """Act uniformly at random while the replay buffer fills up to ``start_steps``."""
@@ -71,7 +83,7 @@ class SAC(_PolicyCritic):
             next_q = actor.q_values(batch["next_obs"], next_action, target=True).min(0).values - alpha * next_log_prob
             y = batch["rewards"] + batch["discounts"] * next_q
         q = actor.q_values(obs, actions)
-        critic_loss = 0.5 * ((q - y) ** 2 * batch["weights"]).mean(-1).sum()
+        critic_loss = self._critic_loss(q, y, batch["weights"])
         new_action, log_prob = actor.sample(obs)
         policy_loss = (alpha * log_prob - actor.q_values(obs, new_action, frozen=True).min(0).values).mean()
         loss = critic_loss + policy_loss
@@ -92,7 +104,7 @@ class SAC(_PolicyCritic):
             y = batch["rewards"] + batch["discounts"] * next_v
         q_all = actor.q_values(batch["obs"])  # [critics, batch, actions]
         q = q_all.gather(-1, batch["actions"].long().view(1, -1, 1).expand(q_all.shape[0], -1, 1)).squeeze(-1)
-        critic_loss = 0.5 * ((q - y) ** 2 * batch["weights"]).mean(-1).sum()
+        critic_loss = self._critic_loss(q, y, batch["weights"])
         log_pi = actor.log_policy(batch["obs"])
         pi = log_pi.exp()
         # every action's value is already there: the policy's loss reads it detached
@@ -150,7 +162,7 @@ class TD3(_PolicyCritic):
                 next_action = (next_action + noise).clamp(-1.0, 1.0)
             y = batch["rewards"] + batch["discounts"] * actor.q_values(batch["next_obs"], next_action, target=True).min(0).values
         q = actor.q_values(obs, actions)
-        loss = critic_loss = 0.5 * ((q - y) ** 2 * batch["weights"]).mean(-1).sum()
+        loss = critic_loss = self._critic_loss(q, y, batch["weights"])
         info = {"value_loss": float(critic_loss.detach()), "q_mean": float(q.detach().mean())}
         if self._policy_step():
             policy_loss = -actor.q_values(obs, actor.deterministic(obs), critics=1, frozen=True).mean()

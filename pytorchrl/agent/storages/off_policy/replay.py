@@ -69,6 +69,9 @@ class Sampler:
         them), drawn with replacement, and their float32 importance weights."""
         raise NotImplementedError
 
+    #: whether :meth:`update_priorities` does anything (the buffer skips the call otherwise)
+    uses_priorities = False
+
     def update_priorities(self, rows: np.ndarray, td_errors: np.ndarray) -> None:
         """New TD errors of sampled rows (ignored by samplers without priorities)."""
 
@@ -121,6 +124,8 @@ class PrioritizedSampler(Sampler):
         :meth:`set_progress` instead.
     :param eps: added to ``|td|`` so that no transition gets priority 0.
     """
+
+    uses_priorities = True
 
     def __init__(self, alpha: float = 0.6, beta0: float = 0.4, beta_steps: int | None = None, eps: float = 1e-6) -> None:
         if alpha < 0 or not 0 <= beta0 <= 1 or eps < 0 or (beta_steps is not None and beta_steps < 1):
@@ -423,6 +428,8 @@ class ReplayBuffer:
     def update_priorities(self, indices: torch.Tensor | np.ndarray, td_errors: torch.Tensor | np.ndarray) -> None:
         """Set the priorities of sampled rows from their new TD errors (no-op for uniform
         sampling). Rows that lost their transition since they were sampled are skipped."""
+        if not self.sampler.uses_priorities:
+            return
         rows = _array(indices).astype(np.int64).reshape(-1)
         td = _array(td_errors).reshape(-1)
         keep = self._arrays["ready"][rows]
