@@ -197,3 +197,26 @@ def test_parameters_live_in_one_flat_buffer_and_weights_leave_as_compact_copies(
     other.set_weights(acting, version=7)
     torch.testing.assert_close(other.actor.policy_head.weight, actor.policy_head.weight)
     assert torch.equal(other.actor.critics.weights[0], critic) and other.version == 7
+
+
+def test_discrete_sac_trains_in_rounds_of_update_every_steps():
+    from pytorchrl.config import from_dict
+    from pytorchrl.learner import Learner
+
+    raw = {
+        "env": {"num_envs": 2, "num_test_envs": 1},
+        "actor": {"hidden_sizes": [16], "activation": "relu"},
+        "storage": {"capacity": 1000},
+        "algorithm": {"name": "sac", "update_every": 8, "updates_per_step": 0.5, "start_steps": 32, "minibatch_size": 16},
+        "run": {"target_steps": 160, "eval_every": 0, "eval_episodes": 1},
+    }
+    learner = Learner.from_config(from_dict(raw), progress=False)
+    try:
+        learner.train()
+        scheme = learner.scheme
+        assert scheme.algorithm.actor.discrete and scheme.collection_workers.local_worker.storage.num_steps == 8
+        assert learner.env_steps == 160  # ten rounds of 8 steps of 2 envs
+        # half a step per valid transition once 32 are stored: at most (160 - 32) / 2, less the reset steps
+        assert 48 <= learner.updates <= 64 and learner.updates == scheme.algorithm.version
+    finally:
+        learner.close()
