@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pytorchrl.utils.errors import InputError, WorkerFailure
+from pytorchrl.utils.runtime import configure_process
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -30,6 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = [*args.overrides, *extra]
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    configure_process()  # before torch's first parallel op, which starts its threads
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     try:
         return int(args.func(args) or EXIT_OK)

@@ -359,8 +359,9 @@ def test_empty_buffer_and_can_sample():
     buf.add_data(_chunk(1, 2, 0))
     assert buf.can_sample(2) and not buf.can_sample(3)
     batch = buf.sample(8)  # more than stored: with replacement; 2 sampleable rows of 12
-    assert batch["obs"].shape == (8, 1) and batch["weights"].eq(1).all() and batch["obs"].eq(0).all()
-    assert set(batch) == {"obs", "actions", "rewards", "next_obs", "discounts", "weights", "indices"}
+    assert batch["obs"].shape == (8, 1) and batch["obs"].eq(0).all()
+    # uniform sampling leaves the importance weights out (all 1)
+    assert set(batch) == {"obs", "actions", "rewards", "next_obs", "discounts", "indices"}
 
 
 def test_frames_keep_their_dtype_and_the_buffer_is_mostly_frames():

@@ -220,3 +220,58 @@ def test_discrete_sac_trains_in_rounds_of_update_every_steps():
         assert 48 <= learner.updates <= 64 and learner.updates == scheme.algorithm.version
     finally:
         learner.close()
+
+
+def test_uniform_replay_batches_need_no_importance_weights():
+    actor = PolicyCriticActor(OBS, ACTIONS, policy="gaussian", hidden_sizes=(16,))
+    algo = SAC(actor, init_ent_coef=0.5)
+    weighted = _batch()
+    weighted["weights"] = torch.ones(B)
+    uniform = {k: v for k, v in weighted.items() if k != "weights"}
+    torch.manual_seed(1)
+    loss_weighted, _ = algo.compute_loss(weighted)
+    torch.manual_seed(1)
+    loss_uniform, _ = algo.compute_loss(uniform)
+    torch.testing.assert_close(loss_uniform, loss_weighted)
+    # the new priorities: |q - y| averaged over the critics, computed when asked, once
+    torch.manual_seed(1)
+    with torch.no_grad():
+        next_a, next_logp = actor.sample(uniform["next_obs"])
+        y = uniform["rewards"] + uniform["discounts"] * (actor.q_values(uniform["next_obs"], next_a, target=True).min(0).values - 0.5 * next_logp)
+        q = actor.q_values(uniform["obs"], uniform["actions"] / 2.0)
+    torch.testing.assert_close(algo.pop_priorities(), (q - y).abs().mean(0))
+    assert algo.pop_priorities() is None
+
+
+@pytest.mark.parametrize("algo_cls", [SAC, TD3])
+def test_direct_adam_and_flat_target_updates_match_torch(algo_cls):
+    """The fused Adam called directly and the one-op polyak update on flat buffers step exactly
+    like ``torch.optim.Adam.step`` and a per-tensor polyak update (TD3: with critic-only steps)."""
+    policy = "gaussian" if algo_cls is SAC else "deterministic"
+    algos = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        algos.append(algo_cls(PolicyCriticActor(OBS, ACTIONS, policy=policy, hidden_sizes=(16,)), lr=1e-2))
+    fast, reference = algos
+    assert fast._targets is not None and all(t.numel() == o.numel() for t, o in fast._targets)
+    target = next(fast.actor.target_critics.parameters())
+    assert target.untyped_storage().data_ptr() == fast._targets[0][0].untyped_storage().data_ptr()  # a view of the flat buffer
+    reference._adam_step = reference.optimizer.step  # type: ignore[method-assign]
+    reference._targets = None  # the actor's own per-tensor update
+    for step in range(5):
+        for algo in algos:
+            torch.manual_seed(step)
+            algo.compute_gradients(_batch())
+            algo.apply_gradients()
+        torch.testing.assert_close(fast.flat_params, reference.flat_params, rtol=1e-6, atol=1e-7)
+        for (name, a), b in zip(fast.actor.state_dict().items(), reference.actor.state_dict().values()):
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7, msg=name)
+    assert not torch.equal(fast.actor.target_critics.weights[0], algos[0].actor.critics.weights[0])
+
+
+def test_worker_processes_flush_denormals_to_zero():
+    from pytorchrl.utils.runtime import configure_process
+
+    configure_process(torch.get_num_threads())
+    # 1e-30 * 1e-10 is subnormal in float32: flushed, it is 0
+    assert (torch.tensor([1e-30]) * torch.tensor([1e-10])).item() == 0.0

@@ -201,15 +201,13 @@ class OffPolicyActor(nn.Module):
         taken = q.gather(-1, actions.long().view(-1, 1)).squeeze(-1)
         return taken, self.target_q_net.forward(obs).max(-1).values
 
-    @torch.no_grad()
+    def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        """``(target, online)`` network pairs."""
+        return [(self.target_q_net, self.q_net)]
+
     def update_target(self, tau: float) -> None:
         """Move the target network towards the online one: ``target += tau * (online - target)`` (1: copy)."""
-        online: list[torch.Tensor] = list(self.q_net.parameters())
-        target: list[torch.Tensor] = list(self.target_q_net.parameters())
-        if tau >= 1.0:
-            torch._foreach_copy_(target, online)
-        else:
-            torch._foreach_lerp_(target, online, tau)
+        soft_update(self.target_pairs(), tau)
 
 
 class PolicyCriticActor(nn.Module):
@@ -240,6 +238,10 @@ class PolicyCriticActor(nn.Module):
     uniform: torch.Tensor
     low: torch.Tensor
     high: torch.Tensor
+    action_mid: torch.Tensor
+    action_half: torch.Tensor
+    action_scale: torch.Tensor
+    action_shift: torch.Tensor
 
     def __init__(
         self, observation_space: gym.Space, action_space: gym.Space, *, policy: str = "gaussian", num_critics: int = 2,
@@ -271,6 +273,11 @@ class PolicyCriticActor(nn.Module):
         bounds = (np.zeros(1), np.ones(1)) if isinstance(action_space, gym.spaces.Discrete) else (action_space.low, action_space.high)
         self.register_buffer("low", torch.as_tensor(bounds[0], dtype=torch.float32).flatten())
         self.register_buffer("high", torch.as_tensor(bounds[1], dtype=torch.float32).flatten())
+        # scale() and normalize() as one op each: ``mid + a * half`` and ``(a - mid) / half``
+        self.register_buffer("action_mid", (self.high + self.low) / 2, persistent=False)
+        self.register_buffer("action_half", (self.high - self.low) / 2, persistent=False)
+        self.register_buffer("action_scale", 1.0 / self.action_half, persistent=False)
+        self.register_buffer("action_shift", -self.action_mid * self.action_scale, persistent=False)
         self.continuous = not self.discrete
 
     @classmethod
@@ -292,10 +299,13 @@ class PolicyCriticActor(nn.Module):
         log_std = log_std.clamp(-20.0, 2.0)
         eps = torch.randn_like(mean)
         pre = torch.addcmul(mean, log_std.exp(), eps)
-        # Gaussian log-density (``(pre - mean) / std`` is the noise itself) minus the tanh
-        # Jacobian ``log(1 - tanh(pre)^2) = 2 (log 2 - pre - softplus(-2 pre))``, in a stable form
-        log_prob = (log_std + 0.5 * eps.square() + 2.0 * (_LOG2 - pre - F.softplus(-2.0 * pre))).sum(-1)
-        return torch.tanh(pre), -log_prob - _HALF_LOG_2PI * self.action_dim
+        # log N(pre; mean, std) - log(1 - tanh(pre)^2), where ``(pre - mean) / std`` is the noise
+        # itself and log(1 - tanh(x)^2) = 2 log 2 - 2 logaddexp(x, -x) (stable). The noise terms
+        # carry no gradient; the rest is few ops, as every op costs on a small network's update.
+        with torch.no_grad():
+            noise_term = eps.square().sum(-1).mul_(-0.5).sub_(self.action_dim * (_HALF_LOG_2PI + 2.0 * _LOG2))
+        log_prob = torch.add(noise_term, torch.sub(torch.logaddexp(pre, -pre), log_std, alpha=0.5).sum(-1), alpha=2.0)
+        return torch.tanh(pre), log_prob
 
     def log_policy(self, obs: torch.Tensor) -> torch.Tensor:
         """``log pi(. | obs)`` over every action ``[batch, actions]`` (categorical policy)."""
@@ -313,11 +323,11 @@ class PolicyCriticActor(nn.Module):
         """``[-1, 1]`` to the action space's bounds (indices stay as they are)."""
         if self.discrete:
             return action
-        return self.low + (action + 1.0) * 0.5 * (self.high - self.low)
+        return torch.addcmul(self.action_mid, action, self.action_half)
 
     def normalize(self, action: torch.Tensor) -> torch.Tensor:
         """The action space's bounds to ``[-1, 1]``."""
-        return 2.0 * (action.flatten(1) - self.low) / (self.high - self.low) - 1.0
+        return torch.addcmul(self.action_shift, action.flatten(1), self.action_scale)
 
     # ------------------------------------------------------------------ the critics
 
@@ -352,7 +362,7 @@ class PolicyCriticActor(nn.Module):
             action = random_action
         elif self.gaussian:
             mean, log_std = self._policy_out(obs).chunk(2, dim=-1)
-            action = torch.tanh(mean + log_std.clamp(-20.0, 2.0).exp() * policy_noise)
+            action = torch.tanh(torch.addcmul(mean, log_std.clamp(-20.0, 2.0).exp(), policy_noise))
         else:
             action = (torch.tanh(self._policy_out(obs)) + self.exploration_noise * policy_noise).clamp(-1.0, 1.0)
         out.copy_(self.scale(action).view_as(out))
@@ -366,14 +376,28 @@ class PolicyCriticActor(nn.Module):
         self.act(obs, self.draw_noise(1, obs.shape[0])[0], out)
         return out, {}, rhs
 
-    @torch.no_grad()
-    def update_target(self, tau: float) -> None:
-        """Polyak-average the target critics (and target policy) towards the online ones."""
+    def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        """``(target, online)`` network pairs: the critics, and the policy of TD3/DDPG."""
         pairs: list[tuple[nn.Module, nn.Module]] = [(self.target_critics, self.critics)]
         if self.target_policy is not None:
             pairs.append((self.target_policy, nn.ModuleList([self.policy_torso, self.policy_head])))
-        for target, online in pairs:
-            torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
+        return pairs
+
+    def update_target(self, tau: float) -> None:
+        """Polyak-average the target critics (and target policy) towards the online ones."""
+        soft_update(self.target_pairs(), tau)
+
+
+@torch.no_grad()
+def soft_update(pairs: list[tuple[nn.Module, nn.Module]], tau: float) -> None:
+    """``target += tau * (online - target)`` for every ``(target, online)`` network pair (``tau >= 1``: a copy)."""
+    for target_net, online_net in pairs:
+        target: list[torch.Tensor] = list(target_net.parameters())
+        online: list[torch.Tensor] = list(online_net.parameters())
+        if tau >= 1.0:
+            torch._foreach_copy_(target, online)
+        else:
+            torch._foreach_lerp_(target, online, tau)
 
 
 _LOG2 = math.log(2.0)

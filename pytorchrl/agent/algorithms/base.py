@@ -50,13 +50,15 @@ class Algorithm:
         numel = sum(p.numel() for p in self.params)
         self.flat_params = torch.empty(numel, device=self.device)
         self.flat_grad = torch.zeros(numel, device=self.device)
-        offset = 0
+        offset, self._offsets = 0, {}
         for p in self.params:
             self.flat_params[offset : offset + p.numel()].copy_(p.detach().flatten())
             p.data = self.flat_params[offset : offset + p.numel()].view_as(p)
             p.grad = self.flat_grad[offset : offset + p.numel()].view_as(p)
+            self._offsets[id(p)] = offset
             offset += p.numel()
         self.segments = self._segments()
+        self._targets = self._flat_targets()
         # fused Adam: one kernel per segment
         self.optimizer = torch.optim.Adam(self.segments, lr=lr, eps=adam_eps, fused=True)
         self.version = 0
@@ -81,6 +83,45 @@ class Algorithm:
             segments.append(segment)
             offset += numel
         return segments
+
+    def _flat_targets(self) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+        """Per ``(target, online)`` pair of ``actor.target_pairs()``: the target's parameters
+        as one flat buffer (they become views of it, like the trainable ones), beside the flat
+        slice of the online network's, so that a polyak update is one op per pair. None (the
+        actor's own ``update_target`` then) without targets, or when an online network is not
+        one consecutive run of the flat parameters."""
+        pairs = getattr(self.actor, "target_pairs", None)
+        if pairs is None:
+            return None
+        flat: list[tuple[torch.Tensor, torch.Tensor]] = []
+        for target_net, online_net in pairs():
+            target, online = list(target_net.parameters()), list(online_net.parameters())
+            start = end = self._offsets.get(id(online[0]), -1)
+            for p in online:
+                if self._offsets.get(id(p)) != end:
+                    return None
+                end += p.numel()
+            if [p.shape for p in target] != [p.shape for p in online]:
+                return None
+            buffer = torch.cat([p.detach().flatten() for p in target])
+            offset = 0
+            for p in target:
+                p.data = buffer[offset : offset + p.numel()].view_as(p)
+                offset += p.numel()
+            flat.append((buffer, self.flat_params[start:end]))
+        return flat
+
+    @torch.no_grad()
+    def update_targets(self, tau: float) -> None:
+        """Move the target networks towards the online ones: ``target += tau * (online - target)`` (``tau >= 1``: a copy)."""
+        if self._targets is None:
+            self.actor.update_target(tau)
+            return
+        for target, online in self._targets:
+            if tau >= 1.0:
+                target.copy_(online)
+            else:
+                target.lerp_(online, tau)
 
     @classmethod
     def create_factory(cls, **kwargs: Any) -> Callable[..., Algorithm]:
@@ -125,8 +166,27 @@ class Algorithm:
         if self.max_grad_norm is not None:
             norm = torch.linalg.vector_norm(self.flat_grad)
             self.flat_grad.mul_(torch.clamp(self.max_grad_norm / (norm + 1e-6), max=1.0))
-        self.optimizer.step()
+        self._adam_step()
         self.version += 1
+
+    def _adam_step(self) -> None:
+        """``optimizer.step()`` without its per-call Python bookkeeping, which costs as much as
+        the kernel on a small network: the fused kernel runs directly on the segments that have
+        a gradient once their state exists (the first step goes through ``step()``)."""
+        live = [s for s in self.segments if s.grad is not None]
+        states = [self.optimizer.state.get(s) for s in live]
+        if not all(states):
+            self.optimizer.step()
+            return
+        group = self.optimizer.param_groups[0]
+        ready: list[dict[str, torch.Tensor]] = [st for st in states if st]
+        steps = [st["step"] for st in ready]
+        torch._foreach_add_(steps, 1)
+        torch._fused_adam_(
+            live, [s.grad for s in live if s.grad is not None], [st["exp_avg"] for st in ready], [st["exp_avg_sq"] for st in ready], [], steps,
+            amsgrad=False, lr=group["lr"], beta1=group["betas"][0], beta2=group["betas"][1], weight_decay=group["weight_decay"],
+            eps=group["eps"], maximize=False, grad_scale=None, found_inf=None,
+        )
 
     def set_warmup(self, warming_up: bool) -> None:
         """Told before each collection whether the storage is still filling up (off-policy ``start_steps``)."""
@@ -154,25 +214,28 @@ class Algorithm:
 
     # ----------------------------------------------------------------------- weights
 
-    def get_weights(self, acting: bool = False) -> dict[str, torch.Tensor]:
+    def get_weights(self, acting: bool = False, copy: bool = True) -> dict[str, torch.Tensor]:
         """The actor's parameters and buffers, detached copies on the CPU (copies: a parameter is a
         view of the flat buffer, and pickling a view would send the whole buffer).
 
         :param acting: only what collection needs (``actor.acting_prefixes``; e.g. SAC's policy
             without its critics and targets, a fifth of the weights).
+        :param copy: False: the live tensors themselves (detached), for a consumer in this
+            process that copies them at once (:meth:`set_weights` of a local collection worker).
         """
         state = self._state_tensors()
         prefixes = getattr(self.actor, "acting_prefixes", None) if acting else None
         keys = state.keys() if prefixes is None else [k for k in state if k.startswith(prefixes)]
+        if not copy:
+            return {k: state[k].detach() for k in keys}
         return {k: state[k].detach().to("cpu", copy=True) for k in keys}
 
     def set_weights(self, weights: dict[str, torch.Tensor], version: int | None = None) -> None:
         """Copy ``weights`` (from :meth:`get_weights`, all of them or the acting ones) into the actor in place."""
         state = self._state_tensors()
         if weights.keys() <= state.keys() and all(w.shape == state[k].shape for k, w in weights.items()):
-            with torch.no_grad():  # a tenth of load_state_dict's cost on a small actor
-                for k, w in weights.items():
-                    state[k].copy_(w)
+            with torch.no_grad():  # one op: a tenth of load_state_dict's cost on a small actor
+                torch._foreach_copy_([state[k] for k in weights], list(weights.values()))
         else:
             self.actor.load_state_dict(weights)  # its error names the missing or mismatched keys
         if version is not None:

@@ -84,7 +84,8 @@ class DQN(Algorithm):
             per_sample = -(m * log_p).sum(-1)
             priorities = per_sample.detach()
             info = {"q_mean": float((log_p.detach().exp() * q_net.support).sum(-1).mean()), "td_abs_mean": float(priorities.mean())}
-        loss = (batch["weights"] * per_sample).mean()
+        weights = batch.get("weights")  # importance weights of prioritized replay
+        loss = per_sample.mean() if weights is None else (weights * per_sample).mean()
         self._priorities = priorities
         info["value_loss"] = float(loss.detach())
         info["epsilon"] = float(self.actor.epsilon)
@@ -98,7 +99,7 @@ class DQN(Algorithm):
     def apply_gradients(self, gradients: torch.Tensor | None = None) -> None:
         super().apply_gradients(gradients)
         if self.version % self.target_update_interval == 0:
-            self.actor.update_target(self.tau)
+            self.update_targets(self.tau)
 
     def set_progress(self, progress: float) -> None:
         """Epsilon decays linearly from its initial to its final value over ``exploration_fraction``."""

@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from pytorchrl.agent.algorithms.base import Algorithm
 
@@ -25,18 +26,22 @@ class _PolicyCritic(Algorithm):
         super().__init__(actor, device, lr=lr, adam_eps=1e-8)
         self.minibatch_size = minibatch_size
         self.tau = tau
-        self._priorities: torch.Tensor | None = None
+        self._td: tuple[torch.Tensor, torch.Tensor] | None = None
 
-    def _critic_loss(self, q: torch.Tensor, y: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        """Importance-weighted squared TD errors of every critic; keeps the mean absolute error
-        over critics as the transitions' new priorities (prioritized replay)."""
-        td = q - y
-        self._priorities = td.detach().abs().mean(0)
-        return 0.5 * (td**2 * weights).mean(-1).sum()
+    def _critic_loss(self, q: torch.Tensor, y: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+        """The sum over critics of each one's (importance-weighted) mean ``0.5 (q - y)^2``; keeps
+        ``q`` and ``y`` for :meth:`pop_priorities`."""
+        self._td = (q.detach(), y)
+        if weights is None:  # uniform replay: one fused op and one autograd node
+            return F.mse_loss(q, y.expand_as(q)) * (0.5 * q.shape[0])
+        return 0.5 * ((q - y).square() * weights).mean(-1).sum()
 
     def pop_priorities(self) -> torch.Tensor | None:
-        out, self._priorities = self._priorities, None
-        return out
+        """The last minibatch's absolute TD errors, averaged over critics (computed only when asked)."""
+        if self._td is None:
+            return None
+        (q, y), self._td = self._td, None
+        return (q - y).abs().mean(0)
 
     def set_warmup(self, warming_up: bool) -> None:
         """Act uniformly at random while the replay buffer fills up to ``start_steps``."""
@@ -75,23 +80,30 @@ class SAC(_PolicyCritic):
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         if self.actor.discrete:
             return self._discrete_loss(batch)
+        # Written for few ops: on 256-wide networks every op and autograd node costs about as
+        # much as the matrix products (ARCHITECTURE.md decision 22).
         actor = self.actor
-        obs, actions = batch["obs"], actor.normalize(batch["actions"])
+        obs, next_obs = batch["obs"], batch["next_obs"]
         alpha = actor.log_alpha.detach().exp()
         with torch.no_grad():
-            next_action, next_log_prob = actor.sample(batch["next_obs"])
-            next_q = actor.q_values(batch["next_obs"], next_action, target=True).min(0).values - alpha * next_log_prob
-            y = batch["rewards"] + batch["discounts"] * next_q
-        q = actor.q_values(obs, actions)
-        critic_loss = self._critic_loss(q, y, batch["weights"])
+            next_action, next_log_prob = actor.sample(next_obs)
+            next_v = torch.sub(actor.q_values(next_obs, next_action, target=True).min(0).values, alpha * next_log_prob)
+            y = torch.addcmul(batch["rewards"], batch["discounts"], next_v)
+        q = actor.q_values(obs, actor.normalize(batch["actions"]))
+        critic_loss = self._critic_loss(q, y, batch.get("weights"))
         new_action, log_prob = actor.sample(obs)
-        policy_loss = (alpha * log_prob - actor.q_values(obs, new_action, frozen=True).min(0).values).mean()
+        policy_loss = torch.sub(alpha * log_prob, actor.q_values(obs, new_action, frozen=True).min(0).values).mean()
         loss = critic_loss + policy_loss
+        with torch.no_grad():
+            log_prob_mean = log_prob.mean()
+            # the entropy coefficient's loss -log_alpha (E[log pi] + target_entropy), as one addcmul
+            ent_error = log_prob_mean + self.target_entropy
+            stats = torch.stack([critic_loss, policy_loss, log_prob_mean, alpha, q.mean()]).tolist()
         if self.learn_ent_coef:
-            loss = loss - (actor.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+            loss = torch.addcmul(loss, actor.log_alpha, ent_error, value=-1.0)
+        value_loss, policy_loss_value, log_prob_mean_value, ent_coef, q_mean = stats
         return loss, {
-            "value_loss": float(critic_loss.detach()), "policy_loss": float(policy_loss.detach()),
-            "entropy": float(-log_prob.detach().mean()), "ent_coef": float(alpha), "q_mean": float(q.detach().mean()),
+            "value_loss": value_loss, "policy_loss": policy_loss_value, "entropy": -log_prob_mean_value, "ent_coef": ent_coef, "q_mean": q_mean,
         }
 
     def _discrete_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
@@ -104,7 +116,7 @@ class SAC(_PolicyCritic):
             y = batch["rewards"] + batch["discounts"] * next_v
         q_all = actor.q_values(batch["obs"])  # [critics, batch, actions]
         q = q_all.gather(-1, batch["actions"].long().view(1, -1, 1).expand(q_all.shape[0], -1, 1)).squeeze(-1)
-        critic_loss = self._critic_loss(q, y, batch["weights"])
+        critic_loss = self._critic_loss(q, y, batch.get("weights"))
         log_pi = actor.log_policy(batch["obs"])
         pi = log_pi.exp()
         # every action's value is already there: the policy's loss reads it detached
@@ -120,7 +132,7 @@ class SAC(_PolicyCritic):
 
     def apply_gradients(self, gradients: torch.Tensor | None = None) -> None:
         super().apply_gradients(gradients)
-        self.actor.update_target(self.tau)
+        self.update_targets(self.tau)
 
 
 class TD3(_PolicyCritic):
@@ -162,7 +174,7 @@ class TD3(_PolicyCritic):
                 next_action = (next_action + noise).clamp(-1.0, 1.0)
             y = batch["rewards"] + batch["discounts"] * actor.q_values(batch["next_obs"], next_action, target=True).min(0).values
         q = actor.q_values(obs, actions)
-        loss = critic_loss = self._critic_loss(q, y, batch["weights"])
+        loss = critic_loss = self._critic_loss(q, y, batch.get("weights"))
         info = {"value_loss": float(critic_loss.detach()), "q_mean": float(q.detach().mean())}
         if self._policy_step():
             policy_loss = -actor.q_values(obs, actor.deterministic(obs), critics=1, frozen=True).mean()
@@ -174,7 +186,7 @@ class TD3(_PolicyCritic):
         policy_step = self._policy_step()
         if policy_step:
             super().apply_gradients(gradients)
-            self.actor.update_target(self.tau)
+            self.update_targets(self.tau)
             return
         # a critic-only step: Adam skips a segment without a gradient, so the policy (and its
         # moment estimates and step count) stay as they are, as with a policy optimizer that is not stepped

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from pytorchrl.envs.vec_env import VecEnv
+from pytorchrl.utils.runtime import configure_process
 from pytorchrl.utils.seeding import ACTING_ROLE, TorchStream, derive_seed
 
 
@@ -46,7 +47,7 @@ class CollectionWorker:
         seed: int = 0,
         env_seed: int | None = None,
     ) -> None:
-        torch.set_num_threads(torch_threads)
+        configure_process(torch_threads)
         self.index = index
         self._stream = TorchStream(derive_seed(seed, ACTING_ROLE, index))
         self._preempted: int | None = None

@@ -11,6 +11,7 @@ import torch
 from pytorchrl.scheme.base.infos import merge_step_infos
 from pytorchrl.scheme.base.worker_set import replica_ordinal
 from pytorchrl.scheme.collection.collection_worker_set import CollectionWorkerSet
+from pytorchrl.utils.runtime import configure_process
 from pytorchrl.utils.seeding import GRADIENT_ROLE, TorchStream, derive_seed
 
 
@@ -47,7 +48,7 @@ class GradientWorker:
         seed: int = 0,
         col_overrides: dict[str, Any] | None = None,
     ) -> None:
-        torch.set_num_threads(torch_threads)
+        configure_process(torch_threads)
         self.index = index
         self.device = torch.device(device)
         self._stream = TorchStream(derive_seed(seed, GRADIENT_ROLE, replica_ordinal(index)))
@@ -93,9 +94,10 @@ class GradientWorker:
             batch = next(self._batches)
             self._remaining -= 1
             info.update(self.algo.compute_gradients(batch))
-            priorities = self.algo.pop_priorities()
-            if priorities is not None:  # prioritized replay: the minibatch's new TD errors
-                self.storage.update_priorities(batch["indices"], priorities)
+            if getattr(self.storage, "uses_priorities", False):  # prioritized replay: the minibatch's new TD errors
+                priorities = self.algo.pop_priorities()
+                if priorities is not None:
+                    self.storage.update_priorities(batch["indices"], priorities)
         info["gradient_time_s"] = time.perf_counter() - start
         info["round_end"] = self._remaining == 0 or self.algo.stop_round
         info["num_samples"] = _batch_size(batch)
@@ -118,7 +120,9 @@ class GradientWorker:
         self.algo.stop_round = False
         self.storage.after_gradients()
         self.algo.set_warmup(self.storage.warming_up)  # off-policy start_steps: before the weights go out
-        self.col_workers.sync_weights(self.algo.get_weights(acting=True), self.algo.version)
+        # a local collection worker copies the weights into its own actor: no copy on the way
+        weights = self.algo.get_weights(acting=True, copy=self.col_workers.remote)
+        self.col_workers.sync_weights(weights, self.algo.version)
         rollouts, info = self.col_workers.collect()
         for data in rollouts:
             self.storage.add_data(data)

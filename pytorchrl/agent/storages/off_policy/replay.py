@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from pytorchrl.agent.storages.off_policy.sum_tree import SumTree
+from pytorchrl.agent.storages.on_policy.rollout import as_array
 
 STEP_KEYS = ("actions", "rewards", "terminated", "truncated")
 
@@ -64,9 +65,9 @@ class Sampler:
 
     def sample(
         self, batch_size: int, generator: torch.Generator | None, ready: np.ndarray, size: int, num_ready: int
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         """``batch_size`` rows among the ``ready`` rows of ``[0, size)`` (``num_ready`` > 0 of
-        them), drawn with replacement, and their float32 importance weights."""
+        them), drawn with replacement, and their float32 importance weights (None: all 1)."""
         raise NotImplementedError
 
     #: whether :meth:`update_priorities` does anything (the buffer skips the call otherwise)
@@ -90,11 +91,11 @@ class Sampler:
 
 
 class UniformSampler(Sampler):
-    """Every sampleable transition equally likely; importance weights all 1."""
+    """Every sampleable transition equally likely; no importance weights (all 1)."""
 
     def sample(
         self, batch_size: int, generator: torch.Generator | None, ready: np.ndarray, size: int, num_ready: int
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         if num_ready * 4 < size:  # mostly unsampleable: draw among the ready rows directly
             candidates = np.flatnonzero(ready[:size])
             rows = candidates[torch.randint(len(candidates), (batch_size,), generator=generator).numpy()]
@@ -106,7 +107,7 @@ class UniformSampler(Sampler):
                 drawn = torch.randint(size, (count,), generator=generator).numpy()
                 rows = np.concatenate([rows, drawn[ready[drawn]]])
             rows = rows[:batch_size]
-        return rows, np.ones(batch_size, dtype=np.float32)
+        return rows, None
 
 
 class PrioritizedSampler(Sampler):
@@ -325,11 +326,11 @@ class ReplayBuffer:
         if ("stream_id" in data) != ("chunk_index" in data):
             raise ValueError("add_data: stream_id and chunk_index come together")
         stream = (int(data["stream_id"]), int(data["chunk_index"])) if "stream_id" in data else None
-        obs = _array(data["obs"])
-        rewards = _array(data["rewards"])
+        obs = as_array(data["obs"])
+        rewards = as_array(data["rewards"])
         t, n = rewards.shape
         if not self._arrays:
-            self._allocate(obs, _array(data["actions"]), rewards)
+            self._allocate(obs, as_array(data["actions"]), rewards)
         pending_seq = self._continued(stream, n, t * n)
         if pending_seq is None:
             new_obs = obs.reshape((t + 1) * n, *obs.shape[2:])
@@ -344,8 +345,8 @@ class ReplayBuffer:
             next_offset = 0  # step j's next observation is new row j
         if len(new_obs) > self.capacity:
             raise ValueError(f"add_data: a chunk of {len(new_obs)} rows does not fit a buffer of capacity {self.capacity}")
-        valid = _array(data["valid"]).reshape(t * n).astype(bool)
-        flat = {k: _array(data[k]).reshape(t * n, *data[k].shape[2:]) for k in STEP_KEYS}
+        valid = as_array(data["valid"]).reshape(t * n).astype(bool)
+        flat = {k: as_array(data[k]).reshape(t * n, *data[k].shape[2:]) for k in STEP_KEYS}
         flat["ready"] = valid
         flat["next_row"] = self._rows(self._written + next_offset, t * n)
         a, seq, k = self._arrays, self._written, len(new_obs)
@@ -376,7 +377,7 @@ class ReplayBuffer:
         self._streams = {s: e for s, e in self._streams.items() if e[1] >= oldest}
         rows = np.concatenate([*(self._rows(first, length) for first, length in step_segments), self._rows(pending_seq, n)])
         ready = np.concatenate([valid, np.zeros(n, dtype=bool)])
-        prio = None if priorities is None else np.concatenate([_array(priorities).reshape(t * n), np.zeros(n)])
+        prio = None if priorities is None else np.concatenate([as_array(priorities).reshape(t * n), np.zeros(n)])
         self.sampler.added(rows, ready, prio)
 
     # ------------------------------------------------------------------ sampling
@@ -387,8 +388,8 @@ class ReplayBuffer:
         :param generator: the torch generator to draw with; None: torch's global one.
         :return: ``obs``, ``actions``, ``rewards`` (the n-step return ``G``), ``next_obs`` (the
             observation to bootstrap from), ``discounts`` (``gamma ** m``, 0 after a
-            termination), ``weights`` (importance weights; ones for uniform sampling) and
-            ``indices`` (the rows, for :meth:`update_priorities`), on ``device``.
+            termination), ``weights`` (importance weights; left out with uniform sampling, where
+            all are 1, so that losses skip the product) and ``indices`` (the rows, for :meth:`update_priorities`), on ``device``.
         """
         if self._num_ready == 0:
             raise ValueError("cannot sample from an empty replay buffer (no transition stored yet)")
@@ -401,9 +402,10 @@ class ReplayBuffer:
             "rewards": returns,
             "next_obs": a["obs"][boot],
             "discounts": discounts,
-            "weights": weights,
             "indices": rows,
         }
+        if weights is not None:
+            batch["weights"] = weights
         return {k: torch.from_numpy(v).to(self.device) for k, v in batch.items()}
 
     def _n_step_returns(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -430,8 +432,8 @@ class ReplayBuffer:
         sampling). Rows that lost their transition since they were sampled are skipped."""
         if not self.sampler.uses_priorities:
             return
-        rows = _array(indices).astype(np.int64).reshape(-1)
-        td = _array(td_errors).reshape(-1)
+        rows = as_array(indices).astype(np.int64).reshape(-1)
+        td = as_array(td_errors).reshape(-1)
         keep = self._arrays["ready"][rows]
         self.sampler.update_priorities(rows[keep], td[keep])
 
@@ -472,6 +474,3 @@ class ReplayBuffer:
         self._streams = {int(s): (int(e[0]), int(e[1]), int(e[2])) for s, e in state["streams"].items()}
         self.sampler.load_state_dict(state["sampler"])
 
-
-def _array(x: torch.Tensor | np.ndarray) -> np.ndarray:
-    return x if isinstance(x, np.ndarray) else x.detach().cpu().numpy()

@@ -150,6 +150,11 @@ class ReplayStorage(RolloutStorage):
         """Anneal the importance-sampling exponent (prioritized replay)."""
         self.buffer.set_progress(progress)
 
+    @property
+    def uses_priorities(self) -> bool:
+        """Whether the sampler wants the TD errors of sampled batches (prioritized replay)."""
+        return self.buffer.sampler.uses_priorities
+
     def update_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
         self.buffer.update_priorities(indices, priorities)
 
