@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pytorchrl.agent.actors.networks.mlp import ACTIVATIONS, MLP
+from pytorchrl.agent.actors.networks.mlp import ACTIVATIONS, MLP, CachedLayers
 
 
 class NoisyLinear(nn.Module):
@@ -291,7 +291,8 @@ class PolicyCriticActor(nn.Module):
             assert self.target_policy is not None
             torso, head = self.target_policy
             return head(torso(obs.flatten(1)))
-        return self.policy_head(self.policy_torso.forward(obs.flatten(1)))
+        head = self.policy_head  # F.linear rather than the module call: a tenth of the overhead
+        return F.linear(self.policy_torso.forward(obs.flatten(1)), head.weight, head.bias)
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A reparameterised squashed-Gaussian sample in ``[-1, 1]`` and its log-probability (SAC)."""
@@ -338,7 +339,7 @@ class PolicyCriticActor(nn.Module):
         (no ``action``) ``[num_critics, batch, actions]``, every action's value. The first
         ``critics`` only if given; ``frozen``: no gradient reaches the critics (policy losses)."""
         x = obs.flatten(1) if action is None else torch.cat([obs.flatten(1), action], dim=-1)
-        q = (self.target_critics if target else self.critics)(x, frozen)
+        q = (self.target_critics if target else self.critics).forward(x, frozen)
         q = q if self.discrete else q.squeeze(-1)
         return q if critics is None else q[:critics]
 
@@ -404,7 +405,7 @@ _LOG2 = math.log(2.0)
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
-class CriticEnsemble(nn.Module):
+class CriticEnsemble(CachedLayers):
     """``K`` independent Q MLPs evaluated as one: each layer is one batched matrix
     product over the ensemble (``baddbmm``), so twin critics cost one pass of kernels and
     autograd nodes instead of two, which is most of an update on small networks.
@@ -430,16 +431,20 @@ class CriticEnsemble(nn.Module):
             self.biases.append(nn.Parameter(torch.empty(num, 1, fan_out).uniform_(-bound, bound)))
         self._act = ACTIVATIONS[activation]
         self.num = num
+        self._cache_parameters()
+
+    def _layer_parameters(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return list(zip(self.weights, self.biases))
 
     def forward(self, x: torch.Tensor, frozen: bool = False) -> torch.Tensor:
         """``[num, batch, out_features]`` outputs for ``x`` (``[batch, in_features]``)."""
         h = x.unsqueeze(0).expand(self.num, *x.shape)
-        last = len(self.weights) - 1
-        for i, (weight, bias) in enumerate(zip(self.weights, self.biases)):
+        layers = self._layers
+        for i, (weight, bias) in enumerate(layers):
             if frozen:
                 weight, bias = weight.detach(), bias.detach()
             h = torch.baddbmm(bias, h, weight)
-            if i < last:
+            if i < len(layers) - 1:
                 h = self._act(h)
         return h
 

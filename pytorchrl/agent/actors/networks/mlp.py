@@ -18,7 +18,27 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
-class MLP(nn.Module):
+class CachedLayers(nn.Module):
+    """A network whose ``forward`` reads ``self._layers``, its ``(weight, bias)`` pairs, instead
+    of walking its submodules: ``nn.Module`` attribute lookups and container indexing cost
+    microseconds each, more than a small network's matrix products. The tensors are updated in
+    place by optimizers and ``load_state_dict``, so holding them is safe; ``.to()`` refreshes them."""
+
+    _layers: list[tuple[torch.Tensor, torch.Tensor]]
+
+    def _layer_parameters(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        raise NotImplementedError
+
+    def _cache_parameters(self) -> None:
+        self._layers = self._layer_parameters()
+
+    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
+        out = super()._apply(fn, recurse)
+        self._cache_parameters()
+        return out
+
+
+class MLP(CachedLayers):
     """``Linear -> activation`` blocks; ``out_features`` is the last hidden width (input width if none).
 
     ``forward`` calls the functional ops directly instead of each submodule: on small networks
@@ -34,18 +54,11 @@ class MLP(nn.Module):
         self.out_features = widths[-1]
         self._cache_parameters()
 
-    def _cache_parameters(self) -> None:
-        # nn.Module attribute lookups cost microseconds each; the tensors themselves are updated
-        # in place by optimizers and load_state_dict, so holding them is safe (refreshed on .to()).
-        self._weights: list[tuple[torch.Tensor, torch.Tensor]] = [(lin.weight, lin.bias) for lin in self.layers if isinstance(lin, nn.Linear)]
-
-    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
-        out = super()._apply(fn, recurse)
-        self._cache_parameters()
-        return out
+    def _layer_parameters(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(lin.weight, lin.bias) for lin in self.layers if isinstance(lin, nn.Linear)]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for weight, bias in self._weights:
+        for weight, bias in self._layers:
             x = self._act(F.linear(x, weight, bias))
         return x
 
