@@ -104,6 +104,27 @@ def sac_pendulum(seeds: list[int]) -> dict[str, Any]:
     return learning("sac/pendulum.yaml", -200.0, 10_000, seeds)
 
 
+def sac_step(seeds: list[int], *, steps: int = 3_000) -> dict[str, Any]:
+    """Milliseconds per SAC step (one Pendulum-v1 env step and one gradient step, ``configs/sac/pendulum.yaml``)
+    over ``steps`` env steps without evaluations (the first ``start_steps`` make no update)."""
+    from pytorchrl.config import load_config
+    from pytorchrl.learner import Learner
+
+    runs = []
+    for seed in seeds:
+        cfg = load_config(_config_path("sac/pendulum.yaml"), [f"run.seed={seed}", f"run.target_steps={steps}", f"run.eval_every={10 * steps}", "run.stop_at_return=null"])
+        learner = Learner.from_config(cfg, progress=False)
+        try:
+            start = time.perf_counter()
+            learner.train()
+            wall = time.perf_counter() - start
+        finally:
+            learner.close()
+        runs.append({"seed": seed, "ms_per_step": round(1e3 * wall / steps, 2), "updates": learner.updates})
+        print(f"  sac/pendulum.yaml seed {seed}: {runs[-1]['ms_per_step']} ms per step over {steps} steps", flush=True)
+    return {"steps": steps, "median_ms_per_step": statistics.median(r["ms_per_step"] for r in runs), "runs": runs}
+
+
 def sac_discrete_cartpole(seeds: list[int]) -> dict[str, Any]:
     """Discrete SAC CartPole-v1 to eval >= 475 within 100k env steps."""
     return learning("sac/discrete_cartpole.yaml", 475.0, 100_000, seeds)
@@ -476,6 +497,7 @@ BENCHMARKS: dict[str, Callable[[list[int]], dict[str, Any]]] = {
     "rainbow_cartpole": rainbow_cartpole,
     "apex_cartpole": apex_cartpole,
     "sac_pendulum": sac_pendulum,
+    "sac_step": sac_step,
     "sac_discrete_cartpole": sac_discrete_cartpole,
     "td3_pendulum": td3_pendulum,
     "ddpg_pendulum": ddpg_pendulum,

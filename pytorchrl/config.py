@@ -514,6 +514,11 @@ def _check_cross_field(config: Config) -> None:
                 f"config key 'algorithm.update_every' = {algo.update_every} disagrees with storage.num_steps = {config.storage.num_steps}: "
                 "both set the steps per round for a replay algorithm; set one of them"
             )
+        if algo.start_steps > config.run.target_steps:
+            raise ConfigError(
+                f"config key 'algorithm.start_steps' = {algo.start_steps} is larger than run.target_steps = {config.run.target_steps}: "
+                "the run would end (or overrun its budget) before its first gradient step; lower start_steps or raise target_steps"
+            )
         if algo.start_steps > config.storage.capacity:
             raise ConfigError(f"config key 'algorithm.start_steps' = {algo.start_steps} is larger than storage.capacity = {config.storage.capacity}")
         if isinstance(algo, DQNConfig) and algo.v_min >= algo.v_max:

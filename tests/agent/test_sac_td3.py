@@ -167,6 +167,7 @@ def test_warm_up_acts_uniformly_then_with_the_policy():
         ("td3/pendulum.yaml", ["env.env_id=CartPole-v1"], "algorithm.name = 'td3' needs a bounded Box action space; env.env_id = 'CartPole-v1' has Discrete(2)"),
         ("sac/pendulum.yaml", ["algorithm.update_every=4", "storage.num_steps=8"], "'algorithm.update_every' = 4 disagrees with storage.num_steps = 8"),
         ("td3/pendulum.yaml", ["algorithm.minibatch_size=2048"], "'algorithm.minibatch_size' = 2048 is larger than algorithm.start_steps = 1000"),
+        ("sac/pendulum.yaml", ["run.target_steps=200"], "'algorithm.start_steps' = 256 is larger than run.target_steps = 200"),
     ],
 )
 def test_bad_continuous_off_policy_input_exits_2(capsys, tmp_path, config, args, needle):
