@@ -96,6 +96,8 @@ class Algorithm:
         flat: list[tuple[torch.Tensor, torch.Tensor]] = []
         for target_net, online_net in pairs():
             target, online = list(target_net.parameters()), list(online_net.parameters())
+            if not online:
+                continue
             start = end = self._offsets.get(id(online[0]), -1)
             for p in online:
                 if self._offsets.get(id(p)) != end:

@@ -389,7 +389,8 @@ class ReplayBuffer:
         :return: ``obs``, ``actions``, ``rewards`` (the n-step return ``G``), ``next_obs`` (the
             observation to bootstrap from), ``discounts`` (``gamma ** m``, 0 after a
             termination), ``weights`` (importance weights; left out with uniform sampling, where
-            all are 1, so that losses skip the product) and ``indices`` (the rows, for :meth:`update_priorities`), on ``device``.
+            all are 1, so that losses skip the product) and ``indices`` (the rows, for
+            :meth:`update_priorities`), on ``device``.
         """
         if self._num_ready == 0:
             raise ValueError("cannot sample from an empty replay buffer (no transition stored yet)")
