@@ -175,17 +175,16 @@ class Algorithm:
         """``optimizer.step()`` without its per-call Python bookkeeping, which costs as much as
         the kernel on a small network: the fused kernel runs directly on the segments that have
         a gradient once their state exists (the first step goes through ``step()``)."""
-        live = [s for s in self.segments if s.grad is not None]
-        states = [self.optimizer.state.get(s) for s in live]
-        if not all(states):
+        live = [(s, grad) for s in self.segments if (grad := s.grad) is not None]
+        if not all(s in self.optimizer.state for s, _ in live):
             self.optimizer.step()
             return
         group = self.optimizer.param_groups[0]
-        ready: list[dict[str, torch.Tensor]] = [st for st in states if st]
-        steps = [st["step"] for st in ready]
+        states = [self.optimizer.state[s] for s, _ in live]
+        steps = [st["step"] for st in states]
         torch._foreach_add_(steps, 1)
         torch._fused_adam_(
-            live, [s.grad for s in live if s.grad is not None], [st["exp_avg"] for st in ready], [st["exp_avg_sq"] for st in ready], [], steps,
+            [s for s, _ in live], [grad for _, grad in live], [st["exp_avg"] for st in states], [st["exp_avg_sq"] for st in states], [], steps,
             amsgrad=False, lr=group["lr"], beta1=group["betas"][0], beta2=group["betas"][1], weight_decay=group["weight_decay"],
             eps=group["eps"], maximize=False, grad_scale=None, found_inf=None,
         )

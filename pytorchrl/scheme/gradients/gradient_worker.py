@@ -94,7 +94,7 @@ class GradientWorker:
             batch = next(self._batches)
             self._remaining -= 1
             info.update(self.algo.compute_gradients(batch))
-            if getattr(self.storage, "uses_priorities", False):  # prioritized replay: the minibatch's new TD errors
+            if self.storage.uses_priorities:  # prioritized replay: the minibatch's new TD errors
                 priorities = self.algo.pop_priorities()
                 if priorities is not None:
                     self.storage.update_priorities(batch["indices"], priorities)

@@ -170,6 +170,14 @@ class RolloutStorage:
     def set_progress(self, progress: float) -> None:
         """How far training is (0 to 1), for schedules of the gradient side (none here)."""
 
+    @property
+    def uses_priorities(self) -> bool:
+        """Whether the gradient side wants each minibatch's TD errors (prioritized replay; never here)."""
+        return False
+
+    def update_priorities(self, indices: torch.Tensor, priorities: torch.Tensor) -> None:
+        """New priorities of sampled transitions (prioritized replay; nothing here)."""
+
     def buffer_state(self) -> dict[str, Any] | None:
         """What of the gradient side a checkpoint keeps (nothing: a round's data is used up)."""
         return None
