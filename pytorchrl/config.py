@@ -205,6 +205,7 @@ class _ReplayConfig:
     prioritized_replay: bool = param(False, "Prioritized replay, proportional over a sum tree (a Rainbow component for DQN).")
     per_alpha: float = param(0.6, "Prioritized replay: priority exponent.", min=0)
     per_beta0: float = param(0.4, "Prioritized replay: initial importance-sampling exponent, annealed to 1.", min=0, max=1)
+    max_grad_norm: float | None = param(None, "Clip the global gradient norm to this (null: no clipping).", min=0, min_exclusive=True)
 
 
 @dataclass(frozen=True)
@@ -255,7 +256,10 @@ class TD3Config(_ReplayConfig):
     policy_delay: int = param(2, "Gradient steps per policy and target update.", min=1)
     target_policy_noise: float = param(0.2, "Std of the smoothing noise on target actions, in [-1, 1] action units (0: none).", min=0)
     target_noise_clip: float = param(0.5, "Clip of the target smoothing noise.", min=0)
-    exploration_noise: float = param(0.1, "Std of the Gaussian exploration noise, in [-1, 1] action units.", min=0)
+    exploration_noise: float = param(0.1, "Scale (sigma) of the exploration noise, in [-1, 1] action units.", min=0)
+    exploration_noise_type: str = param("gaussian", "Exploration noise: independent Gaussian per step, or an Ornstein-Uhlenbeck process per env.", choices=("gaussian", "ou"))
+    ou_theta: float = param(0.15, "Ornstein-Uhlenbeck mean reversion rate.", min=0, min_exclusive=True)
+    ou_dt: float = param(1e-2, "Ornstein-Uhlenbeck time step.", min=0, min_exclusive=True)
 
 
 @dataclass(frozen=True)

@@ -264,16 +264,17 @@ def _off_policy_factories(config: Config, obs_space: gym.Space, action_space: gy
             obs_space, action_space, policy=policy, num_critics=1 if algo.name == "ddpg" else 2,
             hidden_sizes=tuple(config.actor.hidden_sizes), activation=config.actor.activation,
             exploration_noise=algo.exploration_noise if isinstance(algo, TD3Config) else 0.0,
+            ou_noise=(algo.ou_theta, algo.ou_dt) if isinstance(algo, TD3Config) and algo.exploration_noise_type == "ou" else None,
         )
         if isinstance(algo, SACConfig):
             algo_factory = SAC.create_factory(
                 lr=algo.lr, minibatch_size=algo.minibatch_size, tau=algo.tau, target_entropy=algo.target_entropy,
-                init_ent_coef=algo.init_ent_coef, learn_ent_coef=algo.learn_ent_coef,
+                init_ent_coef=algo.init_ent_coef, learn_ent_coef=algo.learn_ent_coef, max_grad_norm=algo.max_grad_norm,
             )
         else:
             algo_factory = TD3.create_factory(
                 lr=algo.lr, minibatch_size=algo.minibatch_size, tau=algo.tau, policy_delay=algo.policy_delay,
-                target_policy_noise=algo.target_policy_noise, target_noise_clip=algo.target_noise_clip,
+                target_policy_noise=algo.target_policy_noise, target_noise_clip=algo.target_noise_clip, max_grad_norm=algo.max_grad_norm,
             )
         actor_priorities = False
     storage_factory = ReplayStorage.create_factory(

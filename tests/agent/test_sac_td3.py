@@ -276,3 +276,32 @@ def test_worker_processes_flush_denormals_to_zero():
     configure_process(torch.get_num_threads())
     # 1e-30 * 1e-10 is subnormal in float32: flushed, it is 0
     assert (torch.tensor([1e-30]) * torch.tensor([1e-10])).item() == 0.0
+
+
+def test_ornstein_uhlenbeck_exploration_follows_its_recursion():
+    theta, dt, sigma = 0.15, 0.01, 0.05
+    actor = PolicyCriticActor(OBS, ACTIONS, policy="deterministic", hidden_sizes=(8,), exploration_noise=sigma, ou_noise=(theta, dt))
+    actor.uniform.fill_(False)
+    obs = torch.zeros(2, 3)  # two envs, each with its own process
+    base = actor.deterministic(obs)
+    g = torch.Generator().manual_seed(0)
+    x = torch.zeros(2, 1)
+    out = torch.empty(2, 1)
+    with torch.no_grad():
+        for _ in range(20):
+            eps = torch.randn(2, 1, generator=g)
+            actor.act(obs, torch.cat([eps, torch.zeros(2, 1)], -1), out)
+            x = x * (1 - theta * dt) + math.sqrt(dt) * eps
+            torch.testing.assert_close(out, actor.scale((base + sigma * x).clamp(-1, 1)))
+    assert not torch.equal(x[0], x[1])
+
+
+@pytest.mark.parametrize("algo_cls", [SAC, TD3])
+def test_replay_algorithms_clip_the_gradient_norm(algo_cls):
+    policy = "gaussian" if algo_cls is SAC else "deterministic"
+    algo = algo_cls(PolicyCriticActor(OBS, ACTIONS, policy=policy, hidden_sizes=(16,)), max_grad_norm=1e-3)
+    algo.version = 1  # TD3: a policy step
+    algo.compute_gradients(_batch())
+    assert float(algo.flat_grad.norm()) > 1e-3
+    algo.apply_gradients()
+    assert float(algo.flat_grad.norm()) == pytest.approx(1e-3, rel=1e-3)

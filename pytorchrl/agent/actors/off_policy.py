@@ -229,7 +229,11 @@ class PolicyCriticActor(nn.Module):
     :param num_critics: Q-networks (2: clipped double Q).
     :param hidden_sizes: hidden widths of every MLP.
     :param activation: hidden activation name.
-    :param exploration_noise: std of the Gaussian noise a deterministic policy explores with (in ``[-1, 1]`` units).
+    :param exploration_noise: scale (sigma) of the noise a deterministic policy explores with (in ``[-1, 1]`` units).
+    :param ou_noise: ``(theta, dt)``: that noise is an Ornstein-Uhlenbeck process per env
+        (``x += -theta x dt + sqrt(dt) N(0, 1)``, scaled by ``exploration_noise``; temporally
+        correlated, as in DDPG) instead of independent Gaussian draws. Its state lives in each
+        collection worker's actor and carries over episode ends.
     """
 
     is_recurrent = False
@@ -246,6 +250,7 @@ class PolicyCriticActor(nn.Module):
     def __init__(
         self, observation_space: gym.Space, action_space: gym.Space, *, policy: str = "gaussian", num_critics: int = 2,
         hidden_sizes: tuple[int, ...] = (256, 256), activation: str = "relu", exploration_noise: float = 0.1,
+        ou_noise: tuple[float, float] | None = None,
     ) -> None:
         super().__init__()
         self.discrete = policy == "categorical"
@@ -269,6 +274,8 @@ class PolicyCriticActor(nn.Module):
         self.target_policy = copy.deepcopy(nn.ModuleList([self.policy_torso, self.policy_head])).requires_grad_(False) if has_target_policy else None
         self.log_alpha = None if has_target_policy else nn.Parameter(torch.zeros(()))  # SAC's entropy coefficient, learned
         self.exploration_noise = exploration_noise
+        self.ou_noise = ou_noise
+        self._ou_state: torch.Tensor | None = None  # per env, made on first use
         self.register_buffer("uniform", torch.tensor(True))
         bounds = (np.zeros(1), np.ones(1)) if isinstance(action_space, gym.spaces.Discrete) else (action_space.low, action_space.high)
         self.register_buffer("low", torch.as_tensor(bounds[0], dtype=torch.float32).flatten())
@@ -366,8 +373,18 @@ class PolicyCriticActor(nn.Module):
             mean, log_std = self._policy_out(obs).chunk(2, dim=-1)
             action = torch.tanh(torch.addcmul(mean, log_std.clamp(-20.0, 2.0).exp(), policy_noise))
         else:
-            action = (torch.tanh(self._policy_out(obs)) + self.exploration_noise * policy_noise).clamp(-1.0, 1.0)
+            noise = policy_noise if self.ou_noise is None else self._ou_step(policy_noise)
+            action = (torch.tanh(self._policy_out(obs)) + self.exploration_noise * noise).clamp(-1.0, 1.0)
         out.copy_(self.scale(action).view_as(out))
+
+    def _ou_step(self, gaussian: torch.Tensor) -> torch.Tensor:
+        """Advance the Ornstein-Uhlenbeck state one step with the standard normal ``gaussian`` draws."""
+        assert self.ou_noise is not None
+        theta, dt = self.ou_noise
+        if self._ou_state is None or self._ou_state.shape != gaussian.shape:
+            self._ou_state = torch.zeros_like(gaussian)
+        self._ou_state = torch.add(self._ou_state * (1.0 - theta * dt), gaussian, alpha=math.sqrt(dt))
+        return self._ou_state
 
     def get_action(
         self, obs: torch.Tensor, rhs: Any = None, done: torch.Tensor | None = None, deterministic: bool = False

@@ -22,8 +22,10 @@ from pytorchrl.agent.algorithms.base import Algorithm
 class _PolicyCritic(Algorithm):
     """What SAC and TD3 share: the optimizer settings, polyak ``tau`` and warm-up acting."""
 
-    def __init__(self, actor: Any, device: str | torch.device, *, lr: float, minibatch_size: int, tau: float) -> None:
-        super().__init__(actor, device, lr=lr, adam_eps=1e-8)
+    def __init__(
+        self, actor: Any, device: str | torch.device, *, lr: float, minibatch_size: int, tau: float, max_grad_norm: float | None = None
+    ) -> None:
+        super().__init__(actor, device, lr=lr, adam_eps=1e-8, max_grad_norm=max_grad_norm)
         self.minibatch_size = minibatch_size
         self.tau = tau
         self._td: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -62,16 +64,17 @@ class SAC(_PolicyCritic):
         Box; ``0.89 * log(num_actions)`` for a Discrete space, 89% of the uniform policy's entropy).
     :param init_ent_coef: initial entropy coefficient.
     :param learn_ent_coef: tune the coefficient (else keep ``init_ent_coef``).
+    :param max_grad_norm: global gradient-norm clip (None: off).
     """
 
     def __init__(
         self, actor: Any, device: str | torch.device = "cpu", *, lr: float = 3e-4, minibatch_size: int = 256, tau: float = 0.005,
-        target_entropy: float | None = None, init_ent_coef: float = 1.0, learn_ent_coef: bool = True,
+        target_entropy: float | None = None, init_ent_coef: float = 1.0, learn_ent_coef: bool = True, max_grad_norm: float | None = None,
     ) -> None:
         with torch.no_grad():
             actor.log_alpha.fill_(float(torch.log(torch.tensor(init_ent_coef))))
         actor.log_alpha.requires_grad_(learn_ent_coef)
-        super().__init__(actor, device, lr=lr, minibatch_size=minibatch_size, tau=tau)
+        super().__init__(actor, device, lr=lr, minibatch_size=minibatch_size, tau=tau, max_grad_norm=max_grad_norm)
         if target_entropy is None:
             target_entropy = 0.89 * math.log(actor.action_dim) if actor.discrete else -float(actor.action_dim)
         self.target_entropy = target_entropy
@@ -146,14 +149,15 @@ class TD3(_PolicyCritic):
     :param policy_delay: gradient steps per policy (and target) update.
     :param target_policy_noise: std of the smoothing noise on target actions (0: none).
     :param target_noise_clip: clip of that noise.
+    :param max_grad_norm: global gradient-norm clip (None: off).
     """
 
     def __init__(
         self, actor: Any, device: str | torch.device = "cpu", *, lr: float = 1e-3, minibatch_size: int = 256, tau: float = 0.005,
-        policy_delay: int = 2, target_policy_noise: float = 0.2, target_noise_clip: float = 0.5,
+        policy_delay: int = 2, target_policy_noise: float = 0.2, target_noise_clip: float = 0.5, max_grad_norm: float | None = None,
     ) -> None:
         self._policy_params = [*actor.policy_torso.parameters(), *actor.policy_head.parameters()]
-        super().__init__(actor, device, lr=lr, minibatch_size=minibatch_size, tau=tau)
+        super().__init__(actor, device, lr=lr, minibatch_size=minibatch_size, tau=tau, max_grad_norm=max_grad_norm)
         self.policy_delay, self.target_policy_noise, self.target_noise_clip = policy_delay, target_policy_noise, target_noise_clip
 
     def param_groups(self) -> list[list[torch.Tensor]]:
