@@ -21,11 +21,14 @@ setup(
         "lz4>=4.0",
     ],
     extras_require={
-        "test": ["pytest>=7", "pytest-timeout>=2.1", "ruff>=0.4", "mypy>=1.8", "types-PyYAML", "pygame>=2.1", "pillow>=9"],
+        "test": [
+            "pytest>=7", "pytest-timeout>=2.1", "ruff>=0.4", "mypy>=1.8", "types-PyYAML", "pygame>=2.1", "pillow>=9",
+            "ale-py>=0.10", "opencv-python-headless>=4", "mujoco>=3",
+        ],
         "video": ["pygame>=2.1", "pillow>=9"],
         "box2d": ["gymnasium[box2d]>=1.0"],
         "mujoco": ["gymnasium[mujoco]>=1.0"],
-        "atari": ["gymnasium[atari]>=1.0", "ale-py>=0.9"],
+        "atari": ["gymnasium[atari]>=1.0", "ale-py>=0.10", "opencv-python-headless>=4"],
     },
     entry_points={"console_scripts": ["pytorchrl=pytorchrl.cli:main"]},
     classifiers=["Programming Language :: Python :: 3", "License :: OSI Approved :: MIT License"],

@@ -4,6 +4,7 @@ The public API: config loading, the components' factories, the scheme and the le
 """
 
 from pytorchrl.agent.actors import OnPolicyActor
+from pytorchrl.agent.actors.networks import EncoderSpec
 from pytorchrl.agent.algorithms import A2C, APPO, IMPALA, PPO, Algorithm
 from pytorchrl.agent.storages import GAEBuffer, VTraceBuffer
 from pytorchrl.config import Config, ConfigError, RunConfig, SchemeConfig, load_config
@@ -33,6 +34,7 @@ __all__ = [
     "CollectionWorkerSet",
     "Config",
     "ConfigError",
+    "EncoderSpec",
     "GAEBuffer",
     "GradientWorker",
     "GradientWorkerSet",

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from pytorchrl.benchmarks_pixels import BENCHMARKS as PIXELS_BENCHMARKS
+
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
 
@@ -510,6 +512,7 @@ BENCHMARKS: dict[str, Callable[[list[int]], dict[str, Any]]] = {
     "resume_after_kill": resume_after_kill,
     "memory": memory,
 }
+BENCHMARKS.update(PIXELS_BENCHMARKS)
 
 
 def machine() -> str:

@@ -27,6 +27,7 @@ __all__ = [
     "A2CConfig",
     "APPOConfig",
     "ActorConfig",
+    "AtariConfig",
     "Config",
     "ConfigError",
     "DDPGConfig",
@@ -71,6 +72,26 @@ def param(
 
 
 @dataclass(frozen=True)
+class AtariConfig:
+    """Preprocessing of ALE (Atari) ids, applied to those only (Mnih et al. 2015; sticky actions
+    as in Machado et al. 2018 and the v5 ids). Life-loss episode ends and reward clipping apply
+    to training envs; evaluation and progress.csv report raw scores of whole games."""
+
+    frame_skip: int = param(4, "Frames per agent step (the action repeated; the last two frames max-pooled).", min=1, max=16)
+    screen_size: int = param(84, "Observations are screen_size x screen_size grey frames.", min=8, max=210)
+    noop_max: int = param(30, "At most this many no-op actions after a reset (0: none).", min=0)
+    frame_stack: int = param(4, "Frames stacked into one observation (channels first).", min=1, max=16)
+    terminal_on_life_loss: bool = param(True, "Training envs: a life lost ends the learner's episode (the game goes on).")
+    clip_rewards: bool = param(True, "Training envs: rewards clipped to their sign (scores stay raw).")
+    repeat_action_probability: float = param(0.25, "Sticky actions: the previous action is repeated with this probability per frame.", min=0, max=1)
+    full_action_space: bool = param(False, "All 18 ALE actions instead of the game's minimal set.")
+    max_episode_frames: int = param(108_000, "Games are truncated after this many frames (30 minutes of play).", min=1)
+    num_threads: int = param(
+        1, "Threads of ale-py's native vector env (vectorization 'native'/'auto'); more than the cores a worker has oversubscribes them.", min=1
+    )
+
+
+@dataclass(frozen=True)
 class EnvConfig:
     """The environments: what to run and how to vectorize and normalise it."""
 
@@ -82,8 +103,8 @@ class EnvConfig:
     num_envs: int = param(8, "Environments per collection worker, stepped as one vector env.", min=1)
     vectorization: str = param(
         "auto",
-        "How the envs are batched: 'native' (the env's own vector implementation), 'sync' "
-        "(SyncVectorEnv), 'async' (subprocesses), or 'auto' (native where it exists, else sync).",
+        "How the envs are batched: 'native' (the env's own vector implementation; for ALE ids ale-py's "
+        "threaded AtariVectorEnv), 'sync' (SyncVectorEnv), 'async' (subprocesses), or 'auto' (native where it exists, else sync).",
         choices=("auto", "native", "sync", "async"),
     )
     max_episode_steps: int | None = param(None, "Override of the env's time limit (episodes are truncated there).", min=1)
@@ -99,15 +120,26 @@ class EnvConfig:
         "and counted in env_restarts. Exceptions only: a process exit is a worker failure (see scheme.max_worker_restarts). "
         "Not with vectorization 'native' ('auto' then uses 'sync').",
     )
+    atari: AtariConfig = param(AtariConfig(), "Atari preprocessing (ALE ids only).")
 
 
 @dataclass(frozen=True)
 class ActorConfig:
-    """The policy (and value) network."""
+    """The policy (and value) network: an encoder (feature extractor) and heads."""
 
-    hidden_sizes: tuple[int, ...] = param((64, 64), "Widths of the MLP feature extractor's hidden layers.")
-    activation: str = param("tanh", "Hidden-layer activation.", choices=("tanh", "relu", "elu", "gelu"))
-    shared_network: bool = param(False, "One feature extractor for policy and value (else two separate MLPs).")
+    encoder: str = param(
+        "auto",
+        "Feature extractor: 'mlp', 'nature_cnn' (Mnih et al. 2015), 'impala_resnet' (Espeholt et al. 2018), or 'auto' "
+        "(a Nature CNN for image observations, uint8 with 3 dims, the MLP otherwise); Dict observations get one per key.",
+        choices=("auto", "mlp", "nature_cnn", "impala_resnet"),
+    )
+    hidden_sizes: tuple[int, ...] = param((64, 64), "Widths of the MLP after the encoder's extractor (the whole encoder for vector observations).")
+    activation: str = param("tanh", "Hidden-layer activation of the MLP.", choices=("tanh", "relu", "elu", "gelu"))
+    cnn_channels: tuple[int, ...] | None = param(None, "impala_resnet: channels of its stacks (null: 16, 32, 32).")
+    cnn_features: int | None = param(None, "Width of a CNN encoder's output layer (null: 512 nature_cnn, 256 impala_resnet).", min=1)
+    shared_network: bool = param(
+        False, "One encoder for policy and value (else two); SAC/TD3/DDPG: the policy reads the critics' extractor, detached."
+    )
     log_std_init: float = param(0.0, "Initial log standard deviation of Gaussian policies (state independent).")
     ortho_init: bool = param(True, "Orthogonal initialisation (gain sqrt(2) hidden, 0.01 policy, 1 value).")
 
@@ -274,8 +306,6 @@ class DDPGConfig(TD3Config):
 ALGORITHM_CONFIGS: dict[str, type] = {"ppo": PPOConfig, "a2c": A2CConfig, "impala": IMPALAConfig, "appo": APPOConfig, "dqn": DQNConfig,
     "sac": SACConfig, "td3": TD3Config, "ddpg": DDPGConfig,
 }
-#: algorithms that learn from a replay buffer
-OFF_POLICY = ("dqn", "sac", "td3", "ddpg")
 
 
 @dataclass(frozen=True)
@@ -527,8 +557,8 @@ def _check_cross_field(config: Config) -> None:
             raise ConfigError(f"config key 'algorithm.start_steps' = {algo.start_steps} is larger than storage.capacity = {config.storage.capacity}")
         if isinstance(algo, DQNConfig) and algo.v_min >= algo.v_max:
             raise ConfigError(f"config key 'algorithm.v_min' = {algo.v_min} must be below algorithm.v_max = {algo.v_max}")
-    for name in ("hidden_sizes",):
-        sizes = getattr(config.actor, name)
+    for name in ("hidden_sizes", "cnn_channels"):
+        sizes = getattr(config.actor, name) or ()
         if any(s < 1 for s in sizes):
             raise ConfigError(f"config key 'actor.{name}' = {list(sizes)!r} is out of range: every width must be >= 1")
 

@@ -56,10 +56,14 @@ def evaluate_checkpoint(path: str | Path, *, episodes: int = 10, video_dir: str 
     return result
 
 
+#: a video stops after this many frames (an Atari game can last 27,000 agent steps)
+MAX_VIDEO_FRAMES = 5_000
+
+
 def _record_gif(learner: Learner, video_dir: Path) -> Path:
-    """One deterministic episode rendered to ``video_dir/episode.gif`` (needs the env's rgb_array render)."""
+    """One deterministic episode (at most :data:`MAX_VIDEO_FRAMES` frames) rendered to
+    ``video_dir/episode.gif`` (needs the env's rgb_array render), preprocessed as in evaluation."""
     import gymnasium as gym
-    import torch
 
     try:
         from PIL import Image
@@ -69,17 +73,14 @@ def _record_gif(learner: Learner, video_dir: Path) -> Path:
     envs = worker.envs
     assert envs is not None
     try:
-        env = gym.make(envs.env_id, render_mode="rgb_array")
+        env = envs.make_render_env()
         obs, _ = env.reset(seed=0)
         frames = [env.render()]
     except (gym.error.DependencyNotInstalled, ImportError) as exc:
         raise InputError(f"--video: env {envs.env_id!r} cannot render ({exc}); try pip install 'pytorchrl[video]'") from None
     done = False
-    while not done:
-        x = torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0)
-        if envs.obs_normalizer is not None:
-            x = torch.from_numpy(envs.obs_normalizer.normalize(x.numpy(), update=False))
-        action, _, _ = worker.algo.acting_step(x, deterministic=True)
+    while not done and len(frames) <= MAX_VIDEO_FRAMES:
+        action, _, _ = worker.algo.acting_step(envs.single_obs(obs), deterministic=True)
         obs, _, terminated, truncated, _ = env.step(action[0].numpy())
         frames.append(env.render())
         done = terminated or truncated

@@ -5,7 +5,7 @@
 
 import sys
 
-from pytorchrl import PPO, GAEBuffer, Learner, OnPolicyActor, RunConfig, Scheme, SchemeConfig, VecEnv
+from pytorchrl import PPO, EncoderSpec, GAEBuffer, Learner, OnPolicyActor, RunConfig, Scheme, SchemeConfig, VecEnv
 
 target_steps = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
 num_envs, num_steps = 8, 32
@@ -14,7 +14,7 @@ num_envs, num_steps = 8, 32
 env_factory, obs_space, action_space = VecEnv.create_factory("CartPole-v1", num_envs=num_envs, seed=0)
 
 # 2. The actor (policy + value network), the storage (GAE) and the algorithm (PPO).
-actor_factory = OnPolicyActor.create_factory(obs_space, action_space, hidden_sizes=(64, 64))
+actor_factory = OnPolicyActor.create_factory(obs_space, action_space, encoder=EncoderSpec(hidden_sizes=(64, 64)))
 storage_factory = GAEBuffer.create_factory(
     num_steps=num_steps, num_envs=num_envs, obs_shape=obs_space.shape, action_shape=(), discrete=True, gamma=0.98, gae_lambda=0.8
 )

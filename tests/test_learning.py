@@ -33,3 +33,24 @@ def test_cartpole_reaches_200_within_budget(config, budget, eval_every):
     summary = _train(config, f"run.target_steps={budget}", "run.stop_at_return=200", f"run.eval_every={eval_every}")
     assert summary["solved_at_env_steps"] is not None, summary
     assert summary["solved_at_env_steps"] <= budget
+
+
+@pytest.mark.learning
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    ("env_id", "overrides"),
+    [
+        ("pytorchrl/ImageSide-v0", ["actor.encoder=nature_cnn", "actor.hidden_sizes=[]", "actor.shared_network=true"]),
+        ("pytorchrl/ImageSide-v0", ["actor.encoder=impala_resnet", "actor.cnn_channels=[8, 16]", "actor.hidden_sizes=[]"]),
+        ("pytorchrl/DictTarget-v0", []),
+    ],
+    ids=["nature_cnn", "impala_resnet", "dict"],
+)
+def test_encoders_learn_tasks_they_must_see(env_id, overrides):
+    """The image task needs the CNN to see the square's side (chance: 4 of 8); the Dict task
+    needs the one-hot of its Discrete key (chance: 2 of 8)."""
+    summary = _train(
+        "ppo/cartpole.yaml", f"env.env_id={env_id}", "run.target_steps=16384", "run.stop_at_return=7.5", "run.eval_every=1024",
+        "algorithm.num_epochs=4", "algorithm.minibatch_size=128", "algorithm.lr=1e-3", *overrides,
+    )
+    assert summary["solved_at_env_steps"] is not None and summary["solved_at_env_steps"] <= 16384, summary

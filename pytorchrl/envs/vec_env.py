@@ -28,10 +28,12 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
+from pytorchrl.envs.atari import atari_spaces, is_atari_id, make_atari_env, make_atari_vector_env, register_atari
 from pytorchrl.envs.normalization import ObservationNormalizer, RewardScaler
 from pytorchrl.envs.snapshot import restore, snapshot
 from pytorchrl.utils.errors import InputError
 from pytorchrl.utils.seeding import TEST_ROLE, TRAIN_ROLE, derive_seed
+from pytorchrl.utils.spaces import check_observation_space, obs_layout, pack_dict
 
 SUPPORTED_ACTION_SPACES = (gym.spaces.Discrete, gym.spaces.Box, gym.spaces.MultiDiscrete)
 RESTART_INFO_KEY = "env_restarted"
@@ -55,7 +57,11 @@ def resolve_env_fn(env_id: str) -> Callable[..., gym.Env] | None:
 
 def check_env_id(env_id: str) -> None:
     """Raise :class:`InputError` naming close registered ids if ``env_id`` is unknown."""
-    if resolve_env_fn(env_id) is not None or env_id in gym.registry:
+    if resolve_env_fn(env_id) is not None:
+        return
+    if env_id.startswith("ALE/"):
+        register_atari(env_id)  # ale-py registers its ids only when imported
+    if env_id in gym.registry:
         return
     _import_env_families()
     if env_id in gym.registry:
@@ -66,8 +72,9 @@ def check_env_id(env_id: str) -> None:
 
 
 def _import_env_families() -> None:
-    """Register pytorchrl's own envs (test and fault-injection envs)."""
+    """Register pytorchrl's own envs (test and fault-injection envs) and ale-py's, if installed."""
     importlib.import_module("pytorchrl.envs.registration")
+    register_atari()
 
 
 class VecEnv:
@@ -90,6 +97,12 @@ class VecEnv:
         ``native`` vectorization; ``auto`` then means ``sync``). The step that failed is returned
         truncated, with the last good observation, ``valid=False`` and reward 0, and its episode
         is left out of :meth:`pop_episodes`; :meth:`pop_env_restarts` counts the restarts.
+    :param atari: the ``env.atari`` section as a dict: the preprocessing of ALE ids
+        (:mod:`pytorchrl.envs.atari`; ignored for other ids). Episodes in :meth:`pop_episodes`
+        are then whole games with their raw score, and training rewards are clipped to their sign.
+
+    Observations leave as :func:`~pytorchrl.utils.spaces.obs_layout` stores them: images as
+    ``uint8``, Dict observations packed into one row, Discrete ones as their index.
     """
 
     def __init__(
@@ -109,25 +122,42 @@ class VecEnv:
         clip_reward: float = 10.0,
         reward_gamma: float = 0.99,
         restart_failed_envs: bool = False,
+        atari: dict[str, Any] | None = None,
     ) -> None:
         check_env_id(env_id)
         self.env_id = env_id
         self.num_envs = num_envs
-        self.env = _make_vector_env(
-            env_id, num_envs, vectorization, dict(env_kwargs or {}), max_episode_steps, restart_failed_envs
-        )
+        self._atari = atari if atari is not None and is_atari_id(env_id) else None
+        self._single_env_args = (dict(env_kwargs or {}), max_episode_steps)
+        if self._atari is not None:
+            self.env = make_atari_vector_env(
+                env_id, num_envs, atari=self._atari, vectorization=vectorization, env_kwargs=dict(env_kwargs or {}),
+                max_episode_steps=max_episode_steps, wrap=_RestartOnError.wrap if restart_failed_envs else None,
+            )
+        else:
+            self.env = _make_vector_env(env_id, num_envs, vectorization, dict(env_kwargs or {}), max_episode_steps, restart_failed_envs)
         self.observation_space = self.env.single_observation_space
         self.action_space = self.env.single_action_space
         check_spaces(env_id, self.observation_space, self.action_space)
+        self._episodic_life = bool(self._atari and not test and self._atari["terminal_on_life_loss"])
+        self._lives = np.zeros(num_envs, dtype=np.int64)
+        self._clip_sign = bool(self._atari and not test and self._atari["clip_rewards"])
+        self._layout = obs_layout(self.observation_space)
+        self._dict_obs = isinstance(self.observation_space, gym.spaces.Dict)
         self._discrete = isinstance(self.action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete))
         self._low = getattr(self.action_space, "low", None)
         self._high = getattr(self.action_space, "high", None)
         role = TEST_ROLE if test else TRAIN_ROLE
         self._seeds = [derive_seed(seed, role, worker_index, i) for i in range(num_envs)]
         self._native = not isinstance(self.env, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv))
-        obs_shape = self.observation_space.shape
-        assert obs_shape is not None  # Box spaces always have one (check_spaces)
-        self.obs_normalizer = ObservationNormalizer(obs_shape, clip=clip_obs) if normalize_obs else None
+        # env state in plain Python attributes can be snapshot; subprocesses and ALE's C++ state cannot
+        self._snapshots = not isinstance(self.env, gym.vector.AsyncVectorEnv) and self._atari is None
+        if normalize_obs and not (isinstance(self.observation_space, gym.spaces.Box) and not self._layout.is_uint8):
+            raise InputError(
+                f"env.normalize_obs = true needs a Box observation space of floats; env.env_id = {env_id!r} has "
+                f"{self.observation_space} (images are scaled to [0, 1] by the encoder)"
+            )
+        self.obs_normalizer = ObservationNormalizer(self._layout.shape, clip=clip_obs) if normalize_obs else None
         if self.obs_normalizer is not None and test:
             self.obs_normalizer.frozen = True
         self.reward_scaler = (
@@ -154,9 +184,13 @@ class VecEnv:
         :raises InputError: for an unknown env id or an unsupported space.
         """
         check_env_id(env_id)
-        probe = _make_single_env(env_id, dict(kwargs.get("env_kwargs") or {}), None)
-        obs_space, act_space = probe.observation_space, probe.action_space
-        probe.close()
+        atari = kwargs.get("atari")
+        if atari is not None and is_atari_id(env_id):
+            obs_space, act_space = atari_spaces(env_id, atari, dict(kwargs.get("env_kwargs") or {}))
+        else:
+            probe = _make_single_env(env_id, dict(kwargs.get("env_kwargs") or {}), None)
+            obs_space, act_space = probe.observation_space, probe.action_space
+            probe.close()
         check_spaces(env_id, obs_space, act_space)
         factory = functools.partial(
             _build_vec_env, cls, env_id, num_envs=num_envs, seed=seed, num_test_envs=num_test_envs or num_envs, **kwargs
@@ -170,13 +204,21 @@ class VecEnv:
         if self._seeded:
             obs, info = self.env.reset()
         else:
-            obs, info = self.env.reset(seed=self._seeds[0] if self._native else self._seeds)  # type: ignore[arg-type]
+            obs, info = self.env.reset(seed=self._reset_seeds())  # type: ignore[arg-type]
             self._seeded = True
         self._count_restarts(info)
         self._episode_return[:] = 0.0
         self._episode_length[:] = 0
         self._prev_done[:] = False
+        if self._episodic_life:
+            self._lives = np.asarray(info["lives"]).copy()
         return self._obs(obs)
+
+    def _reset_seeds(self) -> Any:
+        """A native vector env takes one seed; ale-py's a per-env array of 31-bit seeds; the others a list."""
+        if self._native and self._atari is not None:
+            return np.array([s % 2**31 for s in self._seeds], dtype=np.int64)
+        return self._seeds[0] if self._native else self._seeds
 
     def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Step every env.
@@ -198,26 +240,35 @@ class VecEnv:
         restarted = self._count_restarts(info)
         if restarted is not None:  # a failed step is no transition (reset steps can restart too)
             valid &= ~restarted
+        ends = terminated | truncated  # of an episode of the statistics: a whole game on Atari
+        if self._episodic_life:  # a life lost ends the learner's episode; the game goes on
+            lives = np.asarray(info["lives"])
+            terminated = terminated | (lives < self._lives)
+            self._lives = lives
         done = terminated | truncated
-        self._episode_return += reward
+        self._episode_return += reward  # raw: Atari rewards are clipped below, after the score
         self._episode_length += valid
-        if done.any():
-            ended = np.flatnonzero(done)
-            complete = ended if restarted is None else np.flatnonzero(done & ~restarted)  # cut ones are partial
+        if ends.any():
+            ended = np.flatnonzero(ends)
+            complete = ended if restarted is None else np.flatnonzero(ends & ~restarted)  # cut ones are partial
             self._finished.extend(
                 zip(complete.tolist(), self._episode_return[complete].tolist(), self._episode_length[complete].tolist())
             )
             self._episode_return[ended] = 0.0
             self._episode_length[ended] = 0
         self._prev_done = done
+        if self._clip_sign:
+            reward = np.sign(reward)
         if self.reward_scaler is not None:
             reward = self.reward_scaler(reward, done)
         return self._obs_array(obs), np.asarray(reward, dtype=np.float32), terminated, truncated, valid
 
-    def _obs_array(self, obs: np.ndarray) -> np.ndarray:
+    def _obs_array(self, obs: Any) -> np.ndarray:
+        if self._dict_obs:
+            return pack_dict(self.observation_space, obs, self.num_envs)  # type: ignore[arg-type]
         if self.obs_normalizer is not None:
             obs = self.obs_normalizer(obs)
-        return np.asarray(obs, dtype=np.float32)
+        return np.asarray(obs, dtype=self._layout.dtype)
 
     def _obs(self, obs: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(self._obs_array(obs))
@@ -245,6 +296,23 @@ class VecEnv:
         out, self._finished = self._finished, []
         return out
 
+    def make_render_env(self) -> gym.Env:
+        """One env like these (evaluation's preprocessing: whole games, raw rewards) that renders
+        ``rgb_array`` frames, for videos; :meth:`single_obs` turns its observations into a batch."""
+        env_kwargs, max_episode_steps = self._single_env_args
+        if self._atari is not None:
+            return make_atari_env(self.env_id, self._atari, env_kwargs={**env_kwargs, "render_mode": "rgb_array"}, max_episode_steps=max_episode_steps)
+        return _make_single_env(self.env_id, {**env_kwargs, "render_mode": "rgb_array"}, max_episode_steps)
+
+    def single_obs(self, obs: Any) -> torch.Tensor:
+        """One env's observation as a batch of one, stored and normalised as :meth:`step` does (frozen statistics)."""
+        if self._dict_obs:
+            return torch.from_numpy(pack_dict(self.observation_space, {k: np.asarray(v)[None] for k, v in obs.items()}, 1))  # type: ignore[arg-type]
+        x = np.asarray(obs)[None]
+        if self.obs_normalizer is not None:
+            x = self.obs_normalizer.normalize(x, update=False)
+        return torch.from_numpy(np.asarray(x, dtype=self._layout.dtype))
+
     # --------------------------------------------------------------------------- state
 
     def copy_normalization_from(self, other: VecEnv) -> None:
@@ -262,7 +330,7 @@ class VecEnv:
         if self.reward_scaler is not None:
             state["ret_rms"] = self.reward_scaler.rms.state_dict()
             state["scaler_returns"] = torch.from_numpy(self.reward_scaler.returns.copy())
-        if not isinstance(self.env, gym.vector.AsyncVectorEnv):
+        if self._snapshots:
             state["snapshot"] = snapshot(self.env)
             state["episodes"] = {
                 "return": torch.from_numpy(self._episode_return.copy()),
@@ -286,7 +354,7 @@ class VecEnv:
             if "scaler_returns" in state:
                 self.reward_scaler.returns = state["scaler_returns"].numpy().copy()
         self._pending_rng = state.get("rng")
-        if "snapshot" not in state or isinstance(self.env, gym.vector.AsyncVectorEnv):
+        if "snapshot" not in state or not self._snapshots:
             return False
         restore(self.env, state["snapshot"])
         episodes = state["episodes"]
@@ -332,9 +400,10 @@ def _build_vec_env(
 
 
 def check_spaces(env_id: str, obs_space: gym.Space, act_space: gym.Space) -> None:
-    """Raise :class:`InputError` for spaces the MLP actors cannot handle."""
-    if not isinstance(obs_space, gym.spaces.Box):
-        raise InputError(f"env.env_id = {env_id!r} has observation space {obs_space}; supported: Box")
+    """Raise :class:`InputError` for spaces no actor can handle."""
+    problem = check_observation_space(obs_space)
+    if problem is not None:
+        raise InputError(f"env.env_id = {env_id!r}: {problem}")
     if not isinstance(act_space, SUPPORTED_ACTION_SPACES):
         raise InputError(f"env.env_id = {env_id!r} has action space {act_space}; supported: Discrete, Box, MultiDiscrete")
 
@@ -374,7 +443,7 @@ def _make_vector_env(
         env.close()  # a native env with another autoreset mode: fall back to sync
     make: Callable[[], gym.Env] = functools.partial(_make_single_env, env_id, env_kwargs, max_episode_steps)
     if restart_failed_envs:
-        make = functools.partial(_RestartOnError, make)
+        make = _RestartOnError.wrap(make)
     if vectorization == "async":
         return gym.vector.AsyncVectorEnv([make] * num_envs, autoreset_mode=AutoresetMode.NEXT_STEP)
     return gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode=AutoresetMode.NEXT_STEP)
@@ -397,6 +466,11 @@ class _RestartOnError(gym.Wrapper):
         super().__init__(make_env())
         self._make_env = make_env
         self._last_obs: Any = None
+
+    @classmethod
+    def wrap(cls, make_env: Callable[[], gym.Env]) -> Callable[[], gym.Env]:
+        """``make_env`` made into a constructor of restarting envs."""
+        return functools.partial(cls, make_env)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         try:

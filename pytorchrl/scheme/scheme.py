@@ -6,23 +6,14 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-import gymnasium as gym
-import numpy as np
-
-from pytorchrl.agent.actors.off_policy import OffPolicyActor, PolicyCriticActor
-from pytorchrl.agent.actors.on_policy import OnPolicyActor
-from pytorchrl.agent.algorithms import ALGORITHMS, DQN, SAC, SEQUENCE_ALGORITHMS, TD3
-from pytorchrl.agent.storages.off_policy.replay_storage import ReplayStorage
-from pytorchrl.agent.storages.on_policy.gae_buffer import GAEBuffer
-from pytorchrl.agent.storages.on_policy.vtrace_buffer import VTraceBuffer
-from pytorchrl.config import OFF_POLICY, Config, ConfigError, DQNConfig, SACConfig, SchemeConfig, TD3Config
+from pytorchrl.agent.algorithms import ALGORITHMS, wire
+from pytorchrl.config import Config, ConfigError, SchemeConfig
 from pytorchrl.envs.vec_env import VecEnv
 from pytorchrl.scheme.base.ray_runtime import configure_ray
 from pytorchrl.scheme.base.worker_set import FaultTolerance, check_fits, cluster_resources
 from pytorchrl.scheme.collection.collection_worker_set import CollectionWorkerSet
 from pytorchrl.scheme.gradients.gradient_worker_set import GradientWorkerSet
 from pytorchrl.scheme.updates.update_worker import UpdateWorker
-from pytorchrl.utils.errors import InputError
 
 
 class Scheme:
@@ -166,11 +157,12 @@ class Scheme:
 
 
 def build_scheme(config: Config) -> Scheme:
-    """Build every factory from ``config`` (each from its own section) and wire the scheme.
+    """Build every factory from ``config`` (each from its own section) and wire the scheme: the
+    env's, then the algorithm's own wiring (``algorithm.name`` looked up in the registry).
 
     :raises InputError: for an unknown env id or unsupported spaces.
     """
-    env, run, algo = config.env, config.run, config.algorithm
+    env, run = config.env, config.run
     env_factory, obs_space, action_space = VecEnv.create_factory(
         env.env_id,
         num_envs=env.num_envs,
@@ -186,30 +178,14 @@ def build_scheme(config: Config) -> Scheme:
         clip_reward=env.clip_reward,
         reward_gamma=env.reward_gamma,
         restart_failed_envs=env.restart_failed_envs,
+        atari=dataclasses.asdict(env.atari),
     )
-    update_every = getattr(algo, "update_every", None)  # replay algorithms: the rollout is the update interval
-    rollout = {
-        "num_steps": update_every or config.storage.num_steps,
-        "num_envs": env.num_envs,
-        "obs_shape": obs_space.shape,
-        "action_shape": action_space.shape if not isinstance(action_space, gym.spaces.Discrete) else (),
-        "discrete": isinstance(action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)),
-    }
-    if algo.name in OFF_POLICY:
-        actor_factory, storage_factory, algo_factory = _off_policy_factories(config, obs_space, action_space, rollout)
-    else:
-        actor_factory = OnPolicyActor.create_factory(obs_space, action_space, **dataclasses.asdict(config.actor))
-        algo_params = {k: v for k, v in dataclasses.asdict(algo).items() if k != "name"}
-        if algo.name in SEQUENCE_ALGORITHMS:  # V-trace: the algorithm computes the targets itself
-            storage_factory = VTraceBuffer.create_factory(gamma=algo.gamma, **rollout)
-        else:
-            storage_factory = GAEBuffer.create_factory(gamma=algo_params.pop("gamma"), gae_lambda=algo_params.pop("gae_lambda"), **rollout)
-        algo_factory = ALGORITHMS[algo.name].create_factory(**algo_params)
+    wiring = wire(ALGORITHMS[config.algorithm.name], config, obs_space, action_space)
     return Scheme(
         env_factory=env_factory,
-        actor_factory=actor_factory,
-        algo_factory=algo_factory,
-        storage_factory=storage_factory,
+        actor_factory=wiring.actor,
+        algo_factory=wiring.algorithm,
+        storage_factory=wiring.storage,
         config=config.scheme,
         device=resolve_device(run.device),
         torch_threads=run.torch_threads,
@@ -224,63 +200,3 @@ def resolve_device(device: str) -> str:
 
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
-
-
-def _off_policy_factories(config: Config, obs_space: gym.Space, action_space: gym.Space, rollout: dict[str, Any]) -> tuple[Any, Any, Any]:
-    """Actor, replay storage and algorithm factories of a replay config: DQN (``rainbow`` turns
-    every component on; noisy nets replace epsilon-greedy exploration), SAC, TD3 or DDPG."""
-    algo = config.algorithm
-    assert isinstance(algo, (DQNConfig, SACConfig, TD3Config))
-    actor_factory: Any
-    if isinstance(algo, DQNConfig):
-        if not isinstance(action_space, gym.spaces.Discrete):
-            raise InputError(f"algorithm.name = {algo.name!r} needs a Discrete action space; env.env_id = {config.env.env_id!r} has {action_space}")
-        if algo.rainbow:
-            algo = dataclasses.replace(
-                algo, double_q=True, dueling=True, n_step=max(algo.n_step, 3), prioritized_replay=True, noisy_nets=True, distributional=True
-            )
-        actor_factory = OffPolicyActor.create_factory(
-            obs_space, action_space, hidden_sizes=tuple(config.actor.hidden_sizes), activation=config.actor.activation,
-            dueling=algo.dueling, noisy=algo.noisy_nets, num_atoms=algo.num_atoms if algo.distributional else 1,
-            v_min=algo.v_min, v_max=algo.v_max, apex_alpha=algo.apex_epsilon_alpha,
-            num_collectors=max(config.scheme.num_col_workers, 1) * max(config.scheme.num_grad_workers, 1),
-        )
-        explore = (0.0, 0.0) if algo.noisy_nets else (algo.exploration_initial_eps, algo.exploration_final_eps)
-        algo_factory = DQN.create_factory(
-            lr=algo.lr, minibatch_size=algo.minibatch_size, double_q=algo.double_q, target_update_interval=algo.target_update_interval,
-            tau=algo.tau, exploration_fraction=algo.exploration_fraction, exploration_initial_eps=explore[0],
-            exploration_final_eps=explore[1], max_grad_norm=algo.max_grad_norm, adam_eps=algo.adam_eps,
-        )
-        actor_priorities = algo.actor_priorities
-    else:
-        sac = isinstance(algo, SACConfig)
-        discrete = sac and isinstance(action_space, gym.spaces.Discrete)  # discrete SAC
-        bounded_box = isinstance(action_space, gym.spaces.Box) and np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()
-        if not (bounded_box or discrete):
-            allowed = "a bounded Box or a Discrete action space" if sac else "a bounded Box action space"
-            raise InputError(f"algorithm.name = {algo.name!r} needs {allowed}; env.env_id = {config.env.env_id!r} has {action_space}")
-        policy = "categorical" if discrete else "gaussian" if sac else "deterministic"
-        actor_factory = PolicyCriticActor.create_factory(
-            obs_space, action_space, policy=policy, num_critics=1 if algo.name == "ddpg" else 2,
-            hidden_sizes=tuple(config.actor.hidden_sizes), activation=config.actor.activation,
-            exploration_noise=algo.exploration_noise if isinstance(algo, TD3Config) else 0.0,
-            ou_noise=(algo.ou_theta, algo.ou_dt) if isinstance(algo, TD3Config) and algo.exploration_noise_type == "ou" else None,
-        )
-        if isinstance(algo, SACConfig):
-            algo_factory = SAC.create_factory(
-                lr=algo.lr, minibatch_size=algo.minibatch_size, tau=algo.tau, target_entropy=algo.target_entropy,
-                init_ent_coef=algo.init_ent_coef, learn_ent_coef=algo.learn_ent_coef, max_grad_norm=algo.max_grad_norm,
-            )
-        else:
-            algo_factory = TD3.create_factory(
-                lr=algo.lr, minibatch_size=algo.minibatch_size, tau=algo.tau, policy_delay=algo.policy_delay,
-                target_policy_noise=algo.target_policy_noise, target_noise_clip=algo.target_noise_clip, max_grad_norm=algo.max_grad_norm,
-            )
-        actor_priorities = False
-    storage_factory = ReplayStorage.create_factory(
-        capacity=config.storage.capacity, n_step=algo.n_step, gamma=algo.gamma, prioritized=algo.prioritized_replay,
-        alpha=algo.per_alpha, beta0=algo.per_beta0, updates_per_step=algo.updates_per_step, start_steps=algo.start_steps,
-        checkpoint_buffer=config.storage.checkpoint_buffer, actor_priorities=actor_priorities and algo.prioritized_replay,
-        **rollout,
-    )
-    return actor_factory, storage_factory, algo_factory

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from pytorchrl.agent.actors.networks import EncoderSpec
 from pytorchrl.agent.actors.off_policy import NoisyLinear, OffPolicyActor
 from pytorchrl.agent.algorithms.dqn import DQN, project_distribution
 from pytorchrl.config import from_dict
@@ -33,7 +34,7 @@ def test_c51_projection_by_hand():
 
 def _linear_actor(**kwargs) -> OffPolicyActor:
     """A Q-network without hidden layers: Q(s) = W s + b, with weights set by hand."""
-    actor = OffPolicyActor(OBS, ACTIONS, hidden_sizes=(), **kwargs)
+    actor = OffPolicyActor(OBS, ACTIONS, encoder=EncoderSpec(hidden_sizes=(), activation="relu"), **kwargs)
     with torch.no_grad():
         actor.q_net.advantage.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0]]))  # Q = (s0, s1)
         actor.q_net.advantage.bias.zero_()
@@ -69,7 +70,7 @@ def test_dqn_loss_on_a_fixed_batch(double_q, expected_y0):
 
 
 def test_c51_loss_is_the_cross_entropy_to_the_projected_target():
-    actor = OffPolicyActor(OBS, ACTIONS, hidden_sizes=(), num_atoms=3, v_min=-1.0, v_max=1.0)
+    actor = OffPolicyActor(OBS, ACTIONS, encoder=EncoderSpec(hidden_sizes=(), activation="relu"), num_atoms=3, v_min=-1.0, v_max=1.0)
     algo = DQN(actor)
     loss, _ = algo.compute_loss(BATCH)
     with torch.no_grad():
@@ -159,12 +160,12 @@ def test_bad_off_policy_input_exits_2_with_one_line(capsys, tmp_path, args, need
 
 
 def test_apex_epsilon_per_collector():
-    actors = [OffPolicyActor(OBS, ACTIONS, hidden_sizes=(), apex_alpha=7.0, num_collectors=3) for _ in range(3)]
+    actors = [OffPolicyActor(OBS, ACTIONS, encoder=EncoderSpec(hidden_sizes=(), activation="relu"), apex_alpha=7.0, num_collectors=3) for _ in range(3)]
     for i, actor in enumerate(actors):
         actor.set_collector(i)
         actor.epsilon.fill_(0.4)
     assert [a.epsilon_power for a in actors] == [1.0, 4.5, 8.0]
-    plain = OffPolicyActor(OBS, ACTIONS, hidden_sizes=())
+    plain = OffPolicyActor(OBS, ACTIONS, encoder=EncoderSpec(hidden_sizes=(), activation="relu"))
     plain.set_collector(5)
     assert plain.epsilon_power == 1.0
 

@@ -8,6 +8,7 @@ import torch
 from torch.distributions import Categorical, Normal
 
 from pytorchrl.agent.actors import OnPolicyActor
+from pytorchrl.agent.actors.networks import EncoderSpec
 from pytorchrl.agent.algorithms import A2C, PPO
 
 
@@ -25,7 +26,7 @@ def _batch(actor, n=6):
 
 def _actor():
     torch.manual_seed(0)
-    return OnPolicyActor(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), hidden_sizes=(8,), ortho_init=False)
+    return OnPolicyActor(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), encoder=EncoderSpec(hidden_sizes=(8,)), ortho_init=False)
 
 
 def test_ppo_loss_matches_hand_computation():
@@ -130,7 +131,7 @@ def test_flat_gradient_buffer_clips_like_torch():
 
 
 def test_cached_mlp_parameters_follow_load_state_dict_and_optimizer_steps():
-    a1, a2 = _actor(), OnPolicyActor(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), hidden_sizes=(8,), ortho_init=True)
+    a1, a2 = _actor(), OnPolicyActor(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), encoder=EncoderSpec(hidden_sizes=(8,)), ortho_init=True)
     obs = torch.randn(3, 4)
     a2.load_state_dict(a1.state_dict())
     assert torch.allclose(a1.forward(obs)[0], a2.forward(obs)[0])
@@ -147,8 +148,8 @@ def test_cached_mlp_parameters_follow_load_state_dict_and_optimizer_steps():
 
 def test_shared_network_uses_one_feature_extractor():
     space = (gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2))
-    shared = OnPolicyActor(*space, hidden_sizes=(16,), shared_network=True)
-    separate = OnPolicyActor(*space, hidden_sizes=(16,))
+    shared = OnPolicyActor(*space, encoder=EncoderSpec(hidden_sizes=(16,)), shared_network=True)
+    separate = OnPolicyActor(*space, encoder=EncoderSpec(hidden_sizes=(16,)))
     assert shared.value_net is None and separate.value_net is not None
     assert sum(p.numel() for p in shared.parameters()) == sum(p.numel() for p in separate.parameters()) - (4 * 16 + 16)
     obs = torch.randn(3, 4)

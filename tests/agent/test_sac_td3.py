@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from pytorchrl.agent.actors.networks import EncoderSpec
 from pytorchrl.agent.actors.off_policy import PolicyCriticActor
 from pytorchrl.agent.algorithms.sac import SAC, TD3
 from tests.test_cli import _bad
@@ -28,7 +29,7 @@ def _batch() -> dict[str, torch.Tensor]:
 
 
 def test_sac_loss_on_a_fixed_batch():
-    actor = PolicyCriticActor(OBS, ACTIONS, policy="gaussian", hidden_sizes=(16,))
+    actor = PolicyCriticActor(OBS, ACTIONS, policy="gaussian", encoder=EncoderSpec(hidden_sizes=(16,), activation="relu"))
     algo = SAC(actor, init_ent_coef=0.5)
     batch = _batch()
     torch.manual_seed(1)
@@ -51,7 +52,7 @@ def test_sac_loss_on_a_fixed_batch():
 
 
 def test_discrete_sac_loss_on_a_fixed_batch():
-    actor = PolicyCriticActor(OBS, gym.spaces.Discrete(3), policy="categorical", hidden_sizes=(16,))
+    actor = PolicyCriticActor(OBS, gym.spaces.Discrete(3), policy="categorical", encoder=EncoderSpec(hidden_sizes=(16,), activation="relu"))
     algo = SAC(actor, init_ent_coef=0.5)
     batch = {**_batch(), "actions": torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])}
     loss, info = algo.compute_loss(batch)
@@ -79,7 +80,7 @@ def test_discrete_sac_loss_on_a_fixed_batch():
 
 
 def test_categorical_acting_samples_the_policy_and_evaluates_greedily():
-    actor = PolicyCriticActor(OBS, gym.spaces.Discrete(3), policy="categorical", hidden_sizes=(8,))
+    actor = PolicyCriticActor(OBS, gym.spaces.Discrete(3), policy="categorical", encoder=EncoderSpec(hidden_sizes=(8,), activation="relu"))
     algo = SAC(actor)
     obs = torch.zeros(4000, 3)
     algo.set_warmup(True)
@@ -97,7 +98,7 @@ def test_categorical_acting_samples_the_policy_and_evaluates_greedily():
 
 
 def test_squashed_gaussian_log_prob_matches_the_change_of_variables():
-    actor = PolicyCriticActor(OBS, ACTIONS, policy="gaussian", hidden_sizes=(8,))
+    actor = PolicyCriticActor(OBS, ACTIONS, policy="gaussian", encoder=EncoderSpec(hidden_sizes=(8,), activation="relu"))
     obs = torch.randn(4, 3)
     torch.manual_seed(3)
     action, log_prob = actor.sample(obs)
@@ -120,7 +121,7 @@ def test_the_critic_ensemble_is_independent_mlps():
 
 
 def test_the_policy_loss_never_moves_the_critics():
-    actor = PolicyCriticActor(OBS, ACTIONS, policy="deterministic", hidden_sizes=(8,))
+    actor = PolicyCriticActor(OBS, ACTIONS, policy="deterministic", encoder=EncoderSpec(hidden_sizes=(8,), activation="relu"))
     obs = torch.randn(5, 3)
     (-actor.q_values(obs, actor.deterministic(obs), frozen=True).mean()).backward()
     assert all(p.grad is None or not p.grad.any() for p in actor.critics.parameters())
@@ -130,7 +131,7 @@ def test_the_policy_loss_never_moves_the_critics():
 def test_td3_delays_policy_and_target_updates_and_ddpg_does_not():
     batch = _batch()
     for delay in (2, 1):
-        actor = PolicyCriticActor(OBS, ACTIONS, policy="deterministic", num_critics=2 if delay == 2 else 1, hidden_sizes=(8,))
+        actor = PolicyCriticActor(OBS, ACTIONS, policy="deterministic", num_critics=2 if delay == 2 else 1, encoder=EncoderSpec(hidden_sizes=(8,), activation="relu"))
         algo = TD3(actor, policy_delay=delay, target_policy_noise=0.2 if delay == 2 else 0.0)
         moved = []
         for _ in range(4):
@@ -149,7 +150,7 @@ def test_td3_delays_policy_and_target_updates_and_ddpg_does_not():
 
 
 def test_warm_up_acts_uniformly_then_with_the_policy():
-    actor = PolicyCriticActor(OBS, ACTIONS, policy="deterministic", hidden_sizes=(8,), exploration_noise=0.0)
+    actor = PolicyCriticActor(OBS, ACTIONS, policy="deterministic", encoder=EncoderSpec(hidden_sizes=(8,), activation="relu"), exploration_noise=0.0)
     algo = TD3(actor)
     obs = torch.zeros(200, 3)
     algo.set_warmup(True)
@@ -180,7 +181,7 @@ def test_bad_continuous_off_policy_input_exits_2(capsys, tmp_path, config, args,
 def test_parameters_live_in_one_flat_buffer_and_weights_leave_as_compact_copies():
     import pickle
 
-    actor = PolicyCriticActor(OBS, ACTIONS, policy="gaussian", hidden_sizes=(16,))
+    actor = PolicyCriticActor(OBS, ACTIONS, policy="gaussian", encoder=EncoderSpec(hidden_sizes=(16,), activation="relu"))
     algo = SAC(actor)
     assert all(p.untyped_storage().data_ptr() == algo.flat_params.untyped_storage().data_ptr() for p in algo.params)
     algo.compute_gradients(_batch())
@@ -193,7 +194,7 @@ def test_parameters_live_in_one_flat_buffer_and_weights_leave_as_compact_copies(
     # collection workers get the policy alone, and take it in place
     acting = algo.get_weights(acting=True)
     assert acting and not any(k.startswith(("critics", "target_critics", "log_alpha")) for k in acting)
-    other = SAC(PolicyCriticActor(OBS, ACTIONS, policy="gaussian", hidden_sizes=(16,)))
+    other = SAC(PolicyCriticActor(OBS, ACTIONS, policy="gaussian", encoder=EncoderSpec(hidden_sizes=(16,), activation="relu")))
     critic = other.actor.critics.weights[0].detach().clone()
     other.set_weights(acting, version=7)
     torch.testing.assert_close(other.actor.policy_head.weight, actor.policy_head.weight)
@@ -224,7 +225,7 @@ def test_discrete_sac_trains_in_rounds_of_update_every_steps():
 
 
 def test_uniform_replay_batches_need_no_importance_weights():
-    actor = PolicyCriticActor(OBS, ACTIONS, policy="gaussian", hidden_sizes=(16,))
+    actor = PolicyCriticActor(OBS, ACTIONS, policy="gaussian", encoder=EncoderSpec(hidden_sizes=(16,), activation="relu"))
     algo = SAC(actor, init_ent_coef=0.5)
     weighted = _batch()
     weighted["weights"] = torch.ones(B)
@@ -252,7 +253,7 @@ def test_direct_adam_and_flat_target_updates_match_torch(algo_cls):
     algos = []
     for _ in range(2):
         torch.manual_seed(0)
-        algos.append(algo_cls(PolicyCriticActor(OBS, ACTIONS, policy=policy, hidden_sizes=(16,)), lr=1e-2))
+        algos.append(algo_cls(PolicyCriticActor(OBS, ACTIONS, policy=policy, encoder=EncoderSpec(hidden_sizes=(16,), activation="relu")), lr=1e-2))
     fast, reference = algos
     assert fast._targets is not None and all(t.numel() == o.numel() for t, o in fast._targets)
     target = next(fast.actor.target_critics.parameters())
@@ -280,7 +281,7 @@ def test_worker_processes_flush_denormals_to_zero():
 
 def test_ornstein_uhlenbeck_exploration_follows_its_recursion():
     theta, dt, sigma = 0.15, 0.01, 0.05
-    actor = PolicyCriticActor(OBS, ACTIONS, policy="deterministic", hidden_sizes=(8,), exploration_noise=sigma, ou_noise=(theta, dt))
+    actor = PolicyCriticActor(OBS, ACTIONS, policy="deterministic", encoder=EncoderSpec(hidden_sizes=(8,), activation="relu"), exploration_noise=sigma, ou_noise=(theta, dt))
     actor.uniform.fill_(False)
     obs = torch.zeros(2, 3)  # two envs, each with its own process
     base = actor.deterministic(obs)
@@ -299,7 +300,7 @@ def test_ornstein_uhlenbeck_exploration_follows_its_recursion():
 @pytest.mark.parametrize("algo_cls", [SAC, TD3])
 def test_replay_algorithms_clip_the_gradient_norm(algo_cls):
     policy = "gaussian" if algo_cls is SAC else "deterministic"
-    algo = algo_cls(PolicyCriticActor(OBS, ACTIONS, policy=policy, hidden_sizes=(16,)), max_grad_norm=1e-3)
+    algo = algo_cls(PolicyCriticActor(OBS, ACTIONS, policy=policy, encoder=EncoderSpec(hidden_sizes=(16,), activation="relu")), max_grad_norm=1e-3)
     algo.version = 1  # TD3: a policy step
     algo.compute_gradients(_batch())
     assert float(algo.flat_grad.norm()) > 1e-3

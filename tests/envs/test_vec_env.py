@@ -101,9 +101,18 @@ def test_env_function_by_module_path():
         VecEnv.create_factory("tests.envs.test_vec_env:nope", num_envs=1)
 
 
+class _TupleObsEnv(gym.Env):
+    observation_space = gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Discrete(3)))
+    action_space = gym.spaces.Discrete(2)
+
+
+def tuple_obs_env() -> gym.Env:
+    return _TupleObsEnv()
+
+
 def test_unsupported_observation_space_is_an_input_error():
-    with pytest.raises(InputError, match=r"observation space Discrete\(500\); supported: Box"):
-        VecEnv.create_factory("Taxi-v4", num_envs=1)
+    with pytest.raises(InputError, match=r"the observation space is Tuple\(Discrete\(2\), Discrete\(3\)\); supported: Box, Discrete, or a Dict of those"):
+        VecEnv.create_factory("tests.envs.test_vec_env:tuple_obs_env", num_envs=1)
 
 
 @pytest.mark.slow

@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pytorchrl.agent.actors.networks.mlp import ACTIVATIONS, MLP, CachedLayers
+from pytorchrl.agent.actors.networks.encoders import Encoder, EncoderSpec, feature_width
+from pytorchrl.agent.actors.networks.mlp import ACTIVATIONS, CachedLayers
 
 
 class NoisyLinear(nn.Module):
@@ -68,10 +69,9 @@ class NoisyLinear(nn.Module):
 class QNetwork(nn.Module):
     """``obs -> Q(obs, .)`` over a Discrete action space, with optional Rainbow parts.
 
-    :param in_features: flattened observation size.
+    :param observation_space: the observation space (any that :class:`EncoderSpec` takes).
     :param num_actions: number of discrete actions.
-    :param hidden_sizes: hidden widths of the MLP torso.
-    :param activation: hidden activation name.
+    :param encoder: the torso.
     :param dueling: separate value and advantage streams, ``Q = V + A - mean(A)``.
     :param noisy: noisy linear layers in the heads (exploration without epsilon).
     :param num_atoms: atoms of the C51 return distribution (1: plain expected values).
@@ -82,12 +82,12 @@ class QNetwork(nn.Module):
     support: torch.Tensor
 
     def __init__(
-        self, in_features: int, num_actions: int, *, hidden_sizes: tuple[int, ...], activation: str = "relu",
+        self, observation_space: gym.Space, num_actions: int, *, encoder: EncoderSpec = EncoderSpec(activation="relu"),
         dueling: bool = False, noisy: bool = False, num_atoms: int = 1, v_min: float = -10.0, v_max: float = 10.0,
     ) -> None:
         super().__init__()
         self.num_actions, self.num_atoms = num_actions, num_atoms
-        self.torso = MLP(in_features, tuple(hidden_sizes), activation=activation)
+        self.torso = encoder.build(observation_space)
         width = self.torso.out_features
         linear: Callable[[int, int], nn.Module] = NoisyLinear if noisy else nn.Linear
         self.advantage = linear(width, num_actions * num_atoms)
@@ -96,7 +96,7 @@ class QNetwork(nn.Module):
 
     def logits(self, obs: torch.Tensor) -> torch.Tensor:
         """Per-action outputs ``[batch, actions, atoms]``: values (1 atom) or distribution logits."""
-        features = self.torso.forward(obs.flatten(1))
+        features = self.torso.forward(obs)
         adv = self.advantage(features).view(-1, self.num_actions, self.num_atoms)
         if self.value is None:
             return adv
@@ -125,7 +125,7 @@ class OffPolicyActor(nn.Module):
     schedule is what every worker acts with; a worker may scale it (``epsilon_power``, Ape-X's
     per-worker exploration) without the weights overwriting that.
 
-    :param observation_space: a Box space (flattened).
+    :param observation_space: the observation space (any that :class:`EncoderSpec` takes).
     :param action_space: a Discrete space.
     :param apex_alpha: Ape-X exploration (Horgan et al. 2018): collector ``i`` of
         ``num_collectors`` acts with ``epsilon ** (1 + apex_alpha * i / (num_collectors - 1))``
@@ -135,6 +135,8 @@ class OffPolicyActor(nn.Module):
     """
 
     is_recurrent = False
+    #: acting leaves scoring to the rollout's end (Ape-X's priorities; see OnPolicyActor)
+    scores_while_acting = False
     epsilon: torch.Tensor
 
     def __init__(
@@ -143,10 +145,9 @@ class OffPolicyActor(nn.Module):
         super().__init__()
         if not isinstance(action_space, gym.spaces.Discrete):
             raise ValueError(f"Q-networks need a Discrete action space, got {action_space}")
-        assert observation_space.shape is not None
         self.observation_space, self.action_space = observation_space, action_space
         self.num_actions = int(action_space.n)
-        self.q_net = QNetwork(int(np.prod(observation_space.shape)), self.num_actions, **kwargs)
+        self.q_net = QNetwork(observation_space, self.num_actions, **kwargs)
         self.target_q_net = copy.deepcopy(self.q_net).requires_grad_(False)
         self.register_buffer("epsilon", torch.tensor(1.0))
         self.epsilon_power = 1.0  # per collection worker, never sent: epsilon ** power
@@ -223,12 +224,15 @@ class PolicyCriticActor(nn.Module):
     ``start_steps`` the collection path acts uniformly at random: the ``uniform`` buffer, which
     reaches collection workers with the weights.
 
-    :param observation_space: a Box space (flattened).
+    :param observation_space: the observation space (any that :class:`EncoderSpec` takes).
     :param action_space: a bounded Box space, or a Discrete one (``policy="categorical"``).
     :param policy: ``gaussian`` (SAC), ``deterministic`` (TD3, DDPG) or ``categorical`` (discrete SAC).
     :param num_critics: Q-networks (2: clipped double Q).
-    :param hidden_sizes: hidden widths of every MLP.
-    :param activation: hidden activation name.
+    :param encoder: the policy's encoder; the critics share one extractor of the same spec
+        (:meth:`EncoderSpec.extractor`), whose features (with the action) enter the ensemble's
+        MLP of ``encoder.hidden_sizes``.
+    :param shared_network: the policy reads the critics' extractor, detached (so only the critic
+        loss trains it, as in SAC-AE and DrQ), instead of its own.
     :param exploration_noise: scale (sigma) of the noise a deterministic policy explores with (in ``[-1, 1]`` units).
     :param ou_noise: ``(theta, dt)``: that noise is an Ornstein-Uhlenbeck process per env
         (``x += -theta x dt + sqrt(dt) N(0, 1)``, scaled by ``exploration_noise``; temporally
@@ -237,8 +241,10 @@ class PolicyCriticActor(nn.Module):
     """
 
     is_recurrent = False
+    #: acting leaves scoring to the rollout's end (Ape-X's priorities; see OnPolicyActor)
+    scores_while_acting = False
     #: what collection workers need to act (state-dict key prefixes): not the critics or targets
-    acting_prefixes = ("policy_torso.", "policy_head.", "uniform", "low", "high")
+    acting_prefixes: tuple[str, ...] = ("policy_torso.", "policy_head.", "uniform", "low", "high")
     uniform: torch.Tensor
     low: torch.Tensor
     high: torch.Tensor
@@ -249,8 +255,8 @@ class PolicyCriticActor(nn.Module):
 
     def __init__(
         self, observation_space: gym.Space, action_space: gym.Space, *, policy: str = "gaussian", num_critics: int = 2,
-        hidden_sizes: tuple[int, ...] = (256, 256), activation: str = "relu", exploration_noise: float = 0.1,
-        ou_noise: tuple[float, float] | None = None,
+        encoder: EncoderSpec = EncoderSpec(hidden_sizes=(256, 256), activation="relu"), shared_network: bool = False,
+        exploration_noise: float = 0.1, ou_noise: tuple[float, float] | None = None,
     ) -> None:
         super().__init__()
         self.discrete = policy == "categorical"
@@ -259,17 +265,29 @@ class PolicyCriticActor(nn.Module):
                 raise ValueError(f"a categorical policy needs a Discrete action space, got {action_space}")
         elif not isinstance(action_space, gym.spaces.Box) or not np.all(np.isfinite(action_space.low)) or not np.all(np.isfinite(action_space.high)):
             raise ValueError(f"this actor needs a bounded Box action space, got {action_space}")
-        assert observation_space.shape is not None
         self.observation_space, self.action_space = observation_space, action_space
-        obs_dim = int(np.prod(observation_space.shape))
         # discrete: actions are indices, and the policy and critics have one output per action
         self.action_dim = int(action_space.n) if isinstance(action_space, gym.spaces.Discrete) else int(np.prod(action_space.shape))
         self.gaussian = policy == "gaussian"
-        self.policy_torso = MLP(obs_dim, tuple(hidden_sizes), activation=activation)
+        # the critics' extractor (None: a flat Box, read as it is) and its width; registered
+        # after the policy, whose parameters come first (TD3 steps that run alone)
+        critic_extractor = encoder.extractor(observation_space)
+        features = int(np.prod(observation_space.shape or ())) if critic_extractor is None else feature_width(critic_extractor)
+        self.shared_network = shared_network and critic_extractor is not None
+        if self.shared_network:  # the policy's MLP over the critics' (detached) features
+            self.policy_torso = Encoder(gym.spaces.Box(-np.inf, np.inf, (features,)), None, encoder.hidden_sizes, activation=encoder.activation)
+        else:
+            self.policy_torso = encoder.build(observation_space)
         self.policy_head = nn.Linear(self.policy_torso.out_features, 2 * self.action_dim if self.gaussian else self.action_dim)
-        critic_in, critic_out = (obs_dim, self.action_dim) if self.discrete else (obs_dim + self.action_dim, 1)
-        self.critics = CriticEnsemble(num_critics, critic_in, tuple(hidden_sizes), activation, out_features=critic_out)
+        self.critic_extractor = critic_extractor
+        critic_in, critic_out = (features, self.action_dim) if self.discrete else (features + self.action_dim, 1)
+        self.critics = CriticEnsemble(num_critics, critic_in, tuple(encoder.hidden_sizes), encoder.activation, out_features=critic_out)
         self.target_critics = copy.deepcopy(self.critics).requires_grad_(False)
+        self.target_critic_extractor = copy.deepcopy(self.critic_extractor)
+        if self.target_critic_extractor is not None:
+            self.target_critic_extractor.requires_grad_(False)
+        if self.shared_network:
+            self.acting_prefixes = (*self.acting_prefixes, "critic_extractor.")
         has_target_policy = policy == "deterministic"
         self.target_policy = copy.deepcopy(nn.ModuleList([self.policy_torso, self.policy_head])).requires_grad_(False) if has_target_policy else None
         self.log_alpha = None if has_target_policy else nn.Parameter(torch.zeros(()))  # SAC's entropy coefficient, learned
@@ -299,8 +317,11 @@ class PolicyCriticActor(nn.Module):
             torso, head = self.target_policy
         else:
             torso, head = self.policy_torso, self.policy_head
+        if self.shared_network:
+            with torch.no_grad():
+                obs = self.critic_extractor.forward(obs)  # type: ignore[union-attr]
         linear = cast(nn.Linear, head)  # F.linear rather than the module calls: a tenth of the overhead
-        return F.linear(torso.forward(obs.flatten(1)), linear.weight, linear.bias)
+        return F.linear(torso.forward(obs), linear.weight, linear.bias)
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A reparameterised squashed-Gaussian sample in ``[-1, 1]`` and its log-probability (SAC)."""
@@ -346,10 +367,21 @@ class PolicyCriticActor(nn.Module):
         """``[num_critics, batch]`` Q-values of ``action`` (in ``[-1, 1]``); over a Discrete space
         (no ``action``) ``[num_critics, batch, actions]``, every action's value. The first
         ``critics`` only if given; ``frozen``: no gradient reaches the critics (policy losses)."""
-        x = obs.flatten(1) if action is None else torch.cat([obs.flatten(1), action], dim=-1)
+        x = self.critic_features(obs, target=target, frozen=frozen)
+        x = x if action is None else torch.cat([x, action], dim=-1)
         q = (self.target_critics if target else self.critics).forward(x, frozen)
         q = q if self.discrete else q.squeeze(-1)
         return q if critics is None else q[:critics]
+
+    def critic_features(self, obs: torch.Tensor, *, target: bool = False, frozen: bool = False) -> torch.Tensor:
+        """The critics' input features of ``obs`` (the flattened observation without an extractor)."""
+        extractor = self.target_critic_extractor if target else self.critic_extractor
+        if extractor is None:
+            return obs.flatten(1)
+        if frozen:
+            with torch.no_grad():
+                return extractor.forward(obs)
+        return extractor.forward(obs)
 
     # ------------------------------------------------------------------------ acting
 
@@ -398,6 +430,8 @@ class PolicyCriticActor(nn.Module):
     def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
         """``(target, online)`` network pairs: the critics, and the policy of TD3/DDPG."""
         pairs: list[tuple[nn.Module, nn.Module]] = [(self.target_critics, self.critics)]
+        if self.critic_extractor is not None and self.target_critic_extractor is not None:
+            pairs.append((self.target_critic_extractor, self.critic_extractor))
         if self.target_policy is not None:
             pairs.append((self.target_policy, nn.ModuleList([self.policy_torso, self.policy_head])))
         return pairs

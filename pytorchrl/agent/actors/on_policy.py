@@ -7,23 +7,22 @@ from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from pytorchrl.agent.actors.distributions import ActionHead, DiagGaussianHead, make_action_head
-from pytorchrl.agent.actors.networks.mlp import HIDDEN_GAIN, MLP, orthogonal_init
+from pytorchrl.agent.actors.networks.encoders import EncoderSpec, ImpalaResNet, NatureCNN
+from pytorchrl.agent.actors.networks.mlp import HIDDEN_GAIN, orthogonal_init
 
 
 class OnPolicyActor(nn.Module):
-    """A policy head and a value head over MLP features (shared or separate).
+    """A policy head and a value head over encoder features (shared or separate).
 
-    :param observation_space: a Box space (flattened).
+    :param observation_space: any space :class:`EncoderSpec` takes (Box, image, Discrete, Dict).
     :param action_space: Discrete, Box or MultiDiscrete.
-    :param hidden_sizes: hidden widths of the MLP(s).
-    :param activation: hidden activation name.
-    :param shared_network: one MLP for both heads instead of two.
+    :param encoder: the feature extractor (MLP by default).
+    :param shared_network: one encoder for both heads instead of two.
     :param log_std_init: initial log std of Gaussian policies.
     :param ortho_init: orthogonal initialisation with the usual PPO gains.
     """
@@ -35,8 +34,7 @@ class OnPolicyActor(nn.Module):
         observation_space: gym.Space,
         action_space: gym.Space,
         *,
-        hidden_sizes: tuple[int, ...] = (64, 64),
-        activation: str = "tanh",
+        encoder: EncoderSpec = EncoderSpec(),
         shared_network: bool = False,
         log_std_init: float = 0.0,
         ortho_init: bool = True,
@@ -44,10 +42,8 @@ class OnPolicyActor(nn.Module):
         super().__init__()
         self.observation_space = observation_space
         self.action_space = action_space
-        assert observation_space.shape is not None
-        in_features = int(np.prod(observation_space.shape))
-        self.policy_net = MLP(in_features, tuple(hidden_sizes), activation=activation)
-        self.value_net = None if shared_network else MLP(in_features, tuple(hidden_sizes), activation=activation)
+        self.policy_net = encoder.build(observation_space)
+        self.value_net = None if shared_network else encoder.build(observation_space)
         width = self.policy_net.out_features
         self.action_head: ActionHead = make_action_head(width, action_space, log_std_init=log_std_init)
         self.value_head = nn.Linear(width, 1)
@@ -58,6 +54,9 @@ class OnPolicyActor(nn.Module):
             orthogonal_init(self.action_head, 0.01)
             orthogonal_init(self.value_head, 1.0)
         self.continuous = isinstance(self.action_head, DiagGaussianHead)
+        # a CNN costs the same per row in a batch of 8 as of 4096, so scoring the rollout
+        # afterwards would only repeat the forward pass: score while acting instead
+        self.scores_while_acting = any(isinstance(m, (NatureCNN, ImpalaResNet)) for m in self.modules())
 
     @classmethod
     def create_factory(cls, observation_space: gym.Space, action_space: gym.Space, **kwargs: Any) -> Callable[..., OnPolicyActor]:
@@ -66,7 +65,6 @@ class OnPolicyActor(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Distribution parameters and state values (shape ``[batch]``)."""
-        obs = obs.flatten(1)
         features = self.policy_net.forward(obs)
         value_features = features if self.value_net is None else self.value_net.forward(obs)
         return self.action_head.forward(features), self._value(value_features)
@@ -87,7 +85,6 @@ class OnPolicyActor(nn.Module):
 
     def get_value(self, obs: torch.Tensor, rhs: Any = None, done: torch.Tensor | None = None) -> torch.Tensor:
         """State values only."""
-        obs = obs.flatten(1)
         net = self.policy_net if self.value_net is None else self.value_net
         return self._value(net.forward(obs))
 
@@ -101,7 +98,15 @@ class OnPolicyActor(nn.Module):
         Only the policy half runs per step; log-probabilities and values are computed for the
         whole rollout afterwards by :meth:`score`, in large batches (five times cheaper per row).
         """
-        self.action_head.act(self.policy_net.forward(obs.flatten(1)), noise, out)
+        self.action_head.act(self.policy_net.forward(obs), noise, out)
+
+    def act_scored(self, obs: torch.Tensor, noise: torch.Tensor, out: torch.Tensor, log_prob_out: torch.Tensor, value_out: torch.Tensor) -> None:
+        """:meth:`act`, also writing the actions' log-probabilities and the observations' values
+        (what :meth:`score` would give): one pass of the encoder instead of two."""
+        features = self.policy_net.forward(obs)
+        self.action_head.act(features, noise, out)
+        log_prob_out.copy_(self.action_head.log_prob(self.action_head.forward(features), out))
+        value_out.copy_(self._value(features if self.value_net is None else self.value_net.forward(obs)))
 
     def score(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``log_prob(actions), value`` of a batch of observations (see :meth:`act`)."""

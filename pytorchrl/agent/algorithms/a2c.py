@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import gymnasium as gym
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from pytorchrl.agent.algorithms.base import Algorithm, normalized
+from pytorchrl.agent.algorithms.wiring import Wiring, actor_critic_wiring
+from pytorchrl.config import A2CConfig, Config
 
 
 class A2C(Algorithm):
@@ -22,6 +25,12 @@ class A2C(Algorithm):
     :param normalize_advantages: normalise advantages over the rollout.
     :param anneal_lr: decay lr linearly to 0 over training.
     """
+
+    config_class = A2CConfig
+
+    @classmethod
+    def wire(cls, config: Config, observation_space: gym.Space, action_space: gym.Space) -> Wiring:
+        return actor_critic_wiring(cls, config, observation_space, action_space)
 
     def __init__(
         self,

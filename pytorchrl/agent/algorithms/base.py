@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
+import gymnasium as gym
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from pytorchrl.agent.algorithms.wiring import Wiring
+    from pytorchrl.config import Config
 
 
 class Algorithm:
@@ -30,6 +35,24 @@ class Algorithm:
     #: passes over each batch of collected data, and transitions per gradient step
     num_epochs: int = 1
     minibatch_size: int | None = None
+    #: the algorithm's own config dataclass (``algorithm.name`` picks it)
+    config_class: ClassVar[type]
+    #: the action spaces it acts in
+    action_spaces: ClassVar[tuple[type[gym.Space], ...]] = (gym.spaces.Discrete, gym.spaces.Box, gym.spaces.MultiDiscrete)
+
+    @classmethod
+    def wire(cls, config: Config, observation_space: gym.Space, action_space: gym.Space) -> Wiring:
+        """The factories of this algorithm's actor, storage and itself, from ``config``'s
+        sections (see :mod:`pytorchrl.agent.algorithms.wiring`; call it through ``wiring.wire``,
+        which checks the spaces first)."""
+        raise NotImplementedError
+
+    @classmethod
+    def check_action_space(cls, action_space: gym.Space) -> str | None:
+        """None if the algorithm acts in ``action_space``, else what it needs ("a Discrete action space")."""
+        if isinstance(action_space, cls.action_spaces):
+            return None
+        return " or ".join(f"a {space.__name__}" for space in cls.action_spaces) + " action space"
 
     def __init__(
         self, actor: nn.Module, device: str | torch.device = "cpu", *, lr: float, adam_eps: float = 1e-5,

@@ -9,12 +9,17 @@ this algorithm batches with the n-step return in ``rewards``, the bootstrap disc
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+import gymnasium as gym
 import torch
 import torch.nn.functional as F
 
+from pytorchrl.agent.actors.off_policy import OffPolicyActor
 from pytorchrl.agent.algorithms.base import Algorithm
+from pytorchrl.agent.algorithms.wiring import Wiring, encoder_spec, num_collectors, replay_storage_factory
+from pytorchrl.config import Config, DQNConfig
 
 
 class DQN(Algorithm):
@@ -33,6 +38,34 @@ class DQN(Algorithm):
     :param adam_eps: Adam epsilon.
     :param device: torch device.
     """
+
+    config_class = DQNConfig
+    action_spaces = (gym.spaces.Discrete,)
+
+    @classmethod
+    def wire(cls, config: Config, observation_space: gym.Space, action_space: gym.Space) -> Wiring:
+        """A Q-network actor (``rainbow`` turns every component on; noisy nets replace
+        epsilon-greedy exploration) on a replay storage."""
+        algo = config.algorithm
+        assert isinstance(algo, DQNConfig)
+        if algo.rainbow:
+            algo = dataclasses.replace(
+                algo, double_q=True, dueling=True, n_step=max(algo.n_step, 3), prioritized_replay=True, noisy_nets=True, distributional=True
+            )
+            config = dataclasses.replace(config, algorithm=algo)
+        actor_factory = OffPolicyActor.create_factory(
+            observation_space, action_space, encoder=encoder_spec(config.actor), dueling=algo.dueling, noisy=algo.noisy_nets,
+            num_atoms=algo.num_atoms if algo.distributional else 1, v_min=algo.v_min, v_max=algo.v_max,
+            apex_alpha=algo.apex_epsilon_alpha, num_collectors=num_collectors(config),
+        )
+        explore = (0.0, 0.0) if algo.noisy_nets else (algo.exploration_initial_eps, algo.exploration_final_eps)
+        algo_factory = cls.create_factory(
+            lr=algo.lr, minibatch_size=algo.minibatch_size, double_q=algo.double_q, target_update_interval=algo.target_update_interval,
+            tau=algo.tau, exploration_fraction=algo.exploration_fraction, exploration_initial_eps=explore[0],
+            exploration_final_eps=explore[1], max_grad_norm=algo.max_grad_norm, adam_eps=algo.adam_eps,
+        )
+        storage_factory = replay_storage_factory(config, observation_space, action_space, actor_priorities=algo.actor_priorities)
+        return Wiring(actor=actor_factory, storage=storage_factory, algorithm=algo_factory)
 
     def __init__(
         self,

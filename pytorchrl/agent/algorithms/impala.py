@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import gymnasium as gym
 import torch
 from torch import nn
 
 from pytorchrl.agent.algorithms.base import Algorithm, normalized
+from pytorchrl.agent.algorithms.wiring import Wiring, actor_critic_wiring
 from pytorchrl.agent.storages.on_policy.vtrace_buffer import compute_vtrace
+from pytorchrl.config import APPOConfig, Config, IMPALAConfig
 
 
 class IMPALA(Algorithm):
@@ -37,6 +40,12 @@ class IMPALA(Algorithm):
     :param normalize_advantages: normalise advantages per minibatch.
     :param anneal_lr: decay lr linearly to 0 over training.
     """
+
+    config_class = IMPALAConfig
+
+    @classmethod
+    def wire(cls, config: Config, observation_space: gym.Space, action_space: gym.Space) -> Wiring:
+        return actor_critic_wiring(cls, config, observation_space, action_space, vtrace=True)
 
     def __init__(
         self,
@@ -116,6 +125,8 @@ class APPO(IMPALA):
     :param clip_range: epsilon of the ratio clip.
     :param kwargs: see :class:`IMPALA`.
     """
+
+    config_class = APPOConfig
 
     def __init__(self, actor: nn.Module, device: str | torch.device = "cpu", *, clip_range: float = 0.2, **kwargs: Any) -> None:
         kwargs.setdefault("num_epochs", 4)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import gymnasium as gym
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from pytorchrl.agent.algorithms.base import Algorithm, normalized
+from pytorchrl.agent.algorithms.wiring import Wiring, actor_critic_wiring
+from pytorchrl.config import Config, PPOConfig
 
 
 class PPO(Algorithm):
@@ -31,6 +34,12 @@ class PPO(Algorithm):
     :param anneal_lr: decay lr linearly to 0 over training.
     :param anneal_clip_range: decay clip_range linearly to 0 over training.
     """
+
+    config_class = PPOConfig
+
+    @classmethod
+    def wire(cls, config: Config, observation_space: gym.Space, action_space: gym.Space) -> Wiring:
+        return actor_critic_wiring(cls, config, observation_space, action_space)
 
     def __init__(
         self,

@@ -10,17 +10,48 @@ bootstrap discount in ``discounts`` (see :class:`~pytorchrl.agent.storages.off_p
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any
 
+import gymnasium as gym
+import numpy as np
 import torch
 import torch.nn.functional as F
 
+from pytorchrl.agent.actors.off_policy import PolicyCriticActor
 from pytorchrl.agent.algorithms.base import Algorithm
+from pytorchrl.agent.algorithms.wiring import Wiring, algorithm_kwargs, encoder_spec, replay_storage_factory
+from pytorchrl.config import Config, DDPGConfig, SACConfig, TD3Config
 
 
 class _PolicyCritic(Algorithm):
     """What SAC and TD3 share: the optimizer settings, polyak ``tau`` and warm-up acting."""
+
+    #: what the policy is over a bounded Box (``categorical`` over a Discrete space: discrete SAC)
+    policy = "gaussian"
+    num_critics = 2
+
+    @classmethod
+    def check_action_space(cls, action_space: gym.Space) -> str | None:
+        bounded = isinstance(action_space, gym.spaces.Box) and np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()
+        if bounded or (isinstance(action_space, gym.spaces.Discrete) and gym.spaces.Discrete in cls.action_spaces):
+            return None
+        return "a bounded Box or a Discrete action space" if gym.spaces.Discrete in cls.action_spaces else "a bounded Box action space"
+
+    @classmethod
+    def wire(cls, config: Config, observation_space: gym.Space, action_space: gym.Space) -> Wiring:
+        """A :class:`PolicyCriticActor` on a replay storage."""
+        algo: Any = config.algorithm
+        ou = getattr(algo, "exploration_noise_type", None) == "ou"
+        actor_factory = PolicyCriticActor.create_factory(
+            observation_space, action_space, policy="categorical" if isinstance(action_space, gym.spaces.Discrete) else cls.policy,
+            num_critics=cls.num_critics, encoder=encoder_spec(config.actor), shared_network=config.actor.shared_network,
+            exploration_noise=getattr(algo, "exploration_noise", 0.0), ou_noise=(algo.ou_theta, algo.ou_dt) if ou else None,  # type: ignore[union-attr]
+        )
+        params = inspect.signature(cls.__init__).parameters
+        algo_factory = cls.create_factory(**{k: v for k, v in algorithm_kwargs(algo).items() if k in params})
+        return Wiring(actor=actor_factory, storage=replay_storage_factory(config, observation_space, action_space), algorithm=algo_factory)
 
     def __init__(
         self, actor: Any, device: str | torch.device, *, lr: float, minibatch_size: int, tau: float, max_grad_norm: float | None = None
@@ -66,6 +97,9 @@ class SAC(_PolicyCritic):
     :param learn_ent_coef: tune the coefficient (else keep ``init_ent_coef``).
     :param max_grad_norm: global gradient-norm clip (None: off).
     """
+
+    config_class = SACConfig
+    action_spaces = (gym.spaces.Box, gym.spaces.Discrete)
 
     def __init__(
         self, actor: Any, device: str | torch.device = "cpu", *, lr: float = 3e-4, minibatch_size: int = 256, tau: float = 0.005,
@@ -152,6 +186,10 @@ class TD3(_PolicyCritic):
     :param max_grad_norm: global gradient-norm clip (None: off).
     """
 
+    config_class = TD3Config
+    action_spaces = (gym.spaces.Box,)
+    policy = "deterministic"
+
     def __init__(
         self, actor: Any, device: str | torch.device = "cpu", *, lr: float = 1e-3, minibatch_size: int = 256, tau: float = 0.005,
         policy_delay: int = 2, target_policy_noise: float = 0.2, target_noise_clip: float = 0.5, max_grad_norm: float | None = None,
@@ -200,3 +238,11 @@ class TD3(_PolicyCritic):
             super().apply_gradients(gradients)
         finally:
             policy.grad = view
+
+
+class DDPG(TD3):
+    """DDPG (Lillicrap et al. 2016): :class:`TD3` with one critic; its config sets no target
+    smoothing and a policy update every step."""
+
+    config_class = DDPGConfig
+    num_critics = 1

@@ -95,15 +95,19 @@ class CollectionWorker:
             # per step only the policy half acts; scoring the rollout afterwards adds the values
             # and log-probabilities in big batches (ARCHITECTURE.md, "The acting loop")
             noise = actor.draw_noise(storage.num_steps, envs.num_envs).unbind(0)
+            scored = storage.needs_scoring and actor.scores_while_acting
             for step, obs, action in storage.acting_slots():
-                actor.act(obs, noise[step], out=action)
+                if scored:  # CNN policies: one encoder pass per step gives action, log-prob and value
+                    actor.act_scored(obs, noise[step], action, *storage.scoring_rows(step))
+                else:
+                    actor.act(obs, noise[step], out=action)
                 next_obs, reward, terminated, truncated, valid = envs.step_arrays(action.numpy())
                 storage.insert(reward=reward, terminated=terminated, truncated=truncated, valid=valid, next_obs=next_obs)
                 if round_id is not None and self._preempted == round_id:
                     preempted = not storage.full
                     break
             if storage.needs_scoring:
-                storage.score(actor.score)
+                storage.score(actor.score, from_step=storage.step if scored else 0)
         data = storage.get_data()
         episodes = envs.pop_episodes()
         info = {

@@ -64,12 +64,13 @@ class MLP(CachedLayers):
 
 
 def orthogonal_init(module: nn.Module, gain: float) -> None:
-    """Orthogonal weights with ``gain`` and zero biases for every Linear in ``module``
+    """Orthogonal weights with ``gain`` and zero biases for every Linear and Conv2d in ``module``
     (Saxe et al. 2014; the PPO implementation details of Engstrom et al. 2020)."""
     for layer in module.modules():
-        if isinstance(layer, nn.Linear):
+        if isinstance(layer, (nn.Linear, nn.Conv2d)):
             nn.init.orthogonal_(layer.weight, gain=gain)
-            nn.init.zeros_(layer.bias)
+            if layer.bias is not None:
+                nn.init.zeros_(layer.bias)
 
 
 HIDDEN_GAIN = math.sqrt(2)

@@ -84,12 +84,17 @@ class ReplayStorage(RolloutStorage):
 
     # ------------------------------------------------------------------ collection side
 
-    def score(self, fn: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]], chunk_steps: int = 256) -> None:
+    def score(
+        self, fn: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]], chunk_steps: int = 256, from_step: int = 0
+    ) -> None:
         """Actor-side priorities: ``|r + gamma * max_a Q_target(s') - Q(s, a)|`` per step (a truncated
         step bootstraps from its final observation; a terminated one does not; reset steps get 0).
 
         :param fn: ``fn(obs, actions) -> (Q(obs, actions), max_a Q_target(obs, a))`` on flat batches.
+        :param chunk_steps: unused: one batch (rollouts of replay algorithms are short).
+        :param from_step: must be 0 (Q-network actors never score while acting).
         """
+        assert from_step == 0
         t, n = self.step, self.num_envs
         q, bootstrap = fn(self.obs[: t + 1].flatten(0, 1), self.actions[: t + 1].flatten(0, 1))
         q, bootstrap = q.view(t + 1, n)[:t], bootstrap.view(t + 1, n)[1:]

@@ -30,7 +30,9 @@ class RolloutStorage:
 
     :param num_steps: steps per env in one rollout.
     :param num_envs: envs per collection worker.
-    :param obs_shape: shape of one observation.
+    :param obs_shape: shape of one observation (as stored, see :func:`~pytorchrl.utils.spaces.obs_layout`).
+    :param obs_dtype: ``float32``, or ``uint8`` for images: they stay ``uint8`` in the rollout,
+        in transport and in minibatches, and are scaled by the encoder on the learner's device.
     :param action_shape: shape of one action (``()`` for Discrete).
     :param discrete: actions are integers.
     :param device: where minibatches are placed.
@@ -47,12 +49,14 @@ class RolloutStorage:
         obs_shape: tuple[int, ...],
         action_shape: tuple[int, ...],
         discrete: bool,
+        obs_dtype: str = "float32",
         device: str | torch.device = "cpu",
     ) -> None:
         self.num_steps = num_steps
         self.num_envs = num_envs
         self.device = torch.device(device)
         self._shapes = (obs_shape, action_shape, discrete)
+        self.obs_dtype = getattr(torch, obs_dtype)
         self._np: dict[str, np.ndarray] = {}  # numpy views of the rollout tensors, once allocated
         self.step = 0
         self._received: list[dict[str, torch.Tensor]] = []
@@ -60,7 +64,7 @@ class RolloutStorage:
     def _allocate(self) -> None:
         """The rollout tensors, made on first use: a gradient worker's storage never needs them."""
         (obs_shape, action_shape, discrete), t, n = self._shapes, self.num_steps, self.num_envs
-        self.obs = torch.zeros((t + 1, n, *obs_shape))
+        self.obs = torch.zeros((t + 1, n, *obs_shape), dtype=self.obs_dtype)
         self.values = torch.zeros((t + 1, n))
         # one spare row, so that obs[s:e] and actions[s:e] always pair up in score()
         self.actions = torch.zeros((t + 1, n, *action_shape), dtype=torch.long if discrete else torch.float32)
@@ -97,6 +101,11 @@ class RolloutStorage:
         while self.step < self.num_steps:
             yield self.step, obs_rows[self.step], action_rows[self.step]
 
+    def scoring_rows(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``(log_prob, value)`` rows of ``step``, for an actor that scores while it acts
+        (then :meth:`score` with ``from_step`` adds only the bootstrap value)."""
+        return self.log_probs[step], self.values[step]
+
     def insert(
         self,
         *,
@@ -124,7 +133,7 @@ class RolloutStorage:
         self.step = t + 1
 
     def score(
-        self, fn: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]], chunk_steps: int = 256
+        self, fn: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]], chunk_steps: int = 256, from_step: int = 0
     ) -> None:
         """Fill the log-probabilities of the actions taken so far and the values of every
         observation, the last one (the bootstrap value) included.
@@ -132,9 +141,10 @@ class RolloutStorage:
         :param fn: ``fn(obs, actions) -> (log_prob, value)`` on flat batches (the acting policy).
         :param chunk_steps: steps per batch: big enough to amortise the per-call cost, small
             enough to stay in cache.
+        :param from_step: the steps before it are scored already (see :meth:`scoring_rows`).
         """
         t, n = self.step, self.num_envs
-        for s in range(0, t + 1, chunk_steps):
+        for s in range(from_step, t + 1, chunk_steps):
             e = min(s + chunk_steps, t + 1)
             log_prob, value = fn(self.obs[s:e].flatten(0, 1), self.actions[s:e].flatten(0, 1))
             self.values[s:e] = value.view(e - s, n)

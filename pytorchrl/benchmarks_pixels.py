@@ -1,0 +1,156 @@
+"""The pixels-and-physics figures of BENCHMARKS.md (Atari, MuJoCo): ``pytorchrl benchmark NAME``.
+
+Learning targets train the shipped configs (:func:`pytorchrl.benchmarks.learning`); Pong runs for
+hours on a CPU, so its figure usually comes from a background run continued with ``--resume``
+(see BENCHMARKS.md for where its curve was recorded).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+
+def _learning(config: str, threshold: float, budget: int, seeds: list[int]) -> dict[str, Any]:
+    from pytorchrl.benchmarks import learning
+
+    return learning(config, threshold, budget, seeds)
+
+
+def ppo_pong(seeds: list[int]) -> dict[str, Any]:
+    """PPO ALE/Pong-v5 to a raw game score >= 18 within 10M frames (2.5M agent steps)."""
+    return _learning("ppo/atari_pong.yaml", 18.0, 2_500_000, seeds)
+
+
+def appo_pong(seeds: list[int]) -> dict[str, Any]:
+    """APPO ALE/Pong-v5, 2 remote asynchronous collection workers, to >= 18 within 10M frames."""
+    return _learning("appo/atari_pong.yaml", 18.0, 2_500_000, seeds)
+
+
+def dqn_pong(seeds: list[int]) -> dict[str, Any]:
+    """Rainbow-style DQN ALE/Pong-v5 to >= 18 within 10M frames."""
+    return _learning("dqn/atari_pong.yaml", 18.0, 2_500_000, seeds)
+
+
+def sac_halfcheetah(seeds: list[int]) -> dict[str, Any]:
+    """SAC HalfCheetah-v5 to eval >= 5000 within 300k env steps."""
+    return _learning("sac/halfcheetah.yaml", 5000.0, 300_000, seeds)
+
+
+def td3_halfcheetah(seeds: list[int]) -> dict[str, Any]:
+    """TD3 HalfCheetah-v5 to eval >= 5000 within 300k env steps."""
+    return _learning("td3/halfcheetah.yaml", 5000.0, 300_000, seeds)
+
+
+def ppo_halfcheetah(seeds: list[int]) -> dict[str, Any]:
+    """PPO HalfCheetah-v5 to eval >= 2000 within 1M env steps."""
+    return _learning("ppo/halfcheetah.yaml", 2000.0, 1_000_000, seeds)
+
+
+def atari_collection(seeds: list[int], *, num_envs: int = 16, steps: int = 256, repeats: int = 3) -> dict[str, Any]:
+    """One collection worker, 16 Pong envs (ale-py's native vector env, one thread), Nature CNN
+    policy, acting and storage without learning: env frames/s against the bound measured in the
+    same run (raw vectorized ALE stepping plus a bare batched CNN forward per step)."""
+    from pytorchrl.agent.algorithms import ALGORITHMS, wire
+    from pytorchrl.benchmarks import _config_path
+    from pytorchrl.config import load_config
+    from pytorchrl.envs.vec_env import VecEnv
+    from pytorchrl.scheme.collection.collection_worker import CollectionWorker
+    from pytorchrl.utils.runtime import configure_process
+
+    del seeds
+    configure_process(1)
+    cfg = load_config(_config_path("ppo/atari_pong.yaml"), [f"env.num_envs={num_envs}", f"storage.num_steps={steps}"])
+    env_factory, obs_space, act_space = VecEnv.create_factory(cfg.env.env_id, num_envs=num_envs, atari=dataclasses.asdict(cfg.env.atari))
+    assert isinstance(act_space, gym.spaces.Discrete)
+    wiring = wire(ALGORITHMS["ppo"], cfg, obs_space, act_space)
+    worker = CollectionWorker(1, env_factory=env_factory, actor_factory=wiring.actor, algo_factory=wiring.algorithm, storage_factory=wiring.storage)
+    envs, actor = worker.envs, worker.actor
+    assert envs is not None
+    frame_skip = cfg.env.atari.frame_skip
+    acts = np.random.default_rng(0).integers(0, int(act_space.n), size=(steps, num_envs))
+    obs = envs.reset()
+    measured, env_only, forward_only = [], [], []
+    worker.collect_data()  # warm-up
+    for _ in range(repeats):
+        t = time.perf_counter()
+        worker.collect_data()
+        measured.append(steps * num_envs / (time.perf_counter() - t))
+        t = time.perf_counter()
+        for a in acts:
+            envs.env.step(a)
+        env_only.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        with torch.inference_mode():
+            for _ in range(steps):
+                actor.forward(obs)
+        forward_only.append(time.perf_counter() - t)
+    worker.close()
+    bound = steps * num_envs / (statistics.median(env_only) + statistics.median(forward_only))
+    collect = statistics.median(measured)
+    return {
+        "num_envs": num_envs,
+        "collect_frames_per_s": collect * frame_skip,
+        "raw_env_frames_per_s": steps * num_envs * frame_skip / statistics.median(env_only),
+        "bare_forward_batches_per_s": steps / statistics.median(forward_only),
+        "bound_frames_per_s": bound * frame_skip,
+        "ratio_to_bound": collect / bound,
+    }
+
+
+def atari_replay_memory(seeds: list[int], *, capacity: int = 100_000) -> dict[str, Any]:
+    """Bytes of a DQN Pong run's replay buffer per stored frame stack, against the raw stacks
+    (``capacity * 4 * 84 * 84`` bytes): the buffer of ``configs/dqn/atari_pong.yaml`` filled
+    with real preprocessed Pong observations through its storage's own rollouts."""
+    from pytorchrl.agent.algorithms import ALGORITHMS, wire
+    from pytorchrl.benchmarks import _config_path
+    from pytorchrl.config import load_config
+    from pytorchrl.envs.vec_env import VecEnv
+
+    del seeds
+    cfg = load_config(_config_path("dqn/atari_pong.yaml"), [f"storage.capacity={capacity}"])
+    env_factory, obs_space, act_space = VecEnv.create_factory(cfg.env.env_id, num_envs=cfg.env.num_envs, atari=dataclasses.asdict(cfg.env.atari))
+    assert isinstance(act_space, gym.spaces.Discrete)
+    wiring = wire(ALGORITHMS["dqn"], cfg, obs_space, act_space)
+    envs, collect, replay = env_factory(worker_index=0), wiring.storage(), wiring.storage()
+    rng = np.random.default_rng(0)
+    collect.reset(envs.reset())
+    stored = 0
+    while stored < capacity + 1000:  # past the capacity: the ring has wrapped
+        for _, _, action in collect.acting_slots():
+            action.copy_(torch.from_numpy(rng.integers(0, int(act_space.n), size=envs.num_envs)))
+            next_obs, reward, terminated, truncated, valid = envs.step_arrays(action.numpy())
+            collect.insert(reward=reward, terminated=terminated, truncated=truncated, valid=valid, next_obs=next_obs)
+        data = collect.get_data()
+        replay.add_data(data)
+        stored += int(data["rewards"].numel())
+    envs.close()
+    raw = capacity * int(np.prod(obs_space.shape or ()))
+    buffer = replay.buffer
+    return {
+        "capacity": capacity,
+        "obs_dtype": str(buffer._arrays["obs"].dtype),
+        "buffer_bytes": buffer.nbytes,
+        "raw_frame_stack_bytes": raw,
+        "ratio_to_raw": buffer.nbytes / raw,
+        "transitions_sampleable": buffer.num_samples,
+    }
+
+
+BENCHMARKS: dict[str, Callable[[list[int]], dict[str, Any]]] = {
+    "atari_collection": atari_collection,
+    "atari_replay_memory": atari_replay_memory,
+    "ppo_pong": ppo_pong,
+    "appo_pong": appo_pong,
+    "dqn_pong": dqn_pong,
+    "sac_halfcheetah": sac_halfcheetah,
+    "td3_halfcheetah": td3_halfcheetah,
+    "ppo_halfcheetah": ppo_halfcheetah,
+}

@@ -1,0 +1,120 @@
+"""Atari through ale-py: registration, the standard preprocessing, and whole-game scores.
+
+``ALE/...`` ids are registered only when ale-py is imported (ale-py >= 0.9), so
+:func:`register_atari` imports it on demand, and an ALE id without ale-py installed is one line
+naming the extra to install. Preprocessing follows the usual protocol (Mnih et al. 2015 with
+Machado et al. 2018's sticky actions, as in the v5 ids): noop reset (up to 30 no-ops), frame
+skip 4 with max-pooling of the last two frames, 84x84 grey frames, 4 frames stacked (channels
+first, ``uint8``), sticky actions with probability 0.25, and for training envs only: a life
+lost ends the learner's episode while the game goes on, and rewards are clipped to their sign.
+Evaluation envs play whole games with raw rewards.
+
+Two implementations, chosen by ``env.vectorization``:
+
+- ``native`` (``auto``'s choice): ale-py's ``AtariVectorEnv``, a C++ vector env with the
+  preprocessing built in, stepped by its own threads (``env.atari.num_threads``);
+- ``sync`` / ``async``: gymnasium's ``AtariPreprocessing`` and ``FrameStackObservation``
+  around each env.
+
+Both play whole games with raw rewards; :class:`~pytorchrl.envs.vec_env.VecEnv` makes the
+training episodes: a drop in ``info["lives"]`` ends the learner's episode (the step after it is
+masked like a reset step, as SB3's ``EpisodicLifeEnv`` spends a no-op there) while the game goes
+on, and rewards are clipped after they are added to the game's score. Neither library's own
+life-loss option does this: gymnasium's ``terminal_on_life_loss`` and ale-py's
+``episodic_life`` both reset the whole game after the first life lost, which would train on
+first lives only. ``progress.csv`` and evaluations show the score of whole games, never the
+clipped per-life return.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from pytorchrl.utils.errors import InputError
+
+EXTRA = "pip install 'pytorchrl[atari]'"
+
+
+def is_atari_id(env_id: str) -> bool:
+    """Whether ``env_id`` names an ale-py env (``ALE/...``, or a registered id served by ale-py)."""
+    if env_id.startswith("ALE/"):
+        return True
+    spec = gym.registry.get(env_id)
+    return spec is not None and "ale_py" in str(spec.entry_point)
+
+
+def register_atari(env_id: str | None = None) -> bool:
+    """Register ale-py's ids (a no-op once done); False if ale-py is not installed.
+
+    :raises InputError: when ``env_id`` is an ALE id and ale-py is missing.
+    """
+    try:
+        import ale_py
+    except ImportError:
+        if env_id is not None and env_id.startswith("ALE/"):
+            raise InputError(f"env.env_id = {env_id!r} needs ale-py, which is not installed: {EXTRA}") from None
+        return False
+    gym.register_envs(ale_py)
+    return True
+
+
+def atari_spaces(env_id: str, atari: dict[str, Any], env_kwargs: dict[str, Any]) -> tuple[gym.Space, gym.Space]:
+    """The preprocessed observation space (``frame_stack`` grey ``screen_size`` squares, ``uint8``)
+    and the action space of an ALE id, without building the preprocessing."""
+    register_atari(env_id)
+    env = gym.make(env_id, full_action_space=atari["full_action_space"], **env_kwargs)
+    action_space = env.action_space
+    env.close()
+    size = atari["screen_size"]
+    return gym.spaces.Box(0, 255, (atari["frame_stack"], size, size), np.uint8), action_space
+
+
+def make_atari_env(env_id: str, atari: dict[str, Any], *, env_kwargs: dict[str, Any], max_episode_steps: int | None) -> gym.Env:
+    """One preprocessed env of an ALE id, with gymnasium's wrappers (see the module doc)."""
+    frames = atari["max_episode_frames"] if max_episode_steps is None else max_episode_steps * atari["frame_skip"]
+    env = gym.make(
+        env_id, frameskip=1, repeat_action_probability=atari["repeat_action_probability"], full_action_space=atari["full_action_space"],
+        max_num_frames_per_episode=frames, **env_kwargs,
+    )
+    env = gym.wrappers.AtariPreprocessing(
+        env, noop_max=atari["noop_max"], frame_skip=atari["frame_skip"], screen_size=atari["screen_size"], terminal_on_life_loss=False
+    )
+    return gym.wrappers.FrameStackObservation(env, atari["frame_stack"])
+
+
+def make_atari_vector_env(
+    env_id: str, num_envs: int, *, atari: dict[str, Any], vectorization: str, env_kwargs: dict[str, Any],
+    max_episode_steps: int | None, wrap: Callable[[Callable[[], gym.Env]], Callable[[], gym.Env]] | None = None,
+) -> gym.vector.VectorEnv:
+    """The preprocessed vector env of an ALE id (see the module doc).
+
+    :param atari: the ``env.atari`` section as a dict.
+    :param vectorization: ``auto`` / ``native``: ale-py's ``AtariVectorEnv``; ``sync`` / ``async``: gymnasium's.
+    :param wrap: wraps each single-env constructor (``restart_failed_envs``; sync/async only).
+    """
+    register_atari(env_id)
+    if vectorization in ("auto", "native") and wrap is None:
+        from ale_py.vector_env import AtariVectorEnv
+
+        game = gym.spec(env_id).kwargs.get("game")
+        if game is None:
+            raise InputError(f"env.env_id = {env_id!r} is not an ale-py game id; use env.vectorization 'sync'")
+        frames = atari["max_episode_frames"] if max_episode_steps is None else max_episode_steps * atari["frame_skip"]
+        return AtariVectorEnv(
+            game, num_envs, num_threads=atari["num_threads"], frameskip=atari["frame_skip"], img_height=atari["screen_size"],
+            img_width=atari["screen_size"], stack_num=atari["frame_stack"], noop_max=atari["noop_max"], episodic_life=False,
+            reward_clipping=False, repeat_action_probability=atari["repeat_action_probability"], full_action_space=atari["full_action_space"],
+            max_num_frames_per_episode=frames, use_fire_reset=False, **env_kwargs,
+        )
+    make: Callable[[], gym.Env] = functools.partial(
+        make_atari_env, env_id, atari, env_kwargs=env_kwargs, max_episode_steps=max_episode_steps
+    )
+    if wrap is not None:
+        make = wrap(make)
+    cls = gym.vector.AsyncVectorEnv if vectorization == "async" else gym.vector.SyncVectorEnv
+    return cls([make] * num_envs, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)

@@ -1,0 +1,219 @@
+"""Encoders on every space, for every actor; images stay uint8 through storages and Ray."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from pytorchrl.agent.actors.networks import EncoderError, EncoderSpec, ImpalaResNet, NatureCNN
+from pytorchrl.agent.actors.off_policy import OffPolicyActor, PolicyCriticActor
+from pytorchrl.agent.actors.on_policy import OnPolicyActor
+from pytorchrl.agent.algorithms import ALGORITHMS
+from pytorchrl.agent.storages.off_policy.replay_storage import ReplayStorage
+from pytorchrl.agent.storages.on_policy.gae_buffer import GAEBuffer
+from pytorchrl.config import ALGORITHM_CONFIGS, load_config
+from pytorchrl.envs.vec_env import VecEnv
+from pytorchrl.utils.errors import InputError
+from pytorchrl.utils.spaces import obs_layout, pack_dict
+from tests.conftest import CONFIGS
+
+IMAGE_CHW = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+IMAGE_HWC = gym.spaces.Box(0, 255, (40, 40, 3), np.uint8)
+VECTOR = gym.spaces.Box(-1, 1, (5,), np.float32)
+DISCRETE = gym.spaces.Discrete(7)
+MIXED = gym.spaces.Dict({"camera": gym.spaces.Box(0, 255, (1, 36, 36), np.uint8), "goal": gym.spaces.Discrete(3), "pose": VECTOR})
+IMAGES = gym.spaces.Dict({"a": gym.spaces.Box(0, 255, (1, 36, 36), np.uint8), "b": gym.spaces.Box(0, 255, (2, 36, 36), np.uint8)})
+
+
+def _batch(space: gym.Space, n: int = 3) -> torch.Tensor:
+    """``n`` stored observations of ``space`` (as the vector env hands them out)."""
+    samples = [space.sample() for _ in range(n)]
+    if isinstance(space, gym.spaces.Dict):
+        return torch.from_numpy(pack_dict(space, {k: np.stack([s[k] for s in samples]) for k in space.spaces}, n))
+    return torch.from_numpy(np.asarray(samples, dtype=obs_layout(space).dtype))
+
+
+@pytest.mark.parametrize(
+    ("space", "kind", "width"),
+    [
+        (VECTOR, "auto", 16), (VECTOR, "mlp", 16), (DISCRETE, "auto", 16),
+        (IMAGE_CHW, "auto", 16), (IMAGE_CHW, "nature_cnn", 16), (IMAGE_CHW, "impala_resnet", 16), (IMAGE_CHW, "mlp", 16),
+        (IMAGE_HWC, "nature_cnn", 16), (IMAGE_HWC, "impala_resnet", 16),
+        (MIXED, "auto", 16), (MIXED, "impala_resnet", 16), (IMAGES, "auto", 16), (MIXED, "auto", None),
+    ],
+)
+def test_encoder_output_shape_and_dtype(space, kind, width):
+    spec = EncoderSpec(kind=kind, hidden_sizes=(width,) if width else (), cnn_features=32)
+    encoder = spec.build(space)
+    obs = _batch(space)
+    out = encoder(obs)
+    assert out.shape == (3, encoder.out_features) and out.dtype == torch.float32
+    assert torch.isfinite(out).all()
+    if width:
+        assert encoder.out_features == width
+
+
+def test_auto_picks_a_cnn_for_images_and_none_for_vectors():
+    assert isinstance(EncoderSpec().extractor(IMAGE_CHW), NatureCNN)
+    assert isinstance(EncoderSpec(kind="impala_resnet").extractor(IMAGE_CHW), ImpalaResNet)
+    assert EncoderSpec().extractor(VECTOR) is None  # a flat Box: the encoder is the MLP itself
+    assert [k for k in EncoderSpec().build(VECTOR).state_dict()] == ["layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias"]
+
+
+def test_images_are_scaled_on_the_encoders_device():
+    cnn = NatureCNN(IMAGE_CHW, features=8)
+    obs = _batch(IMAGE_CHW)
+    by_hand = torch.relu(torch.nn.functional.conv2d(obs.float() / 255, cnn.convs[0].weight, cnn.convs[0].bias, 4))
+    assert torch.allclose(torch.relu(cnn.convs[0](obs.float() / 255)), by_hand)
+    channels_last = NatureCNN(IMAGE_HWC, features=8)
+    img = _batch(IMAGE_HWC)
+    first = torch.relu(channels_last.convs[0](img.permute(0, 3, 1, 2).float() / 255))
+    second = torch.relu(channels_last.convs[1](first))
+    third = torch.relu(channels_last.convs[2](second))
+    assert torch.allclose(channels_last(img), torch.relu(channels_last.linear(third.flatten(1))), atol=1e-6)
+
+
+def test_dict_encoder_one_hots_discrete_keys_and_keeps_vectors():
+    space = gym.spaces.Dict({"goal": gym.spaces.Discrete(3), "pose": gym.spaces.Box(-1, 1, (2,), np.float32)})
+    extractor = EncoderSpec().extractor(space)
+    packed = torch.tensor([[2.0, 0.5, -0.5], [0.0, 0.1, 0.2]])  # keys in order: goal, pose
+    assert torch.equal(extractor(packed), torch.tensor([[0, 0, 1, 0.5, -0.5], [1, 0, 0, 0.1, 0.2]]))
+
+
+@pytest.mark.parametrize(
+    ("spec", "space", "needle"),
+    [
+        (EncoderSpec(kind="nature_cnn"), VECTOR, "needs image observations"),
+        (EncoderSpec(kind="nature_cnn"), gym.spaces.Box(0, 255, (1, 20, 20), np.uint8), "too small for encoder 'nature_cnn'"),
+        (EncoderSpec(kind="impala_resnet"), gym.spaces.Dict({"x": VECTOR}), "needs an image key"),
+        (EncoderSpec(kind="cnn"), VECTOR, "unknown encoder 'cnn'"),
+        (EncoderSpec(), gym.spaces.Dict({"bits": gym.spaces.MultiBinary(3)}), "Dict key 'bits' is MultiBinary(3)"),
+    ],
+)
+def test_encoders_that_cannot_take_a_space_name_it(spec, space, needle):
+    with pytest.raises(EncoderError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        spec.build(space)
+
+
+def test_mlp_on_a_large_image_warns_once_in_the_driver():
+    from pytorchrl.agent.algorithms.wiring import check_encoder
+
+    with pytest.warns(UserWarning, match="flattens to 28224 inputs"):
+        check_encoder(EncoderSpec(kind="mlp"), IMAGE_CHW, "ALE/Pong-v5")
+
+
+@pytest.mark.parametrize("space", [IMAGE_CHW, MIXED, DISCRETE])
+def test_every_actor_takes_any_encoder(space):
+    spec = EncoderSpec(hidden_sizes=(8,), cnn_features=16, activation="relu")
+    obs = _batch(space, 4)
+    on = OnPolicyActor(space, gym.spaces.Discrete(3), encoder=spec, shared_network=True)
+    action, extra, _ = on.get_action(obs)
+    assert action.shape == (4,) and extra["value"].shape == (4,)
+    q = OffPolicyActor(space, gym.spaces.Discrete(3), encoder=spec, dueling=True)
+    assert q.q_net(obs).shape == (4, 3)
+    for shared in (False, True):
+        sac = PolicyCriticActor(space, gym.spaces.Box(-1, 1, (2,)), encoder=spec, shared_network=shared)
+        act, _ = sac.sample(obs)
+        assert act.shape == (4, 2) and sac.q_values(obs, act).shape == (2, 4)
+
+
+def test_shared_sac_encoder_is_trained_by_the_critic_only():
+    from pytorchrl.agent.algorithms import SAC
+
+    spec = EncoderSpec(hidden_sizes=(8,), cnn_features=16, activation="relu")
+    actor = PolicyCriticActor(IMAGE_HWC, gym.spaces.Box(-1, 1, (2,)), encoder=spec, shared_network=True)
+    algo = SAC(actor)
+    obs = _batch(IMAGE_HWC, 8)
+    algo.flat_grad.zero_()
+    new_action, _ = actor.sample(obs)
+    actor.q_values(obs, new_action, frozen=True).min(0).values.mean().backward()
+    assert all(float(p.grad.abs().sum()) == 0.0 for p in actor.critic_extractor.parameters())
+    batch = {"obs": obs, "actions": torch.rand(8, 2) * 2 - 1, "rewards": torch.ones(8), "next_obs": obs, "discounts": torch.full((8,), 0.99)}
+    algo.compute_gradients(batch)
+    assert any(float(p.grad.abs().sum()) > 0.0 for p in actor.critic_extractor.parameters())
+    assert "critic_extractor.convs.0.weight" in algo.get_weights(acting=True)  # collection workers need it to act
+
+
+def test_uint8_observations_stay_uint8_in_rollout_and_replay_storage():
+    env = VecEnv("pytorchrl/ImageSide-v0", num_envs=2, seed=0)
+    obs = env.reset()
+    assert obs.dtype == torch.uint8
+    shapes = {"num_steps": 3, "num_envs": 2, "obs_shape": (1, 36, 36), "obs_dtype": "uint8", "action_shape": (), "discrete": True}
+    for storage in (GAEBuffer(gamma=0.99, gae_lambda=0.95, **shapes), ReplayStorage(capacity=64, start_steps=1, **shapes)):
+        storage.reset(obs)
+        for _, _, action in storage.acting_slots():
+            action.zero_()
+            next_obs, reward, terminated, truncated, valid = env.step_arrays(action.numpy())
+            storage.insert(reward=reward, terminated=terminated, truncated=truncated, valid=valid, next_obs=next_obs)
+        assert storage.obs.dtype == torch.uint8 and storage.obs.element_size() == 1
+        data = storage.get_data()
+        assert data["obs"].dtype == torch.uint8 and data["obs"].nbytes == 4 * 2 * 36 * 36
+    storage.add_data(data)
+    assert storage.buffer.obs_nbytes == 64 * 36 * 36  # one byte per pixel
+    assert storage.buffer.sample(5)["obs"].dtype == torch.uint8
+    env.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_uint8_rollouts_cross_a_ray_worker_as_uint8(ray_session):
+    from pytorchrl.scheme.scheme import build_scheme
+
+    cfg = load_config(CONFIGS / "ppo/cartpole.yaml", ["env.env_id=pytorchrl/ImageSide-v0", "env.num_envs=2", "storage.num_steps=4",
+                                                       "scheme.num_col_workers=1", "scheme.compress_data=true"])
+    scheme = build_scheme(cfg)
+    try:
+        col = scheme.collection_workers
+        col.sync_weights(scheme.algorithm.get_weights(acting=True), scheme.algorithm.version)
+        rollouts, _ = col.collect()
+        assert rollouts and all(r["obs"].dtype == torch.uint8 and r["obs"].nbytes == 5 * 2 * 36 * 36 for r in rollouts)
+    finally:
+        scheme.close()
+
+
+def test_every_registered_algorithm_declares_its_config_and_wiring():
+    for name, cls in ALGORITHMS.items():
+        assert cls.config_class is ALGORITHM_CONFIGS[name], name
+        assert "wire" in vars(cls) or any("wire" in vars(base) for base in cls.__mro__[1:-2]), name
+    import inspect
+
+    from pytorchrl.scheme import scheme
+
+    source = inspect.getsource(scheme)
+    assert not any(f'"{name}"' in source or cls.__name__ + "(" in source for name, cls in ALGORITHMS.items())
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        (["actor.encoder=nature_cnns"], "config key 'actor.encoder' = 'nature_cnns' is not allowed (did you mean 'nature_cnn'?)"),
+        (["actor.encoder=nature_cnn"], "actor.encoder = 'nature_cnn' on env.env_id = 'CartPole-v1': encoder 'nature_cnn' needs image observations"),
+        (["env.env_id=pytorchrl/DictTarget-v0", "env.normalize_obs=true"], "env.normalize_obs = true needs a Box observation space of floats"),
+    ],
+)
+def test_bad_encoder_input_is_one_line(overrides, needle):
+    from pytorchrl.scheme.scheme import build_scheme
+
+    with pytest.raises(InputError) as info:
+        build_scheme(load_config(CONFIGS / "ppo/cartpole.yaml", overrides))
+    assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_cnn_policies_score_while_acting_and_match_the_rollout_scoring():
+    from pytorchrl.agent.algorithms import wire
+    from pytorchrl.scheme.collection.collection_worker import CollectionWorker
+
+    cfg = load_config(CONFIGS / "ppo/cartpole.yaml", ["env.env_id=pytorchrl/ImageSide-v0", "env.num_envs=3", "storage.num_steps=5",
+                                                       "actor.encoder=nature_cnn", "actor.cnn_features=16"])
+    factory, obs_space, act_space = VecEnv.create_factory(cfg.env.env_id, num_envs=3)
+    wiring = wire(ALGORITHMS["ppo"], cfg, obs_space, act_space)
+    worker = CollectionWorker(0, env_factory=factory, actor_factory=wiring.actor, algo_factory=wiring.algorithm, storage_factory=wiring.storage)
+    assert worker.actor.scores_while_acting
+    data, _ = worker.collect_data()
+    with torch.no_grad():
+        log_prob, value = worker.actor.score(data["obs"].flatten(0, 1), torch.cat([data["actions"], data["actions"][:1]]).flatten(0, 1))
+    assert torch.allclose(data["values"], value.view(6, 3), atol=1e-5)  # the bootstrap value included
+    assert torch.allclose(data["log_probs"], log_prob.view(6, 3)[:5], atol=1e-5)
+    worker.close()

@@ -1,0 +1,113 @@
+"""Atari: ale-py registration, the preprocessing, and raw whole-game scores in both vector envs."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from pytorchrl.config import AtariConfig, load_config
+from pytorchrl.envs.atari import register_atari
+from pytorchrl.envs.vec_env import VecEnv, check_env_id
+from pytorchrl.utils.errors import InputError
+from tests.conftest import CONFIGS
+
+ATARI = dataclasses.asdict(AtariConfig())
+
+
+def _play_games(env: VecEnv, games: int, max_steps: int = 20_000) -> tuple[list[tuple[int, float, int]], list[list[float]], np.ndarray]:
+    """Random play until ``games`` games finished: ``(episodes, rewards per env, learner episode ends per env)``."""
+    rng = np.random.default_rng(0)
+    env.reset()
+    finished: list[tuple[int, float, int]] = []
+    rewards: list[list[float]] = [[] for _ in range(env.num_envs)]
+    ends = np.zeros(env.num_envs, dtype=np.int64)
+    for _ in range(max_steps):
+        _, reward, terminated, truncated, valid = env.step_arrays(rng.integers(env.action_space.n, size=env.num_envs))
+        for i in range(env.num_envs):
+            if valid[i]:
+                rewards[i].append(float(reward[i]))
+        ends += terminated | truncated
+        finished += env.pop_episodes()
+        if len(finished) >= games:
+            return finished, rewards, ends
+    raise AssertionError(f"fewer than {games} games finished in {max_steps} steps")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("vectorization", ["native", "sync"])
+def test_training_envs_clip_rewards_and_end_on_lives_but_report_raw_whole_games(vectorization):
+    env = VecEnv("ALE/Breakout-v5", num_envs=1, seed=0, vectorization=vectorization, atari=ATARI)
+    try:
+        obs = env.reset()
+        assert obs.shape == (1, 4, 84, 84) and obs.dtype == torch.uint8
+        episodes, rewards, ends = _play_games(env, 1)
+    finally:
+        env.close()
+    assert set(rewards[0]) <= {-1.0, 0.0, 1.0}  # clipped for the learner
+    assert ends[0] == 5  # Breakout has 5 lives: 5 learner episodes in one game
+    assert len(episodes) == 1 and episodes[0][2] == len(rewards[0])  # one game, every step of it
+    assert episodes[0][1] >= sum(rewards[0]) and float(episodes[0][1]).is_integer()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("vectorization", ["native", "sync"])
+def test_evaluation_envs_play_whole_games_with_raw_rewards(vectorization):
+    env = VecEnv("ALE/Breakout-v5", num_envs=2, seed=0, test=True, vectorization=vectorization, atari=ATARI)
+    try:
+        episodes, rewards, ends = _play_games(env, 2)
+    finally:
+        env.close()
+    for index, score, length in episodes[:2]:
+        assert ends[index] >= 1 and length >= 5  # ended by the game, not by a life
+        assert score == sum(rewards[index][:length])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_pong_scores_are_whole_games_of_21_points():
+    env = VecEnv("ALE/Pong-v5", num_envs=2, seed=0, vectorization="native", atari=ATARI)
+    try:
+        episodes, rewards, _ = _play_games(env, 1)
+    finally:
+        env.close()
+    index, score, length = episodes[0]
+    assert score == sum(rewards[index][:length]) and -21 <= score <= -15  # random play loses a whole game
+
+
+def test_an_ale_id_without_ale_py_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ale_py", None)  # import ale_py raises ImportError
+    with pytest.raises(InputError, match=r"needs ale-py, which is not installed: pip install 'pytorchrl\[atari\]'"):
+        register_atari("ALE/Qbert-v5")
+    assert register_atari() is False
+
+
+def test_ale_ids_are_registered_on_demand():
+    check_env_id("ALE/Pong-v5")  # no "not a registered gymnasium id"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_atari_ppo_config_trains_and_evaluates_raw_scores(tmp_path):
+    from pytorchrl.evaluation import evaluate_checkpoint
+    from pytorchrl.learner import Learner
+
+    cfg = load_config(
+        CONFIGS / "ppo/atari_pong.yaml",
+        ["storage.num_steps=16", "env.num_envs=2", "run.target_steps=64", "run.eval_every=0", "run.eval_episodes=1", "env.num_test_envs=1",
+         "env.max_episode_steps=200", "run.torch_threads=1"],
+    )
+    learner = Learner.from_config(cfg, run_dir=tmp_path / "run", progress=False)
+    try:
+        summary = learner.train()
+    finally:
+        learner.close()
+    assert summary["env_steps"] == 64 and summary["final_eval_return_mean"] is not None
+    result = evaluate_checkpoint(tmp_path / "run", episodes=1, video_dir=tmp_path / "video")
+    assert (tmp_path / "video" / "episode.gif").stat().st_size > 0
+    assert float(result["returns"][0]).is_integer()  # a raw score: whole points
