@@ -197,10 +197,9 @@ def collection(seeds: list[int], *, num_envs: int = 64, steps: int = 2_000, repe
 
 
 def _collection_worker(cls: Any, actor_cfg: Any, *, num_envs: int, num_steps: int) -> Any:
-    import dataclasses
-
     from pytorchrl.agent.actors.on_policy import OnPolicyActor
     from pytorchrl.agent.algorithms import PPO
+    from pytorchrl.agent.algorithms.wiring import encoder_spec
     from pytorchrl.agent.storages.on_policy.gae_buffer import GAEBuffer
     from pytorchrl.envs.vec_env import VecEnv
 
@@ -208,7 +207,10 @@ def _collection_worker(cls: Any, actor_cfg: Any, *, num_envs: int, num_steps: in
     return cls(
         1,
         env_factory=env_factory,
-        actor_factory=OnPolicyActor.create_factory(obs_space, act_space, **dataclasses.asdict(actor_cfg)),
+        actor_factory=OnPolicyActor.create_factory(
+            obs_space, act_space, encoder=encoder_spec(actor_cfg), shared_network=actor_cfg.shared_network,
+            log_std_init=actor_cfg.log_std_init, ortho_init=actor_cfg.ortho_init,
+        ),
         algo_factory=PPO.create_factory(),
         storage_factory=GAEBuffer.create_factory(
             num_steps=num_steps, num_envs=num_envs, obs_shape=obs_space.shape, action_shape=(), discrete=True

@@ -92,6 +92,30 @@ def test_ale_ids_are_registered_on_demand():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    ("config", "overrides"),
+    [
+        ("appo/atari_pong.yaml", ["scheme.num_col_workers=2", "storage.num_steps=16", "run.target_steps=128"]),
+        ("dqn/atari_pong.yaml", ["algorithm.start_steps=64", "algorithm.update_every=8", "storage.capacity=1000", "run.target_steps=128"]),
+    ],
+    ids=["appo_2_remote_async", "rainbow_dqn"],
+)
+def test_atari_configs_of_other_schemes_train(ray_session, tmp_path, config, overrides):
+    from pytorchrl.learner import Learner
+
+    cfg = load_config(CONFIGS / config, [*overrides, "env.num_envs=2", "run.eval_every=0", "run.eval_episodes=1", "env.num_test_envs=1",
+                                         "env.max_episode_steps=100", "run.torch_threads=1"])
+    learner = Learner.from_config(cfg, run_dir=tmp_path / "run", progress=False)
+    try:
+        summary = learner.train()
+    finally:
+        learner.close()
+    assert summary["env_steps"] >= 128 and learner.updates > 0
+    assert float(summary["final_eval_return_mean"]).is_integer()
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_atari_ppo_config_trains_and_evaluates_raw_scores(tmp_path):
     from pytorchrl.evaluation import evaluate_checkpoint
