@@ -31,3 +31,17 @@ def test_mujoco_configs_train_and_evaluate(tmp_path, config, overrides):
         learner.close()
     assert summary["env_steps"] == 512 and learner.updates > 0
     assert math.isfinite(summary["final_eval_return_mean"])
+
+
+@pytest.mark.learning
+@pytest.mark.timeout(180)
+def test_ppo_balances_mujocos_inverted_pendulum():
+    """The MuJoCo family's CI learning test: a Gaussian policy in a physics env, in seconds."""
+    cfg = load_config(CONFIGS / "ppo/cartpole.yaml", ["env.env_id=InvertedPendulum-v5", "run.target_steps=40000", "run.stop_at_return=500",
+                                                      "run.eval_every=2048"])
+    learner = Learner.from_config(cfg, progress=False)
+    try:
+        summary = learner.train()
+    finally:
+        learner.close()
+    assert summary["solved_at_env_steps"] is not None and summary["solved_at_env_steps"] <= 40000, summary
