@@ -1,4 +1,4 @@
-"""``pytorchrl train | evaluate | benchmark``.
+"""``pytorchrl train | evaluate | plot | benchmark``.
 
 Exit codes: 0 done, 2 bad input (config, env id, checkpoint) with one line on stderr naming the
 key or file, 1 anything else.
@@ -65,6 +65,14 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--video", metavar="DIR", help="also record one episode per env as a GIF in DIR")
     evaluate.set_defaults(func=_evaluate)
 
+    plot = sub.add_parser("plot", help="learning curves of run directories (seeds of one config: mean and min-max band)")
+    plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    plot.add_argument("-o", "--output", default="curves.png", help="image file to write (default curves.png)")
+    plot.add_argument("--metric", default="eval_return_mean", help="progress.csv column (default eval_return_mean)")
+    plot.add_argument("--compare", nargs="+", metavar="METRIC", help="several columns side by side (instead of --metric)")
+    plot.add_argument("--x", default="env_steps", help="x axis: env_steps or wall_time_s")
+    plot.set_defaults(func=_plot)
+
     bench = sub.add_parser("benchmark", help="print the figures of BENCHMARKS.md")
     bench.add_argument("names", nargs="*", metavar="NAME", help="benchmarks to run (default: all); see --list")
     bench.add_argument("--list", action="store_true", help="list the benchmarks")
@@ -126,6 +134,14 @@ def _evaluate(args: argparse.Namespace) -> int:
         raise InputError(f"--episodes = {args.episodes} is out of range: must be >= 1")
     result = evaluate_checkpoint(args.path, episodes=args.episodes, video_dir=args.video)
     print(json.dumps(result))
+    return EXIT_OK
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from pytorchrl.plotting import plot_runs
+
+    plot_runs(args.run_dirs, metrics=tuple(args.compare or [args.metric]), x=args.x, output=args.output)
+    print(f"pytorchrl: wrote {args.output}", file=sys.stderr)
     return EXIT_OK
 
 

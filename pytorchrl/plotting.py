@@ -1,0 +1,153 @@
+"""Learning curves from run directories: ``pytorchrl plot RUN_DIR... [-o FILE.png]``.
+
+Each run's ``progress.csv`` gives the curve. Runs whose resolved configs differ only in
+``run.seed`` (and the bookkeeping keys below) are one group: a mean line with a min-max band
+over the seeds, on the x values every run of the group reached (each run is interpolated onto
+them). Different groups get different colours and a legend entry; ``metrics`` of more than one
+name put one panel per metric side by side (``--compare``).
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from pytorchrl.utils.errors import InputError
+
+#: keys that differ between runs of one experiment without making it another
+RUN_KEYS = ("seed", "max_time_s", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints", "stop_at_return", "target_steps")
+X_AXES = ("env_steps", "wall_time_s")
+
+
+@dataclass
+class Run:
+    """One run directory's curve data."""
+
+    path: Path
+    columns: dict[str, list[float]]
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def group_key(self) -> str:
+        config = json.loads(json.dumps(self.config, default=str))
+        for key in RUN_KEYS:
+            config.get("run", {}).pop(key, None)
+        return json.dumps(config, sort_keys=True)
+
+    @property
+    def label(self) -> str:
+        algo, env = self.config.get("algorithm", {}).get("name"), self.config.get("env", {}).get("env_id")
+        return f"{algo} {env}" if algo and env else self.path.name
+
+    def series(self, x: str, metric: str) -> tuple[np.ndarray, np.ndarray]:
+        """The rows where ``metric`` has a value (evaluations are every few rows)."""
+        xs, ys = np.asarray(self.columns[x]), np.asarray(self.columns[metric])
+        keep = ~np.isnan(ys) & ~np.isnan(xs)
+        return xs[keep], ys[keep]
+
+
+def load_run(path: str | Path) -> Run:
+    """Read ``progress.csv`` (and ``config.yaml``, for grouping) of a run directory.
+
+    :raises InputError: when the directory has no readable ``progress.csv``.
+    """
+    path = Path(path)
+    csv_path = path / "progress.csv"
+    if not csv_path.is_file():
+        raise InputError(f"run directory {str(path)!r} has no progress.csv (is it a run directory of pytorchrl train?)")
+    with csv_path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        raise InputError(f"{str(csv_path)!r} has no rows yet")
+    columns = {name: [_number(row.get(name)) for row in rows] for name in rows[0]}
+    config_path = path / "config.yaml"
+    config = (yaml.safe_load(config_path.read_text()) or {}) if config_path.is_file() else {}
+    return Run(path, columns, config)
+
+
+def _number(text: str | None) -> float:
+    try:
+        return float(text) if text not in (None, "") else math.nan
+    except ValueError:
+        return math.nan
+
+
+def group_runs(runs: list[Run]) -> dict[str, list[Run]]:
+    """Runs by experiment (config without the seed), labelled, in the order first seen."""
+    groups: dict[str, list[Run]] = {}
+    for run in runs:
+        groups.setdefault(run.group_key, []).append(run)
+    labelled: dict[str, list[Run]] = {}
+    for members in groups.values():
+        label = members[0].label
+        while label in labelled:  # two configs of one algorithm and env: tell them apart by directory
+            label = f"{label} ({members[0].path.name})"
+        labelled[label] = members
+    return labelled
+
+
+def band(runs: list[Run], x: str, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(x, mean, min, max)`` of ``metric`` over ``runs``, on the first run's x values up to the
+    shortest run's last one; each run interpolated linearly onto them."""
+    series = [run.series(x, metric) for run in runs]
+    series = [(xs, ys) for xs, ys in series if len(xs)]
+    if not series:
+        return (np.empty(0),) * 4  # type: ignore[return-value]
+    end = min(xs[-1] for xs, _ in series)
+    grid = series[0][0][series[0][0] <= end]
+    values = np.stack([np.interp(grid, xs, ys) for xs, ys in series])
+    return grid, values.mean(0), values.min(0), values.max(0)
+
+
+def plot_runs(
+    run_dirs: list[str | Path], *, metrics: tuple[str, ...] = ("eval_return_mean",), x: str = "env_steps", output: str | Path | None = None
+) -> Any:
+    """Draw the curves of ``run_dirs`` (see the module doc) and save them to ``output`` if given.
+
+    :return: the matplotlib figure (its lines hold the plotted data).
+    :raises InputError: for a directory without ``progress.csv``, an unknown metric or x axis,
+        or matplotlib missing.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise InputError("plot needs matplotlib: pip install 'pytorchrl[plot]'") from None
+    if x not in X_AXES:
+        raise InputError(f"--x = {x!r} is not allowed; allowed: {', '.join(X_AXES)}")
+    runs = [load_run(d) for d in run_dirs]
+    for metric in metrics:
+        if all(metric not in run.columns for run in runs):
+            known = sorted({c for run in runs for c in run.columns})
+            near = difflib.get_close_matches(metric, known, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else f"; columns: {', '.join(known)}"
+            raise InputError(f"--metric = {metric!r} is not a progress.csv column{hint}")
+    fig, axes = plt.subplots(1, len(metrics), figsize=(6.4 * len(metrics), 4.2), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        for i, (label, members) in enumerate(group_runs(runs).items()):
+            usable = [r for r in members if metric in r.columns]
+            grid, mean, low, high = band(usable, x, metric)
+            colour = f"C{i % 10}"
+            seeds = f" ({len(usable)} seeds)" if len(usable) > 1 else ""
+            ax.plot(grid, mean, color=colour, label=label + seeds)
+            if len(usable) > 1:
+                ax.fill_between(grid, low, high, color=colour, alpha=0.2, linewidth=0)
+        ax.set_xlabel(x)
+        ax.set_ylabel(metric)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    if output is not None:
+        fig.savefig(output, dpi=110)
+        plt.close(fig)
+    return fig

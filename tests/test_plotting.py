@@ -1,0 +1,65 @@
+"""`pytorchrl plot`: the drawn lines are progress.csv's data; seeds of one config are one band."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from pytorchrl.cli import main
+from pytorchrl.plotting import plot_runs
+
+
+def _run_dir(root: Path, name: str, seed: int, rows: list[tuple[int, float, str]], lr: float = 1e-3) -> Path:
+    path = root / name
+    path.mkdir()
+    with (path / "progress.csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["env_steps", "wall_time_s", "train_return_mean", "eval_return_mean"])
+        for steps, wall, value in rows:
+            writer.writerow([steps, wall, 1.0, value])
+    config = {"env": {"env_id": "CartPole-v1"}, "algorithm": {"name": "ppo", "lr": lr}, "run": {"seed": seed}}
+    (path / "config.yaml").write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_a_single_run_is_drawn_from_its_progress_csv(tmp_path):
+    run = _run_dir(tmp_path, "a", 0, [(100, 1.0, ""), (200, 2.0, "10"), (300, 3.0, ""), (400, 4.0, "30")])
+    out = tmp_path / "curve.png"
+    fig = plot_runs([run], output=out)
+    assert out.stat().st_size > 0
+    assert np.array_equal(fig.axes[0].lines[0].get_xydata(), [[200, 10], [400, 30]])  # evaluation rows only
+    wall = plot_runs([run], x="wall_time_s")
+    assert np.array_equal(wall.axes[0].lines[0].get_xydata(), [[2.0, 10], [4.0, 30]])
+
+
+def test_seeds_of_one_config_are_a_mean_with_a_band_and_configs_get_their_own_line(tmp_path):
+    a = _run_dir(tmp_path, "s0", 0, [(100, 1.0, "0"), (200, 2.0, "10")])
+    b = _run_dir(tmp_path, "s1", 1, [(100, 1.0, "4"), (200, 2.0, "30"), (300, 3.0, "50")])
+    other = _run_dir(tmp_path, "lr", 0, [(100, 1.0, "7")], lr=3e-4)
+    fig = plot_runs([a, b, other], metrics=("eval_return_mean", "train_return_mean"))
+    ax = fig.axes[0]
+    mean, single = ax.lines
+    assert np.array_equal(mean.get_xydata(), [[100, 2], [200, 20]])  # up to the shortest run
+    assert mean.get_label() == "ppo CartPole-v1 (2 seeds)" and mean.get_color() != single.get_color()
+    band = ax.collections[0].get_paths()[0].vertices
+    assert band[:, 1].min() == 0 and band[:, 1].max() == 30  # min-max over the seeds
+    assert len(fig.axes) == 2 and fig.axes[1].get_ylabel() == "train_return_mean"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["nowhere"], "run directory 'nowhere' has no progress.csv"),
+        (["RUN", "--metric", "eval_retrun_mean"], "--metric = 'eval_retrun_mean' is not a progress.csv column (did you mean 'eval_return_mean'?)"),
+        (["RUN", "--x", "updates"], "--x = 'updates' is not allowed; allowed: env_steps, wall_time_s"),
+    ],
+)
+def test_bad_plot_input_is_one_line_and_exit_2(tmp_path, capsys, args, needle):
+    run = _run_dir(tmp_path, "a", 0, [(100, 1.0, "1")])
+    code = main(["plot", *[str(run) if a == "RUN" else a for a in args], "-o", str(tmp_path / "x.png")])
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and err.count("\n") == 1
