@@ -1,10 +1,14 @@
 """pytorchrl: scalable reinforcement learning with PyTorch on Ray."""
 
+import re
+
 from setuptools import find_packages, setup
+
+VERSION = re.search(r'__version__ = "([^"]+)"', open("pytorchrl/__init__.py").read()).group(1)  # type: ignore[union-attr]
 
 setup(
     name="pytorchrl",
-    version="0.1.0",
+    version=VERSION,
     description="Scalable reinforcement learning with PyTorch on Ray: distributed schemes from one YAML config.",
     long_description=open("README.md").read(),
     long_description_content_type="text/markdown",

@@ -44,7 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from pytorchrl import __version__
+
     parser = argparse.ArgumentParser(prog="pytorchrl", description="Scalable reinforcement learning with PyTorch on Ray.")
+    parser.add_argument("--version", action="version", version=f"pytorchrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train from a YAML config (or resume a run)")

@@ -208,3 +208,12 @@ def test_custom_scheme_script_trains(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = eval(proc.stdout.strip().splitlines()[-1], {})  # the script prints the summary dict
     assert summary["env_steps"] >= 1024 and summary["final_eval_return_mean"] > 0
+
+
+def test_version(capsys):
+    from pytorchrl import __version__
+    from pytorchrl.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0 and capsys.readouterr().out.strip() == f"pytorchrl {__version__}"
