@@ -67,7 +67,7 @@ def atari_collection(seeds: list[int], *, num_envs: int = 16, steps: int = 256, 
 
     del seeds
     configure_process(1)
-    cfg = load_config(_config_path("ppo/atari_pong.yaml"), [f"env.num_envs={num_envs}", f"storage.num_steps={steps}"])
+    cfg = load_config(_config_path("ppo/atari_pong.yaml"), [f"env.num_envs={num_envs}", f"storage.num_steps={steps}", "env.atari.num_threads=1"])
     env_factory, obs_space, act_space = VecEnv.create_factory(cfg.env.env_id, num_envs=num_envs, atari=dataclasses.asdict(cfg.env.atari))
     assert isinstance(act_space, gym.spaces.Discrete)
     wiring = wire(ALGORITHMS["ppo"], cfg, obs_space, act_space)

@@ -76,6 +76,7 @@ def atari_spaces(env_id: str, atari: dict[str, Any], env_kwargs: dict[str, Any])
 
 def make_atari_env(env_id: str, atari: dict[str, Any], *, env_kwargs: dict[str, Any], max_episode_steps: int | None) -> gym.Env:
     """One preprocessed env of an ALE id, with gymnasium's wrappers (see the module doc)."""
+    register_atari(env_id)  # also in subprocesses that were spawned, not forked
     frames = atari["max_episode_frames"] if max_episode_steps is None else max_episode_steps * atari["frame_skip"]
     env = gym.make(
         env_id, frameskip=1, repeat_action_probability=atari["repeat_action_probability"], full_action_space=atari["full_action_space"],
@@ -98,6 +99,11 @@ def make_atari_vector_env(
     :param wrap: wraps each single-env constructor (``restart_failed_envs``; sync/async only).
     """
     register_atari(env_id)
+    if vectorization == "native" and wrap is not None:
+        raise InputError(
+            "env.vectorization = 'native' cannot be combined with env.restart_failed_envs = true "
+            "(ale-py's vector env cannot recreate one of its envs); use 'sync' or 'async'"
+        )
     if vectorization in ("auto", "native") and wrap is None:
         from ale_py.vector_env import AtariVectorEnv
 

@@ -149,6 +149,7 @@ class VecEnv:
         self._high = getattr(self.action_space, "high", None)
         role = TEST_ROLE if test else TRAIN_ROLE
         self._seeds = [derive_seed(seed, role, worker_index, i) for i in range(num_envs)]
+        self._seed_keys, self._reseeds = (seed, role, worker_index), 0  # see reset_from_state
         self._native = not isinstance(self.env, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv))
         # env state in plain Python attributes can be snapshot; subprocesses and ALE's C++ state cannot
         self._snapshots = not isinstance(self.env, gym.vector.AsyncVectorEnv) and self._atari is None
@@ -166,6 +167,7 @@ class VecEnv:
         self._episode_return = np.zeros(num_envs, dtype=np.float64)
         self._episode_length = np.zeros(num_envs, dtype=np.int64)
         self._prev_done = np.zeros(num_envs, dtype=bool)
+        self._prev_ends = np.zeros(num_envs, dtype=bool)
         self._finished: list[tuple[int, float, int]] = []
         self._seeded = False
         self.env_restarts_total = 0
@@ -210,6 +212,7 @@ class VecEnv:
         self._episode_return[:] = 0.0
         self._episode_length[:] = 0
         self._prev_done[:] = False
+        self._prev_ends[:] = False
         if self._episodic_life:
             self._lives = np.asarray(info["lives"]).copy()
         return self._obs(obs)
@@ -241,13 +244,16 @@ class VecEnv:
         if restarted is not None:  # a failed step is no transition (reset steps can restart too)
             valid &= ~restarted
         ends = terminated | truncated  # of an episode of the statistics: a whole game on Atari
-        if self._episodic_life:  # a life lost ends the learner's episode; the game goes on
-            lives = np.asarray(info["lives"])
+        # steps of the statistics' episode: the valid ones, and on Atari the masked step after a
+        # life lost too (a real step of the game; only a game over is followed by a reset step)
+        counted = valid | (self._prev_done & ~self._prev_ends)
+        if self._episodic_life and "lives" in info:  # a life lost ends the learner's episode; the game goes on
+            lives = np.where(info.get("_lives", True), np.asarray(info["lives"]), self._lives)  # an env restarted reports none
             terminated = terminated | (lives < self._lives)
             self._lives = lives
         done = terminated | truncated
         self._episode_return += reward  # raw: Atari rewards are clipped below, after the score
-        self._episode_length += valid
+        self._episode_length += counted
         if ends.any():
             ended = np.flatnonzero(ends)
             complete = ended if restarted is None else np.flatnonzero(ends & ~restarted)  # cut ones are partial
@@ -256,7 +262,7 @@ class VecEnv:
             )
             self._episode_return[ended] = 0.0
             self._episode_length[ended] = 0
-        self._prev_done = done
+        self._prev_done, self._prev_ends = done, ends
         if self._clip_sign:
             reward = np.sign(reward)
         if self.reward_scaler is not None:
@@ -321,10 +327,11 @@ class VecEnv:
             self.obs_normalizer.rms.load_state_dict(other.obs_normalizer.rms.state_dict())
 
     def state_dict(self) -> dict[str, Any]:
-        """Normaliser statistics, the envs' random generator states and, unless the envs live in
-        subprocesses, a :func:`~pytorchrl.envs.snapshot.snapshot` of the envs themselves
-        (episodes in progress included) with this wrapper's episode bookkeeping."""
-        state: dict[str, Any] = {"rng": self._rng_states()}
+        """Normaliser statistics and, unless the envs live in subprocesses or in C (Atari), a
+        :func:`~pytorchrl.envs.snapshot.snapshot` of the envs themselves (their generators and
+        episodes in progress included) with this wrapper's episode bookkeeping; otherwise how
+        many times they were reseeded (:meth:`reset_from_state`)."""
+        state: dict[str, Any] = {"reseeds": self._reseeds}
         if self.obs_normalizer is not None:
             state["obs_rms"] = self.obs_normalizer.rms.state_dict()
         if self.reward_scaler is not None:
@@ -345,7 +352,7 @@ class VecEnv:
         back where they were.
 
         :return: whether the envs were restored; if not, call :meth:`reset_from_state` (a reset
-            that continues the saved random streams).
+            with fresh seeds).
         """
         if self.obs_normalizer is not None and "obs_rms" in state:
             self.obs_normalizer.rms.load_state_dict(state["obs_rms"])
@@ -353,7 +360,7 @@ class VecEnv:
             self.reward_scaler.rms.load_state_dict(state["ret_rms"])
             if "scaler_returns" in state:
                 self.reward_scaler.returns = state["scaler_returns"].numpy().copy()
-        self._pending_rng = state.get("rng")
+        self._pending_reseeds = int(state.get("reseeds", 0))
         if "snapshot" not in state or not self._snapshots:
             return False
         restore(self.env, state["snapshot"])
@@ -361,30 +368,20 @@ class VecEnv:
         self._episode_return = episodes["return"].numpy().copy()
         self._episode_length = episodes["length"].numpy().copy()
         self._prev_done = episodes["prev_done"].numpy().copy()
+        self._prev_ends = self._prev_done.copy()  # snapshots are of envs without lives: the same
         self._seeded = bool(episodes["seeded"])
         return True
 
     def reset_from_state(self) -> torch.Tensor:
-        """Reset, then continue the random streams saved by :meth:`load_state_dict`."""
-        obs = self.reset()
-        rng = getattr(self, "_pending_rng", None)
-        if rng:
-            self._set_rng_states(rng)
-        return obs
-
-    def _rng_states(self) -> list[Any]:
-        if self._native:
-            return [self.env.np_random.bit_generator.state]
-        if isinstance(self.env, gym.vector.SyncVectorEnv):
-            return [e.np_random.bit_generator.state for e in self.env.envs]
-        return []  # subprocess envs: their generators live in other processes
-
-    def _set_rng_states(self, states: list[Any]) -> None:
-        if self._native:
-            self.env.np_random.bit_generator.state = states[0]
-        elif isinstance(self.env, gym.vector.SyncVectorEnv):
-            for env, st in zip(self.env.envs, states):
-                env.np_random.bit_generator.state = st
+        """Reset envs that :meth:`load_state_dict` could not put back (their state is in C or in
+        subprocesses) with fresh seeds: derived from the same keys plus the number of such
+        resumes, so a resumed run neither replays the streams its start used nor loses
+        reproducibility (the same checkpoint resumes the same way)."""
+        self._reseeds = getattr(self, "_pending_reseeds", 0) + 1
+        seed, role, worker_index = self._seed_keys
+        self._seeds = [derive_seed(seed, role, worker_index, i, self._reseeds) for i in range(self.num_envs)]
+        self._seeded = False
+        return self.reset()
 
     def close(self) -> None:
         self.env.close()

@@ -10,6 +10,7 @@ that row as follows (:func:`obs_layout`):
 - ``Dict``: the keys' rows flattened and laid back to back in sorted key order (gymnasium's
   order); ``uint8`` when every key is an image-like ``uint8`` Box, else float32. The encoder
   slices each key back out (:func:`dict_slices`), so a Dict needs no special case in any storage.
+  (A ``uint8`` Box that is not an image is stored as float32 like any vector.)
 
 Any other space (``Tuple``, ``Text``, ``Graph``, nested Dicts, ``MultiBinary`` ...) is not
 supported: :func:`check_observation_space` names it.
@@ -71,7 +72,7 @@ def obs_layout(space: gym.Space) -> ObsLayout:
     """The stored row of one observation of ``space`` (see the module doc)."""
     if isinstance(space, gym.spaces.Dict):
         subs = list(space.spaces.values())
-        uint8 = all(isinstance(s, gym.spaces.Box) and s.dtype == np.uint8 for s in subs)
+        uint8 = all(is_image_space(s) for s in subs)  # else a uint8 vector key would reach an MLP as bytes
         return ObsLayout((sum(_leaf_size(s) for s in subs),), np.dtype(np.uint8 if uint8 else np.float32))
     if isinstance(space, gym.spaces.Discrete):
         return ObsLayout((), np.dtype(np.float32))

@@ -50,7 +50,8 @@ def test_training_envs_clip_rewards_and_end_on_lives_but_report_raw_whole_games(
         env.close()
     assert set(rewards[0]) <= {-1.0, 0.0, 1.0}  # clipped for the learner
     assert ends[0] == 5  # Breakout has 5 lives: 5 learner episodes in one game
-    assert len(episodes) == 1 and episodes[0][2] == len(rewards[0])  # one game, every step of it
+    # one game, every step of it: the learner's steps and the masked one after each of 4 lives lost
+    assert len(episodes) == 1 and episodes[0][2] == len(rewards[0]) + 4
     assert episodes[0][1] >= sum(rewards[0]) and float(episodes[0][1]).is_integer()
 
 
@@ -135,3 +136,35 @@ def test_atari_ppo_config_trains_and_evaluates_raw_scores(tmp_path):
     result = evaluate_checkpoint(tmp_path / "run", episodes=1, video_dir=tmp_path / "video")
     assert (tmp_path / "video" / "episode.gif").stat().st_size > 0
     assert float(result["returns"][0]).is_integer()  # a raw score: whole points
+
+
+def test_a_dict_of_uint8_vectors_is_stored_as_floats():
+    import gymnasium as gym
+
+    from pytorchrl.agent.actors.networks import EncoderSpec
+    from pytorchrl.utils.spaces import obs_layout, pack_dict
+
+    space = gym.spaces.Dict({"counts": gym.spaces.Box(0, 255, (3,), np.uint8)})
+    assert obs_layout(space).dtype == np.float32  # a uint8 row would reach the MLP as bytes
+    packed = torch.from_numpy(pack_dict(space, {"counts": np.array([[1, 2, 3]], np.uint8)}, 1))
+    assert EncoderSpec(hidden_sizes=(4,)).build(space)(packed).shape == (1, 4)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_resumed_atari_envs_get_fresh_seeds():
+    env = VecEnv("ALE/Breakout-v5", num_envs=1, seed=0, vectorization="native", atari=ATARI)
+    try:
+        first = env.reset()
+        _play_games(env, 1)
+        state = env.state_dict()
+    finally:
+        env.close()
+    resumed = VecEnv("ALE/Breakout-v5", num_envs=1, seed=0, vectorization="native", atari=ATARI)
+    try:
+        assert resumed.load_state_dict(state) is False  # ALE's state is in C: no snapshot
+        again = resumed.reset_from_state()
+        assert state["reseeds"] == 0 and resumed.state_dict()["reseeds"] == 1
+        assert resumed._seeds != env._seeds and again.shape == first.shape  # not the streams the run started with
+    finally:
+        resumed.close()

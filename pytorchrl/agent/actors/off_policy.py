@@ -317,9 +317,9 @@ class PolicyCriticActor(nn.Module):
             torso, head = self.target_policy
         else:
             torso, head = self.policy_torso, self.policy_head
-        if self.shared_network:
+        if self.shared_network:  # the critics' extractor (the target's for the target policy), detached
             with torch.no_grad():
-                obs = self.critic_extractor.forward(obs)  # type: ignore[union-attr]
+                obs = self.critic_features(obs, target=target)
         linear = cast(nn.Linear, head)  # F.linear rather than the module calls: a tenth of the overhead
         return F.linear(torso.forward(obs), linear.weight, linear.bias)
 

@@ -95,7 +95,8 @@ class CollectionWorker:
             # per step only the policy half acts; scoring the rollout afterwards adds the values
             # and log-probabilities in big batches (ARCHITECTURE.md, "The acting loop")
             noise = actor.draw_noise(storage.num_steps, envs.num_envs).unbind(0)
-            scored = storage.needs_scoring and actor.scores_while_acting
+            # getattr: an actor of a user's own scheme may predate the attribute
+            scored = storage.needs_scoring and getattr(actor, "scores_while_acting", False)
             for step, obs, action in storage.acting_slots():
                 if scored:  # CNN policies: one encoder pass per step gives action, log-prob and value
                     actor.act_scored(obs, noise[step], action, *storage.scoring_rows(step))
