@@ -61,11 +61,11 @@ def wire(algorithm_class: Any, config: Config, observation_space: gym.Space, act
     return algorithm_class.wire(config, observation_space, action_space)
 
 
-def encoder_spec(actor: ActorConfig, **defaults: Any) -> EncoderSpec:
+def encoder_spec(actor: ActorConfig) -> EncoderSpec:
     """The ``actor`` section's encoder keys as an :class:`EncoderSpec`."""
     return EncoderSpec(
         kind=actor.encoder, hidden_sizes=tuple(actor.hidden_sizes), activation=actor.activation,
-        cnn_channels=None if actor.cnn_channels is None else tuple(actor.cnn_channels), cnn_features=actor.cnn_features, **defaults,
+        cnn_channels=None if actor.cnn_channels is None else tuple(actor.cnn_channels), cnn_features=actor.cnn_features,
     )
 
 
