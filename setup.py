@@ -4,7 +4,7 @@ import re
 
 from setuptools import find_packages, setup
 
-VERSION = re.search(r'__version__ = "([^"]+)"', open("pytorchrl/__init__.py").read()).group(1)  # type: ignore[union-attr]
+VERSION = re.search(r'__version__ = "([^"]+)"', open("pytorchrl/version.py").read()).group(1)  # type: ignore[union-attr]
 
 setup(
     name="pytorchrl",

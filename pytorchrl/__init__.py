@@ -20,8 +20,7 @@ from pytorchrl.scheme import (
     build_scheme,
 )
 from pytorchrl.utils.errors import CheckpointError, InputError
-
-__version__ = "0.1.0"
+from pytorchrl.version import __version__ as __version__
 
 __all__ = [
     "A2C",

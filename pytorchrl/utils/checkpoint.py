@@ -4,6 +4,10 @@ A checkpoint is written into a temporary sibling directory and renamed into plac
 while writing leaves the previous checkpoints untouched. It is loaded with
 ``torch.load(weights_only=True)``: a checkpoint can hold tensors, numbers, strings and
 containers, never arbitrary pickled objects.
+
+``meta.json`` names the checkpoint format and the pytorchrl version that wrote it. A checkpoint
+of an older format is upgraded in memory when it is loaded (:data:`UPGRADES`, one step per
+format); one of a newer format than this release reads is refused with one line naming both.
 """
 
 from __future__ import annotations
@@ -20,6 +24,12 @@ from typing import Any
 import torch
 
 from pytorchrl.utils.errors import CheckpointError
+from pytorchrl.version import CHECKPOINT_FORMAT, __version__
+
+
+class CheckpointFormatError(CheckpointError):
+    """A checkpoint this release cannot read at all (a newer format): never skipped for an older one."""
+
 
 STATE_FILE = "state.pt"
 META_FILE = "meta.json"
@@ -29,6 +39,7 @@ _STEP_DIR = re.compile(r"^step_(\d+)$")
 def save_checkpoint(directory: str | Path, state: dict[str, Any], meta: dict[str, Any]) -> Path:
     """Write ``state`` and ``meta`` to ``directory`` atomically (replacing an existing one)."""
     directory = Path(directory)
+    meta = {**meta, "format_version": CHECKPOINT_FORMAT, "pytorchrl_version": __version__}
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
     try:
@@ -65,7 +76,36 @@ def load_checkpoint(directory: str | Path) -> tuple[dict[str, Any], dict[str, An
         raise CheckpointError(f"checkpoint file {str(state_path)!r} is truncated or corrupt ({reason})") from None
     if not isinstance(state, dict):
         raise CheckpointError(f"checkpoint file {str(state_path)!r} does not hold a pytorchrl state")
-    return state, meta
+    return upgrade(state, meta, directory)
+
+
+def _upgrade_1(state: dict[str, Any], meta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Format 1 to 2: nothing to convert (env states without ``reseeds`` count as never reseeded,
+    and their old generator states are ignored); the versions are recorded."""
+    return state, {**meta, "pytorchrl_version": meta.get("pytorchrl_version", "0.1.0 or older")}
+
+
+#: format N -> the function that turns a format-N checkpoint into format N + 1
+UPGRADES = {1: _upgrade_1}
+
+
+def upgrade(state: dict[str, Any], meta: dict[str, Any], where: str | Path = "checkpoint") -> tuple[dict[str, Any], dict[str, Any]]:
+    """``state, meta`` in this release's format (:data:`CHECKPOINT_FORMAT`).
+
+    :raises CheckpointError: for a format newer than this release reads, or an unknown one.
+    """
+    version = meta.get("format_version", 1)
+    if not isinstance(version, int) or version < 1:
+        raise CheckpointFormatError(f"checkpoint {str(where)!r} has an unknown format_version {version!r}")
+    if version > CHECKPOINT_FORMAT:
+        raise CheckpointFormatError(
+            f"checkpoint {str(where)!r} has format {version} (written by pytorchrl {meta.get('pytorchrl_version', '?')}); "
+            f"pytorchrl {__version__} reads formats up to {CHECKPOINT_FORMAT}: upgrade pytorchrl"
+        )
+    while version < CHECKPOINT_FORMAT:
+        state, meta = UPGRADES[version](state, meta)
+        version += 1
+    return state, {**meta, "format_version": version}
 
 
 def list_checkpoints(checkpoints_dir: str | Path) -> list[Path]:
@@ -81,6 +121,8 @@ def load_newest_checkpoint(checkpoints_dir: str | Path) -> tuple[Path, dict[str,
     """The newest readable checkpoint; unreadable newer ones are skipped with a warning.
 
     :raises CheckpointError: when there is no readable checkpoint.
+    :raises CheckpointFormatError: when the newest is of a format this release cannot read (an
+        older checkpoint is then not silently resumed instead).
     """
     candidates = list_checkpoints(checkpoints_dir)
     if not candidates:
@@ -89,6 +131,8 @@ def load_newest_checkpoint(checkpoints_dir: str | Path) -> tuple[Path, dict[str,
     for path in reversed(candidates):
         try:
             state, meta = load_checkpoint(path)
+        except CheckpointFormatError:
+            raise
         except CheckpointError as exc:
             warnings.warn(f"skipping unreadable checkpoint: {exc}", stacklevel=2)
             errors.append(str(exc))
