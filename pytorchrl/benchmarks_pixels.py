@@ -17,41 +17,27 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-
-def _learning(config: str, threshold: float, budget: int, seeds: list[int]) -> dict[str, Any]:
-    from pytorchrl.benchmarks import learning
-
-    return learning(config, threshold, budget, seeds)
-
-
-def ppo_pong(seeds: list[int]) -> dict[str, Any]:
-    """PPO ALE/Pong-v5 to a raw game score >= 18 within 10M frames (2.5M agent steps)."""
-    return _learning("ppo/atari_pong.yaml", 18.0, 2_500_000, seeds)
-
-
-def appo_pong(seeds: list[int]) -> dict[str, Any]:
-    """APPO ALE/Pong-v5, 2 remote asynchronous collection workers, to >= 18 within 10M frames."""
-    return _learning("appo/atari_pong.yaml", 18.0, 2_500_000, seeds)
+#: learning targets: name -> (config, threshold, env-step budget, what it measures)
+LEARNING_TARGETS: dict[str, tuple[str, float, int, str]] = {
+    "ppo_pong": ("ppo/atari_pong.yaml", 18.0, 2_500_000, "PPO ALE/Pong-v5 to a raw game score >= 18 within 10M frames (2.5M agent steps)."),
+    "appo_pong": ("appo/atari_pong.yaml", 18.0, 2_500_000, "APPO ALE/Pong-v5, 2 remote asynchronous collection workers, to >= 18 within 10M frames."),
+    "dqn_pong": ("dqn/atari_pong.yaml", 18.0, 2_500_000, "Rainbow-style DQN ALE/Pong-v5 to >= 18 within 10M frames."),
+    "sac_halfcheetah": ("sac/halfcheetah.yaml", 5000.0, 300_000, "SAC HalfCheetah-v5 to eval >= 5000 within 300k env steps."),
+    "td3_halfcheetah": ("td3/halfcheetah.yaml", 5000.0, 300_000, "TD3 HalfCheetah-v5 to eval >= 5000 within 300k env steps."),
+    "ppo_halfcheetah": ("ppo/halfcheetah.yaml", 2000.0, 1_000_000, "PPO HalfCheetah-v5 to eval >= 2000 within 1M env steps."),
+}
 
 
-def dqn_pong(seeds: list[int]) -> dict[str, Any]:
-    """Rainbow-style DQN ALE/Pong-v5 to >= 18 within 10M frames."""
-    return _learning("dqn/atari_pong.yaml", 18.0, 2_500_000, seeds)
+def _learning_benchmark(config: str, threshold: float, budget: int, doc: str) -> Callable[[list[int]], dict[str, Any]]:
+    """A benchmark that trains ``config`` per seed to ``threshold`` within ``budget`` (``--list`` shows ``doc``)."""
 
+    def run(seeds: list[int]) -> dict[str, Any]:
+        from pytorchrl.benchmarks import learning
 
-def sac_halfcheetah(seeds: list[int]) -> dict[str, Any]:
-    """SAC HalfCheetah-v5 to eval >= 5000 within 300k env steps."""
-    return _learning("sac/halfcheetah.yaml", 5000.0, 300_000, seeds)
+        return learning(config, threshold, budget, seeds)
 
-
-def td3_halfcheetah(seeds: list[int]) -> dict[str, Any]:
-    """TD3 HalfCheetah-v5 to eval >= 5000 within 300k env steps."""
-    return _learning("td3/halfcheetah.yaml", 5000.0, 300_000, seeds)
-
-
-def ppo_halfcheetah(seeds: list[int]) -> dict[str, Any]:
-    """PPO HalfCheetah-v5 to eval >= 2000 within 1M env steps."""
-    return _learning("ppo/halfcheetah.yaml", 2000.0, 1_000_000, seeds)
+    run.__doc__ = doc
+    return run
 
 
 def atari_collection(seeds: list[int], *, num_envs: int = 16, steps: int = 256, repeats: int = 3) -> dict[str, Any]:
@@ -147,10 +133,5 @@ def atari_replay_memory(seeds: list[int], *, capacity: int = 100_000) -> dict[st
 BENCHMARKS: dict[str, Callable[[list[int]], dict[str, Any]]] = {
     "atari_collection": atari_collection,
     "atari_replay_memory": atari_replay_memory,
-    "ppo_pong": ppo_pong,
-    "appo_pong": appo_pong,
-    "dqn_pong": dqn_pong,
-    "sac_halfcheetah": sac_halfcheetah,
-    "td3_halfcheetah": td3_halfcheetah,
-    "ppo_halfcheetah": ppo_halfcheetah,
+    **{name: _learning_benchmark(*target) for name, target in LEARNING_TARGETS.items()},
 }
