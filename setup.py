@@ -27,10 +27,12 @@ setup(
     extras_require={
         "test": [
             "pytest>=7", "pytest-timeout>=2.1", "ruff>=0.4", "mypy>=1.8", "types-PyYAML", "pygame>=2.1", "pillow>=9",
-            "ale-py>=0.10", "opencv-python-headless>=4", "mujoco>=3", "matplotlib>=3.5",
+            "ale-py>=0.10", "opencv-python-headless>=4", "mujoco>=3", "matplotlib>=3.5", "prometheus-client>=0.20", "ray[tune]>=2.9",
         ],
         "video": ["pygame>=2.1", "pillow>=9"],
         "plot": ["matplotlib>=3.5"],
+        "prometheus": ["prometheus-client>=0.20"],
+        "tune": ["ray[tune]>=2.9"],
         "box2d": ["gymnasium[box2d]>=1.0"],
         "mujoco": ["gymnasium[mujoco]>=1.0"],
         "atari": ["gymnasium[atari]>=1.0", "ale-py>=0.10", "opencv-python-headless>=4"],

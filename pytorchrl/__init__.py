@@ -19,6 +19,7 @@ from pytorchrl.scheme import (
     UpdateWorker,
     build_scheme,
 )
+from pytorchrl.tuning import tune
 from pytorchrl.utils.errors import CheckpointError, InputError
 from pytorchrl.version import __version__ as __version__
 
@@ -48,4 +49,5 @@ __all__ = [
     "VecEnv",
     "build_scheme",
     "load_config",
+    "tune",
 ]

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from pytorchrl.benchmarks_pixels import BENCHMARKS as PIXELS_BENCHMARKS
+from pytorchrl.benchmarks_tools import BENCHMARKS as TOOLS_BENCHMARKS
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -515,6 +516,7 @@ BENCHMARKS: dict[str, Callable[[list[int]], dict[str, Any]]] = {
     "memory": memory,
 }
 BENCHMARKS.update(PIXELS_BENCHMARKS)
+BENCHMARKS.update(TOOLS_BENCHMARKS)
 
 
 def machine() -> str:
@@ -536,7 +538,7 @@ def run_benchmarks(names: list[str], *, seeds: list[int]) -> dict[str, Any]:
     print("|---|---|---|")
     for name, res in results.items():
         for key, value in res.items():
-            if key in ("runs", "seeds", "config", "curve_mib"):
+            if key in ("runs", "seeds", "config", "curve_mib", "table"):
                 continue
             shown = f"{value:,.3f}" if isinstance(value, float) else value
             print(f"| {name} | {key} | {shown} |")

@@ -1,4 +1,4 @@
-"""``pytorchrl train | evaluate | plot | benchmark``.
+"""``pytorchrl train | evaluate | plot | tune | benchmark``.
 
 Exit codes: 0 done, 2 bad input (config, env id, checkpoint) with one line on stderr naming the
 key or file, 1 anything else.
@@ -27,7 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # KEY=VALUE overrides may follow options (`train c.yaml --quiet k=v`)
-        if args.command != "train" or any(a.startswith("-") or "=" not in a for a in extra):
+        if args.command not in ("train", "tune") or any(a.startswith("-") or "=" not in a for a in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = [*args.overrides, *extra]
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -75,6 +75,20 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("--compare", nargs="+", metavar="METRIC", help="several columns side by side (instead of --metric)")
     plot.add_argument("--x", default="env_steps", help="x axis: env_steps or wall_time_s")
     plot.set_defaults(func=_plot)
+
+    tune = sub.add_parser("tune", help="hyper-parameter search or population-based training on Ray Tune")
+    tune.add_argument("config", help="YAML config: the base of every trial")
+    tune.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides of the base config")
+    tune.add_argument("--space", required=True, metavar="SPACE.yaml", help="dotted config keys mapped to distributions (loguniform, uniform, randint, choice, grid)")
+    tune.add_argument("--samples", type=int, default=8, help="trials (default 8)")
+    tune.add_argument("--scheduler", default="asha", help="fifo, asha (default) or pbt")
+    tune.add_argument("--metric", default="eval_return_mean", help="progress.csv column maximised (default eval_return_mean)")
+    tune.add_argument("--dir", metavar="DIR", help="output directory (default runs/tune-<config name>-<timestamp>)")
+    tune.add_argument("--address", metavar="ADDR", help="Ray cluster to run the trials on (default: RAY_ADDRESS, else a local Ray)")
+    tune.add_argument("--perturbation-interval", type=int, metavar="STEPS", help="pbt: env steps between exploits (default two evaluations)")
+    tune.add_argument("--trial-cpus", type=float, metavar="N", help="CPUs reserved per trial's learner (default run.torch_threads; 0.5 runs two per core)")
+    tune.add_argument("--grace-steps", type=int, metavar="STEPS", help="asha: env steps before a trial may be stopped (default an eighth of the budget)")
+    tune.set_defaults(func=_tune)
 
     bench = sub.add_parser("benchmark", help="print the figures of BENCHMARKS.md")
     bench.add_argument("names", nargs="*", metavar="NAME", help="benchmarks to run (default: all); see --list")
@@ -145,6 +159,25 @@ def _plot(args: argparse.Namespace) -> int:
 
     plot_runs(args.run_dirs, metrics=tuple(args.compare or [args.metric]), x=args.x, output=args.output)
     print(f"pytorchrl: wrote {args.output}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from pytorchrl.tuning import format_table, tune
+
+    _check_overrides(args.overrides)
+    result = tune(
+        args.config, args.space, directory=args.dir, samples=args.samples, scheduler=args.scheduler, metric=args.metric,
+        overrides=args.overrides, address=args.address, perturbation_interval=args.perturbation_interval, grace_steps=args.grace_steps,
+        trial_cpus=args.trial_cpus,
+    )
+    print(format_table(result, args.metric), file=sys.stderr)
+    print(f"pytorchrl: best trial {result.best_trial} ({args.metric} {result.best_metric:.6g}); wrote {result.best_config_path}", file=sys.stderr)
+    print(json.dumps({
+        "directory": str(result.directory), "best_config": str(result.best_config_path), "best_trial": result.best_trial,
+        "best_metric": result.best_metric, "best_params": result.best_params, "trials": len(result.trials),
+        "wall_time_s": round(result.wall_time_s, 1),
+    }))
     return EXIT_OK
 
 

@@ -44,7 +44,9 @@ __all__ = [
     "WorkerResources",
     "apply_overrides",
     "config_to_dict",
+    "from_dict",
     "load_config",
+    "set_values",
 ]
 
 
@@ -363,6 +365,11 @@ class RunConfig:
     stop_at_return: float | None = param(None, "Stop once a deterministic evaluation's mean return reaches this.")
     device: str = param("cpu", "Torch device of the learner ('cpu', 'cuda', 'cuda:1', 'auto').")
     torch_threads: int = param(1, "torch.set_num_threads in every process (small nets run fastest on 1).", min=1)
+    prometheus_port: int | None = param(
+        None, "Serve live metrics (every progress.csv column and worker health) at http://prometheus_host:PORT/metrics (null: off; 0: any free port).",
+        min=0, max=65535,
+    )
+    prometheus_host: str = param("127.0.0.1", "Interface the Prometheus endpoint binds ('0.0.0.0': reachable from other machines).")
 
 
 @dataclass(frozen=True)
@@ -412,14 +419,26 @@ def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...]) -> dict:
             value = yaml.safe_load(text) if text else None
         except yaml.YAMLError:
             value = text
-        node = out
-        parts = key.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"override {item!r}: {part!r} is not a section")
-        node[parts[-1]] = value
+        _set_dotted(out, key, value, item)
     return out
+
+
+def set_values(raw: dict, values: dict[str, Any]) -> dict:
+    """Return a copy of the nested dict ``raw`` with ``{dotted.key: value}`` set (values as they are)."""
+    out = _deep_copy(raw)
+    for key, value in values.items():
+        _set_dotted(out, key, value, key)
+    return out
+
+
+def _set_dotted(out: dict, key: str, value: Any, what: str) -> None:
+    node = out
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"override {what!r}: {part!r} is not a section")
+    node[parts[-1]] = value
 
 
 def from_dict(raw: dict) -> Config:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import sys
 import time
 from collections import Counter, deque
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 import yaml
 
 from pytorchrl.config import Config, RunConfig, apply_overrides, config_to_dict, from_dict
-from pytorchrl.logging.writers import CSVWriter, ProgressLine, TensorBoardWriter
+from pytorchrl.logging.writers import CSVWriter, ProgressLine, TensorBoardWriter, Writer
 from pytorchrl.scheme.scheme import Scheme, build_scheme
 from pytorchrl.utils.checkpoint import load_checkpoint, load_newest_checkpoint, prune_checkpoints, save_checkpoint
 from pytorchrl.utils.errors import CheckpointError, ConfigError
@@ -40,9 +41,15 @@ class Learner:
     :param run_dir: where ``progress.csv``, ``tb/``, ``checkpoints/`` and ``summary.json`` go
         (None: write nothing, e.g. in tests and custom scripts).
     :param progress: print the live progress line.
+    :param writers: where each log row goes (default :func:`open_writers`: progress.csv and
+        TensorBoard in ``run_dir``, Prometheus when ``run.prometheus_port`` is set); more can be
+        added to :attr:`writers` (e.g. the Ray Tune reporter).
     """
 
-    def __init__(self, scheme: Scheme, *, run: RunConfig | None = None, run_dir: str | Path | None = None, progress: bool = True) -> None:
+    def __init__(
+        self, scheme: Scheme, *, run: RunConfig | None = None, run_dir: str | Path | None = None, progress: bool = True,
+        writers: list[Writer] | None = None,
+    ) -> None:
         self.scheme = scheme
         self.run = run = run or RunConfig()
         self.run_dir = Path(run_dir) if run_dir is not None else None
@@ -69,8 +76,7 @@ class Learner:
         self._log_mark = (0, 0.0)
         self._next = {"log": run.log_every, "eval": run.eval_every or math.inf, "checkpoint": run.checkpoint_every or math.inf}
         self._progress = ProgressLine(run.target_steps, enabled=progress)
-        self._csv = CSVWriter(self.run_dir / "progress.csv") if self.run_dir else None
-        self._tb = TensorBoardWriter(self.run_dir / "tb") if self.run_dir else None
+        self.writers: list[Writer] = open_writers(run, self.run_dir) if writers is None else writers
 
     # ------------------------------------------------------------------ construction
 
@@ -78,12 +84,16 @@ class Learner:
     def from_config(cls, config: Config, *, run_dir: str | Path | None = None, progress: bool = True) -> Learner:
         """Seed, build the scheme from ``config`` and, with a ``run_dir``, write ``config.yaml`` there."""
         seed_everything(config.run.seed)
-        scheme = build_scheme(config)
+        run_dir = Path(run_dir) if run_dir is not None else None
+        writers = open_writers(config.run, run_dir)  # first: a port in use fails before Ray starts or a file is written
+        try:
+            scheme = build_scheme(config)
+        except BaseException:
+            close_writers(writers)
+            raise
         if run_dir is not None:
-            run_dir = Path(run_dir)
-            run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
-        return cls(scheme, run=config.run, run_dir=run_dir, progress=progress)
+        return cls(scheme, run=config.run, run_dir=run_dir, progress=progress, writers=writers)
 
     @classmethod
     def resume(cls, run_dir: str | Path, overrides: list[str] | tuple[str, ...] = (), *, progress: bool = True) -> Learner:
@@ -257,6 +267,7 @@ class Learner:
             **{key: getattr(self, key) for key in _COUNTS},
             "healthy_workers": self.healthy_workers,
             "gradient_staleness": 0.0,
+            "eval_time_s": 0.0,  # in every row: progress.csv's header is fixed by the first, often before an evaluation
         }
         for key, values in self._interval.items():
             row[key] = values[0] if key.endswith("_time_s") else _mean(values)
@@ -266,10 +277,8 @@ class Learner:
     def log(self) -> dict[str, Any]:
         """Write the current row to progress.csv and TensorBoard and start a new interval."""
         row = self.metrics()
-        if self._csv is not None:
-            self._csv.write(row)
-        if self._tb is not None:
-            self._tb.write(row)
+        for writer in self.writers:
+            writer.write(row)
         self._progress.update(row, force=True)
         self._interval = {}
         self._eval_row = {}
@@ -338,9 +347,29 @@ class Learner:
         return out
 
     def close(self) -> None:
-        if self._tb is not None:
-            self._tb.close()
+        close_writers(self.writers)
         self.scheme.close()
+
+
+def open_writers(run: RunConfig, run_dir: Path | None) -> list[Writer]:
+    """The default log-row writers: progress.csv and TensorBoard in ``run_dir`` (none without
+    one), and the Prometheus endpoint when ``run.prometheus_port`` is set."""
+    writers: list[Writer] = []
+    if run.prometheus_port is not None:
+        from pytorchrl.logging.prometheus import PrometheusWriter
+
+        prometheus = PrometheusWriter(run.prometheus_port, run.prometheus_host, run_name=run_dir.name if run_dir else "run")
+        print(f"pytorchrl: Prometheus metrics at {prometheus.url}", file=sys.stderr)
+        writers.append(prometheus)
+    if run_dir is not None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        writers += [CSVWriter(run_dir / "progress.csv"), TensorBoardWriter(run_dir / "tb")]
+    return writers
+
+
+def close_writers(writers: list[Writer]) -> None:
+    for writer in writers:
+        writer.close()
 
 
 def truncate_progress(path: Path, env_steps: int) -> None:

@@ -20,7 +20,7 @@ FIXTURE = Path(__file__).resolve().parent / "data" / "ppo_cartpole_format2"
 
 @pytest.mark.timeout(60)
 def test_the_format_2_fixture_loads_and_evaluates():
-    state, meta = load_checkpoint(FIXTURE / "checkpoints" / "step_64")
+    _state, meta = load_checkpoint(FIXTURE / "checkpoints" / "step_64")
     assert meta["format_version"] == CHECKPOINT_FORMAT and meta["env_steps"] == 64
     result = evaluate_checkpoint(FIXTURE, episodes=2)
     assert result["env_steps"] == 64 and len(result["returns"]) == 2

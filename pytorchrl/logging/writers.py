@@ -7,13 +7,21 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 #: the columns every progress.csv starts with, in this order (DESIGN.md §7)
 REQUIRED_COLUMNS = (
     "env_steps", "updates", "wall_time_s", "fps", "train_return_mean", "eval_return_mean",
     "policy_lag_mean", "worker_restarts", "dropped_batches",
 )
+
+
+class Writer(Protocol):
+    """Where the learner's log rows go: progress.csv, TensorBoard, Prometheus, Ray Tune."""
+
+    def write(self, row: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class CSVWriter:
@@ -36,6 +44,9 @@ class CSVWriter:
             if new:
                 writer.writeheader()
             writer.writerow({k: _fmt(v) for k, v in row.items()})
+
+    def close(self) -> None:
+        pass
 
 
 def _fmt(value: Any) -> Any:

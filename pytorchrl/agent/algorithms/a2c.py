@@ -27,6 +27,7 @@ class A2C(Algorithm):
     """
 
     config_class = A2CConfig
+    tunable = (*Algorithm.tunable, "ent_coef", "vf_coef")
 
     @classmethod
     def wire(cls, config: Config, observation_space: gym.Space, action_space: gym.Space) -> Wiring:

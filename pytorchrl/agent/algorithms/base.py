@@ -39,6 +39,9 @@ class Algorithm:
     config_class: ClassVar[type]
     #: the action spaces it acts in
     action_spaces: ClassVar[tuple[type[gym.Space], ...]] = (gym.spaces.Discrete, gym.spaces.Box, gym.spaces.MultiDiscrete)
+    #: hyper-parameters (``algorithm.*`` keys, attribute names here) that may change while it
+    #: trains (:meth:`set_hyperparameters`; what population-based training perturbs)
+    tunable: ClassVar[tuple[str, ...]] = ("lr", "max_grad_norm")
 
     @classmethod
     def wire(cls, config: Config, observation_space: gym.Space, action_space: gym.Space) -> Wiring:
@@ -235,6 +238,18 @@ class Algorithm:
         if name == "lr":
             for group in self.optimizer.param_groups:
                 group["lr"] = value
+
+    def set_hyperparameters(self, values: dict[str, Any]) -> None:
+        """Change :attr:`tunable` hyper-parameters mid-run (after a checkpoint is loaded, whose
+        optimizer state carries the old learning rate). A scheduled parameter (``anneal_lr``,
+        ``anneal_clip_range``) restarts its schedule from the new value at the current progress."""
+        for name, value in values.items():
+            if name not in self.tunable:
+                raise ValueError(f"{type(self).__name__} cannot change {name!r} while training; it can change {', '.join(self.tunable)}")
+            if hasattr(self, f"initial_{name}"):
+                setattr(self, f"initial_{name}", value)
+            self.update_algorithm_parameter(name, value)
+        self.set_progress(self.progress)
 
     # ----------------------------------------------------------------------- weights
 

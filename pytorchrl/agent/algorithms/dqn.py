@@ -40,6 +40,7 @@ class DQN(Algorithm):
     """
 
     config_class = DQNConfig
+    tunable = (*Algorithm.tunable, "tau")
     action_spaces = (gym.spaces.Discrete,)
 
     @classmethod

@@ -42,6 +42,7 @@ class IMPALA(Algorithm):
     """
 
     config_class = IMPALAConfig
+    tunable = (*Algorithm.tunable, "ent_coef", "vf_coef", "rho_bar", "c_bar", "num_epochs")
 
     @classmethod
     def wire(cls, config: Config, observation_space: gym.Space, action_space: gym.Space) -> Wiring:
@@ -127,6 +128,7 @@ class APPO(IMPALA):
     """
 
     config_class = APPOConfig
+    tunable = (*IMPALA.tunable, "clip_range")
 
     def __init__(self, actor: nn.Module, device: str | torch.device = "cpu", *, clip_range: float = 0.2, **kwargs: Any) -> None:
         kwargs.setdefault("num_epochs", 4)

@@ -36,6 +36,7 @@ class PPO(Algorithm):
     """
 
     config_class = PPOConfig
+    tunable = (*Algorithm.tunable, "clip_range", "clip_range_vf", "ent_coef", "vf_coef", "target_kl", "num_epochs")
 
     @classmethod
     def wire(cls, config: Config, observation_space: gym.Space, action_space: gym.Space) -> Wiring:

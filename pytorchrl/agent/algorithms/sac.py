@@ -31,6 +31,7 @@ class _PolicyCritic(Algorithm):
     #: what the policy is over a bounded Box (``categorical`` over a Discrete space: discrete SAC)
     policy = "gaussian"
     num_critics = 2
+    tunable = (*Algorithm.tunable, "tau")
 
     @classmethod
     def check_action_space(cls, action_space: gym.Space) -> str | None:

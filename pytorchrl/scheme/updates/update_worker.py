@@ -162,6 +162,12 @@ class UpdateWorker:
         self.algo.set_progress(progress)
         self._progress = progress
 
+    def set_hyperparameters(self, values: dict[str, Any]) -> None:
+        """Change the master's tunable hyper-parameters; remote gradient workers reload the
+        master's state (weights, optimizer, learning rate) before their next step."""
+        self.algo.set_hyperparameters(values)
+        self._replicas_synced = False
+
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {"local_gradient_worker": self.grad_workers.local_worker.state_dict()}
         if self.remote:
