@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ def param(
     max: float | None = None,
     min_exclusive: bool = False,
     choices: tuple[Any, ...] | None = None,
+    allow_inf: bool = False,
 ) -> Any:
     """A dataclass field with its documentation and constraints.
 
@@ -66,8 +68,10 @@ def param(
     :param min: smallest allowed value (inclusive unless ``min_exclusive``).
     :param max: largest allowed value (inclusive).
     :param choices: the allowed values.
+    :param allow_inf: a float key that takes ``.inf`` (meaning "no limit"); every other float must
+        be finite (NaN never is allowed: range checks compare false on it).
     """
-    meta = {"doc": doc, "min": min, "max": max, "min_exclusive": min_exclusive, "choices": choices}
+    meta = {"doc": doc, "min": min, "max": max, "min_exclusive": min_exclusive, "choices": choices, "allow_inf": allow_inf}
     if isinstance(default, (dict, list)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -102,7 +106,7 @@ class EnvConfig:
     eval_env_kwargs: dict | None = param(
         None, "Keyword arguments of the evaluation envs (None: env_kwargs); e.g. {} to evaluate a fault-injection env without faults."
     )
-    num_envs: int = param(8, "Environments per collection worker, stepped as one vector env.", min=1)
+    num_envs: int = param(8, "Environments per collection worker, stepped as one vector env.", min=1, max=65_536)
     vectorization: str = param(
         "auto",
         "How the envs are batched: 'native' (the env's own vector implementation; for ALE ids ale-py's "
@@ -112,8 +116,8 @@ class EnvConfig:
     max_episode_steps: int | None = param(None, "Override of the env's time limit (episodes are truncated there).", min=1)
     normalize_obs: bool = param(False, "Normalise observations by a running mean/std (saved in checkpoints).")
     normalize_reward: bool = param(False, "Scale rewards by the running std of the discounted return.")
-    clip_obs: float = param(10.0, "Clip normalised observations to [-clip_obs, clip_obs].", min=0, min_exclusive=True)
-    clip_reward: float = param(10.0, "Clip scaled rewards to [-clip_reward, clip_reward].", min=0, min_exclusive=True)
+    clip_obs: float = param(10.0, "Clip normalised observations to [-clip_obs, clip_obs] (.inf: no clipping).", min=0, min_exclusive=True, allow_inf=True)
+    clip_reward: float = param(10.0, "Clip scaled rewards to [-clip_reward, clip_reward] (.inf: no clipping).", min=0, min_exclusive=True, allow_inf=True)
     reward_gamma: float = param(0.99, "Discount used by reward scaling's running return.", min=0, max=1)
     num_test_envs: int = param(10, "Environments used (vectorized) for deterministic evaluation.", min=1)
     restart_failed_envs: bool = param(
@@ -150,10 +154,13 @@ class ActorConfig:
 class StorageConfig:
     """The rollouts workers collect, and (off-policy algorithms) the replay buffer they fill."""
 
-    num_steps: int = param(128, "Steps per env in one rollout; a rollout holds num_steps * num_envs transitions.", min=1)
-    capacity: int = param(100_000, "Off-policy: transitions the replay buffer holds (the oldest are overwritten).", min=1)
+    num_steps: int = param(128, "Steps per env in one rollout; a rollout holds num_steps * num_envs transitions.", min=1, max=1_000_000)
+    capacity: int = param(100_000, "Off-policy: transitions the replay buffer holds (the oldest are overwritten).", min=1, max=1_000_000_000)
     checkpoint_buffer: bool = param(False, "Off-policy: include the replay buffer in checkpoints (large; exact resume needs it).")
 
+
+#: the widest MLP layer and CNN stack a config may ask for (a 65,536-wide square layer is 16 GiB of float32 weights)
+MAX_WIDTH, MAX_CHANNELS = 65_536, 4_096
 
 ALGORITHM_NAMES = ("ppo", "a2c", "impala", "appo", "dqn", "sac", "td3", "ddpg")
 
@@ -178,7 +185,7 @@ class _OnPolicyConfig:
 class PPOConfig(_OnPolicyConfig):
     """Proximal Policy Optimisation (Schulman et al. 2017), clipped objective."""
 
-    num_epochs: int = param(10, "Passes over each rollout.", min=1)
+    num_epochs: int = param(10, "Passes over each rollout.", min=1, max=10_000)
     minibatch_size: int = param(64, "Transitions per gradient step.", min=1)
     clip_range: float = param(0.2, "Clip range of the probability ratio.", min=0, min_exclusive=True)
     anneal_clip_range: bool = param(False, "Decay clip_range linearly to 0 over run.target_steps.")
@@ -207,7 +214,7 @@ class IMPALAConfig(_OnPolicyConfig):
     ent_coef: float = param(0.01, "Entropy bonus coefficient.", min=0)
     rho_bar: float = param(1.0, "Truncation of the V-trace importance weights rho_t.", min=0, min_exclusive=True)
     c_bar: float = param(1.0, "Truncation of the V-trace trace weights c_t.", min=0, min_exclusive=True)
-    num_epochs: int = param(1, "Passes over each batch.", min=1)
+    num_epochs: int = param(1, "Passes over each batch.", min=1, max=10_000)
     minibatch_size: int | None = param(None, "Transitions per gradient step, as whole env sequences (null: the whole batch).", min=1)
 
 
@@ -217,7 +224,7 @@ class APPOConfig(IMPALAConfig):
 
     name: str = param("appo", "The algorithm.", choices=ALGORITHM_NAMES)
     normalize_advantages: bool = param(True, "Normalise advantages per minibatch to zero mean, unit std.")
-    num_epochs: int = param(4, "Passes over each batch.", min=1)
+    num_epochs: int = param(4, "Passes over each batch.", min=1, max=10_000)
     clip_range: float = param(0.2, "Clip range of the probability ratio to the behaviour policy.", min=0, min_exclusive=True)
 
 
@@ -354,14 +361,14 @@ class SchemeConfig:
 class RunConfig:
     """The run: budget, seeds, logging, evaluation, checkpoints, stop conditions."""
 
-    seed: int = param(0, "Run seed; every random stream is derived from it.", min=0)
+    seed: int = param(0, "Run seed; every random stream is derived from it.", min=0, max=2**64 - 1)
     target_steps: int = param(100_000, "Stop after this many environment steps.", min=1)
     log_every: int = param(2_000, "Write a progress.csv / TensorBoard row every this many env steps.", min=1)
     eval_every: int = param(4_000, "Evaluate deterministically every this many env steps (0: only at the end).", min=0)
     eval_episodes: int = param(10, "Episodes per evaluation.", min=1)
     checkpoint_every: int = param(50_000, "Write a checkpoint every this many env steps (0: only at the end).", min=0)
     keep_checkpoints: int = param(3, "Keep the newest this many checkpoints.", min=1)
-    max_time_s: float | None = param(None, "Stop after this many seconds of wall-clock (null: no limit).", min=0, min_exclusive=True)
+    max_time_s: float | None = param(None, "Stop after this many seconds of wall-clock (null or .inf: no limit).", min=0, min_exclusive=True, allow_inf=True)
     stop_at_return: float | None = param(None, "Stop once a deterministic evaluation's mean return reaches this.")
     device: str = param("cpu", "Torch device of the learner ('cpu', 'cuda', 'cuda:1', 'auto').")
     torch_threads: int = param(1, "torch.set_num_threads in every process (small nets run fastest on 1).", min=1)
@@ -394,18 +401,51 @@ def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     :param overrides: dotted overrides such as ``algorithm.lr=3e-4`` (values parsed as YAML).
     :raises ConfigError: for a missing or unreadable file, unknown keys or bad values.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {str(path)!r} does not exist")
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        line = f" (line {where.line + 1})" if where is not None else ""
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML{line}") from None
+    raw = load_yaml(path, "config file")
+    if raw is None:
+        raise ConfigError(f"config file {str(path)!r} is empty: a config names at least its env (env.env_id) and algorithm (algorithm.name)")
     if not isinstance(raw, dict):
         raise ConfigError(f"config file {str(path)!r} must hold a mapping of sections, got {type(raw).__name__}")
     return from_dict(apply_overrides(raw, overrides))
+
+
+def load_yaml(path: str | Path, what: str) -> Any:
+    """Read a YAML file strictly: a directory, a missing file, invalid YAML and a key given twice
+    in one mapping (PyYAML would keep the last silently) are each one :class:`ConfigError` line
+    naming ``what`` and the file."""
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{what} {str(path)!r} is a directory, not a YAML file")
+    if not path.is_file():
+        raise ConfigError(f"{what} {str(path)!r} does not exist")
+    try:
+        return yaml.load(path.read_text(), Loader=_StrictLoader)  # a SafeLoader subclass: no arbitrary objects
+    except _DuplicateKey as exc:
+        raise ConfigError(f"{what} {str(path)!r}: key {exc.key!r} is given twice (lines {exc.first} and {exc.second})") from None
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" (line {where.line + 1})" if where is not None else ""
+        raise ConfigError(f"{what} {str(path)!r} is not valid YAML{line}") from None
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: Any, first: int, second: int) -> None:
+        super().__init__(key)
+        self.key, self.first, self.second = key, first, second
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """yaml.safe_load that refuses a key given twice in one mapping."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise _DuplicateKey(key, seen[key], line)
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
 
 
 def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...]) -> dict:
@@ -445,7 +485,7 @@ def from_dict(raw: dict) -> Config:
     """Build and validate a :class:`Config` from a nested dict."""
     algo = raw.get("algorithm") or {}
     if not isinstance(algo, dict):
-        raise ConfigError(f"algorithm: expected a mapping, got {algo!r}")
+        raise ConfigError(f"config key 'algorithm' = {algo!r} is a section, not a value: set its keys (e.g. algorithm.name={algo})")
     name = algo.get("name", "ppo")
     if name not in ALGORITHM_CONFIGS:
         raise ConfigError(_bad_choice("algorithm.name", name, tuple(ALGORITHM_CONFIGS)))
@@ -470,9 +510,10 @@ def _build(cls: type, raw: Any, prefix: str, sections: dict[str, type] | None = 
     where = prefix.rstrip(".") or "config"
     if raw is None:
         raw = {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: expected a mapping of keys, got {raw!r}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    if not isinstance(raw, dict):
+        example = f"{where}.{next(iter(fields))}" if where != "config" else "run.seed"
+        raise ConfigError(f"config key {where!r} = {raw!r} is a section, not a value: set its keys (e.g. {example}=...)")
     for key in raw:
         if key not in fields:
             near = difflib.get_close_matches(str(key), list(fields), n=1)
@@ -499,6 +540,8 @@ def _check_value(key: str, value: Any, typ: Any, meta: Any) -> Any:
     value = _coerce(key, value, typ)
     if value is None:
         return None
+    if isinstance(value, float) and not math.isfinite(value) and not (math.isinf(value) and meta.get("allow_inf")):
+        raise ConfigError(f"config key {key!r} = {value!r} is not a finite number")
     choices = meta.get("choices")
     if choices is not None and value not in choices:
         raise ConfigError(_bad_choice(key, value, choices))
@@ -576,10 +619,10 @@ def _check_cross_field(config: Config) -> None:
             raise ConfigError(f"config key 'algorithm.start_steps' = {algo.start_steps} is larger than storage.capacity = {config.storage.capacity}")
         if isinstance(algo, DQNConfig) and algo.v_min >= algo.v_max:
             raise ConfigError(f"config key 'algorithm.v_min' = {algo.v_min} must be below algorithm.v_max = {algo.v_max}")
-    for name in ("hidden_sizes", "cnn_channels"):
+    for name, widest in (("hidden_sizes", MAX_WIDTH), ("cnn_channels", MAX_CHANNELS)):
         sizes = getattr(config.actor, name) or ()
-        if any(s < 1 for s in sizes):
-            raise ConfigError(f"config key 'actor.{name}' = {list(sizes)!r} is out of range: every width must be >= 1")
+        if any(s < 1 or s > widest for s in sizes):
+            raise ConfigError(f"config key 'actor.{name}' = {list(sizes)!r} is out of range: every width must be in 1..{widest:,}")
 
 
 def _deep_copy(raw: Any) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import shutil
 import sys
 import time
 from collections import Counter, deque
@@ -85,11 +86,14 @@ class Learner:
         """Seed, build the scheme from ``config`` and, with a ``run_dir``, write ``config.yaml`` there."""
         seed_everything(config.run.seed)
         run_dir = Path(run_dir) if run_dir is not None else None
+        created = run_dir is not None and not run_dir.exists()
         writers = open_writers(config.run, run_dir)  # first: a port in use fails before Ray starts or a file is written
         try:
             scheme = build_scheme(config)
         except BaseException:
             close_writers(writers)
+            if created and run_dir is not None:  # a run that could not start leaves no directory behind
+                shutil.rmtree(run_dir, ignore_errors=True)
             raise
         if run_dir is not None:
             (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))

@@ -46,7 +46,7 @@ from typing import Any
 
 import yaml
 
-from pytorchrl.config import Config, config_to_dict, from_dict, load_config, set_values
+from pytorchrl.config import Config, config_to_dict, from_dict, load_config, load_yaml, set_values
 from pytorchrl.utils.errors import ConfigError, InputError
 
 #: distribution name -> what its argument must be
@@ -81,13 +81,7 @@ class TuneResult:
 
 def load_space(path: str | Path) -> dict[str, Any]:
     """Read SPACE.yaml (a mapping of dotted keys to distributions)."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"search space file {str(path)!r} does not exist")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError:
-        raise InputError(f"search space file {str(path)!r} is not valid YAML") from None
+    raw = load_yaml(path, "search space file")
     if not isinstance(raw, dict) or not raw:
         raise InputError(f"search space file {str(path)!r} must map dotted config keys to distributions, e.g. algorithm.lr: {{loguniform: [1.0e-5, 1.0e-2]}}")
     return raw

@@ -51,7 +51,7 @@ def test_int_accepted_for_float_but_not_bool_for_int():
         ({"algorithm": {"name": "ppp"}}, r"'algorithm.name' = 'ppp' is not allowed \(did you mean 'ppo'\?\)"),
         ({"scheme": {"col_communication": "sync"}}, r"allowed: 'synchronous', 'asynchronous'"),
         ({"actor": {"hidden_sizes": 64}}, r"'actor.hidden_sizes' = 64 has the wrong type: expected a list of int"),
-        ({"actor": {"hidden_sizes": [64, 0]}}, r"every width must be >= 1"),
+        ({"actor": {"hidden_sizes": [64, 0]}}, r"every width must be in 1..65,536"),
         (
             {"scheme": {"update_execution": "decentralised", "grad_communication": "asynchronous"}},
             r"'decentralised' needs scheme.grad_communication 'synchronous'",

@@ -17,10 +17,11 @@ With ``restart_failed_envs``, an env that raises in ``step`` or ``reset`` is rec
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -187,12 +188,18 @@ class VecEnv:
         """
         check_env_id(env_id)
         atari = kwargs.get("atari")
-        if atari is not None and is_atari_id(env_id):
-            obs_space, act_space = atari_spaces(env_id, atari, dict(kwargs.get("env_kwargs") or {}))
-        else:
-            probe = _make_single_env(env_id, dict(kwargs.get("env_kwargs") or {}), None)
-            obs_space, act_space = probe.observation_space, probe.action_space
-            probe.close()
+        env_kwargs = dict(kwargs.get("env_kwargs") or {})
+        with _env_errors(env_id, "env.env_kwargs", env_kwargs):
+            if atari is not None and is_atari_id(env_id):
+                obs_space, act_space = atari_spaces(env_id, atari, env_kwargs)
+            else:
+                probe = _make_single_env(env_id, env_kwargs, kwargs.get("max_episode_steps"))
+                obs_space, act_space = probe.observation_space, probe.action_space
+                probe.close()
+        eval_kwargs = kwargs.get("eval_env_kwargs")
+        if eval_kwargs is not None and eval_kwargs != env_kwargs and not (atari is not None and is_atari_id(env_id)):
+            with _env_errors(env_id, "env.eval_env_kwargs", dict(eval_kwargs)):
+                _make_single_env(env_id, dict(eval_kwargs), None).close()
         check_spaces(env_id, obs_space, act_space)
         factory = functools.partial(
             _build_vec_env, cls, env_id, num_envs=num_envs, seed=seed, num_test_envs=num_test_envs or num_envs, **kwargs
@@ -403,6 +410,22 @@ def check_spaces(env_id: str, obs_space: gym.Space, act_space: gym.Space) -> Non
         raise InputError(f"env.env_id = {env_id!r}: {problem}")
     if not isinstance(act_space, SUPPORTED_ACTION_SPACES):
         raise InputError(f"env.env_id = {env_id!r} has action space {act_space}; supported: Discrete, Box, MultiDiscrete")
+
+
+@contextlib.contextmanager
+def _env_errors(env_id: str, key: str, env_kwargs: dict) -> Iterator[None]:
+    """Whatever making the env raises (a bad keyword, a value its constructor refuses, a missing
+    dependency) as one config-error line naming ``key``, the env id and the env's own message."""
+    try:
+        yield
+    except InputError:
+        raise
+    except Exception as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        message = message.split(" was raised from the environment creator")[0]  # gymnasium's suffix repeats the kwargs
+        if env_kwargs:
+            raise InputError(f"config key {key!r} = {env_kwargs!r}: {env_id!r} cannot be made with them ({type(exc).__name__}: {message})") from None
+        raise InputError(f"env.env_id = {env_id!r}: making the env failed ({type(exc).__name__}: {message})") from None
 
 
 def _make_single_env(env_id: str, env_kwargs: dict, max_episode_steps: int | None) -> gym.Env:

@@ -163,6 +163,7 @@ def build_scheme(config: Config) -> Scheme:
     :raises InputError: for an unknown env id or unsupported spaces.
     """
     env, run = config.env, config.run
+    device = resolve_device(run.device)  # first: a device this machine lacks fails before any env is made
     env_factory, obs_space, action_space = VecEnv.create_factory(
         env.env_id,
         num_envs=env.num_envs,
@@ -187,16 +188,33 @@ def build_scheme(config: Config) -> Scheme:
         algo_factory=wiring.algorithm,
         storage_factory=wiring.storage,
         config=config.scheme,
-        device=resolve_device(run.device),
+        device=device,
         torch_threads=run.torch_threads,
         seed=run.seed,
     )
 
 
 def resolve_device(device: str) -> str:
-    """``auto`` means CUDA when available."""
-    if device == "auto":
-        import torch
+    """``auto`` means CUDA when available; any other device must exist on this machine.
 
+    :raises ConfigError: naming ``run.device`` and the devices this machine has.
+    """
+    import torch
+
+    if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
+    available = available_devices()
+    kind, _, index = device.partition(":")
+    if device in available or (kind == "cuda" and not index and torch.cuda.is_available()):
+        return device
+    raise ConfigError(f"config key 'run.device' = {device!r} is not a device of this machine; it has: {', '.join([*available, 'auto'])}")
+
+
+def available_devices() -> list[str]:
+    """The torch devices of this machine: ``cpu``, each ``cuda:N``, and ``mps`` where it works."""
+    import torch
+
+    devices = ["cpu", *(f"cuda:{i}" for i in range(torch.cuda.device_count()))]
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        devices.append("mps")
+    return devices
