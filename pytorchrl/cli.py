@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pytorchrl.utils.errors import InputError, WorkerFailure
+from pytorchrl.utils.errors import InputError, TrainingDiverged, WorkerFailure
 from pytorchrl.utils.runtime import configure_process
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT = 0, 1, 2
@@ -38,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as exc:
         print(f"pytorchrl: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except WorkerFailure as exc:
+    except (WorkerFailure, TrainingDiverged) as exc:
         print(f"pytorchrl: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
 

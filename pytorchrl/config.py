@@ -369,9 +369,14 @@ class RunConfig:
     checkpoint_every: int = param(50_000, "Write a checkpoint every this many env steps (0: only at the end).", min=0)
     keep_checkpoints: int = param(3, "Keep the newest this many checkpoints.", min=1)
     max_time_s: float | None = param(None, "Stop after this many seconds of wall-clock (null or .inf: no limit).", min=0, min_exclusive=True, allow_inf=True)
-    stop_at_return: float | None = param(None, "Stop once a deterministic evaluation's mean return reaches this.")
+    stop_at_return: float | None = param(
+        None, "Stop once a deterministic evaluation's mean return reaches this (-.inf: after the first evaluation).", allow_inf=True
+    )
     device: str = param("cpu", "Torch device of the learner ('cpu', 'cuda', 'cuda:1', 'auto').")
     torch_threads: int = param(1, "torch.set_num_threads in every process (small nets run fastest on 1).", min=1)
+    max_nonfinite_updates: int = param(
+        10, "Stop (exit 1) after this many updates in a row with a NaN or infinite gradient; each one is skipped, never applied.", min=1
+    )
     prometheus_port: int | None = param(
         None, "Serve live metrics (every progress.csv column and worker health) at http://prometheus_host:PORT/metrics (null: off; 0: any free port).",
         min=0, max=65535,

@@ -13,13 +13,14 @@ from collections import Counter, deque
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 
 from pytorchrl.config import Config, RunConfig, apply_overrides, config_to_dict, from_dict
 from pytorchrl.logging.writers import CSVWriter, ProgressLine, TensorBoardWriter, Writer
 from pytorchrl.scheme.scheme import Scheme, build_scheme
 from pytorchrl.utils.checkpoint import load_checkpoint, load_newest_checkpoint, prune_checkpoints, save_checkpoint
-from pytorchrl.utils.errors import CheckpointError, ConfigError
+from pytorchrl.utils.errors import CheckpointError, ConfigError, TrainingDiverged
 from pytorchrl.utils.seeding import get_rng_state, seed_everything, set_rng_state
 
 #: interval means of these per-update diagnostics go into each log row
@@ -27,7 +28,7 @@ _MEAN_KEYS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fractio
 
 
 #: event counters kept over the whole run (and its checkpoints)
-_COUNTS = ("dropped_batches", "preempted_batches", "lost_batches", "worker_restarts", "env_restarts")
+_COUNTS = ("dropped_batches", "preempted_batches", "lost_batches", "worker_restarts", "env_restarts", "nonfinite_updates")
 
 
 class Learner:
@@ -58,8 +59,11 @@ class Learner:
         self.updates = 0
         self.episodes = 0
         self.policy_version = 0
-        #: rollouts dropped (policy lag), preempted, lost with dead workers; workers and envs replaced
+        #: rollouts dropped (policy lag), preempted, lost with dead workers; workers and envs
+        #: replaced; updates skipped for a non-finite gradient
         self.dropped_batches = self.preempted_batches = self.lost_batches = self.worker_restarts = self.env_restarts = 0
+        self.nonfinite_updates = 0
+        self._nonfinite_streak: list[str] = []  # what was non-finite in each skipped update of the current run of them
         self.healthy_workers: int | None = None  # remote collection workers alive (None: none remote)
         #: how many rollouts were used at each policy lag (versions behind the learner)
         self.policy_lags: Counter[int] = Counter()
@@ -139,6 +143,10 @@ class Learner:
             setattr(self, key, getattr(self, key) + info.get(key, 0))
         if "env_steps" in info:
             self._on_collection(info)
+        if info.get("nonfinite_updates"):
+            self._on_nonfinite(info)
+        elif not info.get("skipped"):
+            self._nonfinite_streak.clear()
         for key in (*_MEAN_KEYS, "policy_lag_mean", "gradient_staleness"):
             if key in info and info[key] is not None:
                 self._interval.setdefault(key, []).append(info[key])
@@ -158,6 +166,25 @@ class Learner:
         self._returns.extend(info["episode_returns"])
         self._lengths.extend(info["episode_lengths"])
         self.scheme.update_worker.set_progress(min(1.0, self.env_steps / self.run.target_steps))
+
+    def _on_nonfinite(self, info: dict[str, Any]) -> None:
+        bad = next((f"{k} = {v}" for k, v in info.items() if isinstance(v, float) and not math.isfinite(v)), "the gradient norm")
+        self._nonfinite_streak.append(bad)
+        if len(self._nonfinite_streak) < self.run.max_nonfinite_updates:
+            return
+        newest = self._newest_checkpoint()
+        where = f"the newest checkpoint, {newest}, is good" if newest else "no checkpoint was written before"
+        raise TrainingDiverged(
+            f"{type(self.scheme.algorithm).__name__}: {len(self._nonfinite_streak)} updates in a row had a non-finite gradient "
+            f"(first: {self._nonfinite_streak[0]}) and were skipped (run.max_nonfinite_updates); {where}"
+        )
+
+    def _newest_checkpoint(self) -> Path | None:
+        directory = self.run_dir / "checkpoints" if self.run_dir is not None else None
+        if directory is None or not directory.is_dir():
+            return None
+        steps = [(int(p.name.split("_")[1]), p) for p in directory.glob("step_*") if p.name.split("_")[1].isdigit()]
+        return max(steps)[1] if steps else None
 
     def _after_round(self) -> None:
         evaluated = False
@@ -210,6 +237,10 @@ class Learner:
                 self.step()
         except KeyboardInterrupt:
             self.stop_reason = "interrupted"
+        except TrainingDiverged:
+            self.stop_reason = "nonfinite_updates"
+            self._write_summary()  # no evaluation and no checkpoint: the newest one stays the good one
+            raise
         return self.finish()
 
     def finish(self) -> dict[str, Any]:
@@ -220,6 +251,11 @@ class Learner:
             self.log()
         if self.run_dir is not None:
             self.checkpoint()
+        summary = self._write_summary()
+        self._progress.close()
+        return summary
+
+    def _write_summary(self) -> dict[str, Any]:
         summary = {
             "env_steps": self.env_steps,
             "updates": self.updates,
@@ -231,10 +267,10 @@ class Learner:
             "worker_restarts": self.worker_restarts,
             "lost_batches": self.lost_batches,
             "env_restarts": self.env_restarts,
+            "nonfinite_updates": self.nonfinite_updates,
         }
         if self.run_dir is not None:
             (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-        self._progress.close()
         return summary
 
     # ---------------------------------------------------------------- eval, logging
@@ -345,7 +381,15 @@ class Learner:
             "env_steps": self.env_steps, "updates": self.updates, "policy_version": self.policy_version,
             "wall_time_s": round(self.wall_time_s, 3), "created": datetime.datetime.now().isoformat(timespec="seconds"),
         }
-        out = save_checkpoint(path, self.state_dict(), meta)
+        state = self.state_dict()
+        bad = _nonfinite_tensor(state["scheme"])
+        if bad is not None:  # never write (and rotate in) a poisoned checkpoint
+            newest = self._newest_checkpoint()
+            raise TrainingDiverged(
+                f"checkpoint at {self.env_steps} env steps not written: {bad} holds NaN or infinite values; "
+                + (f"the newest checkpoint, {newest}, is good" if newest else "no checkpoint was written before")
+            )
+        out = save_checkpoint(path, state, meta)
         if self.run_dir is not None and Path(path).parent == self.run_dir / "checkpoints":
             prune_checkpoints(self.run_dir / "checkpoints", self.run.keep_checkpoints)
         return out
@@ -374,6 +418,18 @@ def open_writers(run: RunConfig, run_dir: Path | None) -> list[Writer]:
 def close_writers(writers: list[Writer]) -> None:
     for writer in writers:
         writer.close()
+
+
+def _nonfinite_tensor(state: Any, prefix: str = "") -> str | None:
+    """The key of the first floating-point tensor in a nested state that has a NaN or an infinity."""
+    if isinstance(state, torch.Tensor):
+        return prefix or "state" if state.is_floating_point() and not bool(torch.isfinite(state).all()) else None
+    items = state.items() if isinstance(state, dict) else enumerate(state) if isinstance(state, (list, tuple)) else ()
+    for key, value in items:
+        found = _nonfinite_tensor(value, f"{prefix}.{key}" if prefix else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 def truncate_progress(path: Path, env_steps: int) -> None:

@@ -3,14 +3,24 @@ env, worker or Ray process starts."""
 
 from __future__ import annotations
 
+import csv
+import json
+import re
+from pathlib import Path
+
+import gymnasium as gym
 import pytest
+import torch
 
 from pytorchrl.cli import main
-from pytorchrl.config import load_config
+from pytorchrl.config import from_dict, load_config
 from pytorchrl.envs import VecEnv
-from pytorchrl.scheme.scheme import resolve_device
+from pytorchrl.learner import Learner, _nonfinite_tensor
+from pytorchrl.logging.writers import CSVWriter
+from pytorchrl.scheme.scheme import build_scheme, resolve_device
 from pytorchrl.tuning import load_space
-from pytorchrl.utils.errors import ConfigError, InputError
+from pytorchrl.utils.checkpoint import load_checkpoint
+from pytorchrl.utils.errors import ConfigError, InputError, TrainingDiverged
 from tests.conftest import CONFIGS
 
 CARTPOLE = CONFIGS / "ppo" / "cartpole.yaml"
@@ -90,3 +100,79 @@ def test_the_cli_says_one_line_and_writes_nothing(override, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("pytorchrl: error: config key"), err
     assert not (tmp_path / "run").exists()
+
+
+# ----------------------------------------------------------------------- non-finite training
+
+
+class _NaNRewards(gym.Wrapper):
+    def __init__(self, env: gym.Env, after: int) -> None:
+        super().__init__(env)
+        self.after, self.steps = after, 0
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        return obs, float("nan") if self.steps > self.after else reward, terminated, truncated, info
+
+
+def nan_reward_cartpole(after: int = 0) -> gym.Env:
+    """CartPole whose rewards turn NaN after ``after`` steps of an env (what a broken simulator does)."""
+    return _NaNRewards(gym.make("CartPole-v1"), after)
+
+
+def test_a_non_finite_gradient_is_never_applied():
+    scheme = build_scheme(from_dict({"env": {"num_envs": 1, "num_test_envs": 1}}))
+    try:
+        algo = scheme.algorithm
+        algo.apply_gradients(torch.ones_like(algo.flat_grad) * 1e-3)  # Adam's state exists
+        weights = {k: v.clone() for k, v in algo.actor.state_dict().items()}
+        moments = [s["exp_avg_sq"].clone() for s in algo.optimizer.state.values()]
+        version = algo.version
+        poisoned = torch.ones_like(algo.flat_grad)
+        poisoned[7] = float("nan")
+        assert algo.apply_gradients(poisoned) is False and algo.version == version
+        assert all(torch.equal(v, weights[k]) for k, v in algo.actor.state_dict().items())
+        assert all(torch.equal(s["exp_avg_sq"], m) for s, m in zip(algo.optimizer.state.values(), moments, strict=True))
+        assert algo.apply_gradients(torch.ones_like(algo.flat_grad)) is True and algo.version == version + 1
+    finally:
+        scheme.close()
+
+
+@pytest.mark.timeout(60)
+def test_nan_rewards_stop_the_run_naming_the_good_checkpoint(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    code = main([
+        "train", str(CARTPOLE), "env.env_id=tests.test_hardening:nan_reward_cartpole", "env.env_kwargs={after: 300}", "env.num_envs=4",
+        "storage.num_steps=32", "algorithm.num_epochs=2", "algorithm.minibatch_size=64", "run.log_every=128", "run.eval_every=0",
+        "run.checkpoint_every=256", "run.max_nonfinite_updates=3", "run.stop_at_return=null", "--run-dir", str(run_dir), "--quiet",
+    ])
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if line.startswith("pytorchrl: error")]
+    assert code == 1 and len(err) == 1
+    assert re.search(r"PPO: 3 updates in a row had a non-finite gradient \(first: .*= nan\) and were skipped \(run.max_nonfinite_updates\); "
+                     r"the newest checkpoint, .*step_(\d+), is good", err[0]), err[0]
+    newest = Path(re.search(r"the newest checkpoint, (.*), is good", err[0]).group(1))
+    state, meta = load_checkpoint(newest)
+    assert _nonfinite_tensor(state["scheme"]) is None and meta["env_steps"] <= 4 * 300 + 128
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stop_reason"] == "nonfinite_updates" and summary["nonfinite_updates"] == 3
+
+
+def test_a_checkpoint_with_non_finite_weights_is_refused(tmp_path):
+    learner = Learner.from_config(load_config(CARTPOLE, ["env.num_envs=2", "env.num_test_envs=1"]), run_dir=tmp_path / "run", progress=False)
+    try:
+        learner.checkpoint()
+        with torch.no_grad():
+            next(learner.scheme.algorithm.actor.parameters()).view(-1)[0] = float("inf")
+        with pytest.raises(TrainingDiverged, match=r"checkpoint at 0 env steps not written: .* holds NaN or infinite values; the newest checkpoint, .*step_0, is good"):
+            learner.checkpoint(tmp_path / "run" / "checkpoints" / "step_1")
+        assert not (tmp_path / "run" / "checkpoints" / "step_1").exists()
+    finally:
+        learner.close()
+
+
+def test_nan_is_written_as_nan_not_as_an_empty_cell(tmp_path):
+    writer = CSVWriter(tmp_path / "progress.csv")
+    writer.write({"env_steps": 1, "policy_loss": float("nan"), "eval_return_mean": None})
+    rows = list(csv.DictReader((tmp_path / "progress.csv").open()))
+    assert rows[0]["policy_loss"] == "nan" and rows[0]["eval_return_mean"] == ""

@@ -14,7 +14,6 @@ is a daemon thread reading a registry that is written once per row).
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
@@ -77,8 +76,8 @@ class PrometheusWriter:
         from prometheus_client import Gauge
 
         for key, value in row.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue  # None: not measured in this interval, the gauge keeps its last value
             gauge = self._gauges.get(key)
             if gauge is None:
                 name = PREFIX + metric_name(key)

@@ -50,7 +50,7 @@ class CSVWriter:
 
 
 def _fmt(value: Any) -> Any:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if value is None:  # not measured in this interval (an evaluation not due)
         return ""
     if isinstance(value, float):
         return f"{value:.6g}"
@@ -69,8 +69,7 @@ class TensorBoardWriter:
         step = int(row["env_steps"])
         for key, value in row.items():
             if key != "env_steps" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                if not (isinstance(value, float) and math.isnan(value)):
-                    self.writer.add_scalar(_tb_tag(key), value, step)
+                self.writer.add_scalar(_tb_tag(key), value, step)  # NaN shows as NaN
         self.writer.flush()
 
     def close(self) -> None:

@@ -16,6 +16,12 @@ class CheckpointError(InputError):
     """A missing, truncated or otherwise unreadable checkpoint."""
 
 
+class TrainingDiverged(RuntimeError):
+    """``run.max_nonfinite_updates`` updates in a row had a non-finite gradient (none of them was
+    applied); the message names the algorithm, the first non-finite quantity and the newest
+    checkpoint, which is still good (checkpoints are never written with non-finite values)."""
+
+
 class WorkerFailure(RuntimeError):
     """Remote workers died and could not be replaced (``scheme.max_worker_restarts`` used up, or,
     with ``scheme.ignore_worker_failures``, none left). The run's last checkpoint stays valid."""

@@ -186,16 +186,26 @@ class Algorithm:
         """A copy of the current gradient: one flat tensor, parameters in ``actor.parameters()`` order."""
         return self.flat_grad.detach().cpu().clone()
 
-    def apply_gradients(self, gradients: torch.Tensor | None = None) -> None:
+    def apply_gradients(self, gradients: torch.Tensor | None = None) -> bool:
         """Clip the global norm, step the optimizer on ``gradients`` (a flat gradient from
-        :meth:`get_gradients`, e.g. an average over workers) or on what ``.grad`` holds, and bump the version."""
+        :meth:`get_gradients`, e.g. an average over workers) or on what ``.grad`` holds, and bump the version.
+
+        A gradient with a NaN or an infinity anywhere (its norm is not finite) is not applied:
+        weights, optimizer moments and the version stay as they are.
+
+        :return: whether the update was applied.
+        """
         if gradients is not None:
             self.flat_grad.copy_(gradients)
+        norm = torch.linalg.vector_norm(self.flat_grad)
+        if not bool(torch.isfinite(norm)):
+            self.flat_grad.zero_()
+            return False
         if self.max_grad_norm is not None:
-            norm = torch.linalg.vector_norm(self.flat_grad)
             self.flat_grad.mul_(torch.clamp(self.max_grad_norm / (norm + 1e-6), max=1.0))
         self._adam_step()
         self.version += 1
+        return True
 
     def _adam_step(self) -> None:
         """``optimizer.step()`` without its per-call Python bookkeeping, which costs as much as

@@ -130,10 +130,11 @@ class DQN(Algorithm):
         out, self._priorities = self._priorities, None
         return out
 
-    def apply_gradients(self, gradients: torch.Tensor | None = None) -> None:
-        super().apply_gradients(gradients)
-        if self.version % self.target_update_interval == 0:
+    def apply_gradients(self, gradients: torch.Tensor | None = None) -> bool:
+        applied = super().apply_gradients(gradients)
+        if applied and self.version % self.target_update_interval == 0:
             self.update_targets(self.tau)
+        return applied
 
     def set_progress(self, progress: float) -> None:
         """Epsilon decays linearly from its initial to its final value over ``exploration_fraction``."""

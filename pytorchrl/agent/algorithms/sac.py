@@ -168,9 +168,11 @@ class SAC(_PolicyCritic):
             "entropy": float(entropy.mean()), "ent_coef": float(alpha), "q_mean": float(q.detach().mean()),
         }
 
-    def apply_gradients(self, gradients: torch.Tensor | None = None) -> None:
-        super().apply_gradients(gradients)
-        self.update_targets(self.tau)
+    def apply_gradients(self, gradients: torch.Tensor | None = None) -> bool:
+        applied = super().apply_gradients(gradients)
+        if applied:
+            self.update_targets(self.tau)
+        return applied
 
 
 class TD3(_PolicyCritic):
@@ -225,18 +227,19 @@ class TD3(_PolicyCritic):
             info["policy_loss"] = float(policy_loss.detach())
         return loss, info
 
-    def apply_gradients(self, gradients: torch.Tensor | None = None) -> None:
+    def apply_gradients(self, gradients: torch.Tensor | None = None) -> bool:
         policy_step = self._policy_step()
         if policy_step:
-            super().apply_gradients(gradients)
-            self.update_targets(self.tau)
-            return
+            applied = super().apply_gradients(gradients)
+            if applied:
+                self.update_targets(self.tau)
+            return applied
         # a critic-only step: Adam skips a segment without a gradient, so the policy (and its
         # moment estimates and step count) stay as they are, as with a policy optimizer that is not stepped
         policy = self.segments[0]
         view, policy.grad = policy.grad, None
         try:
-            super().apply_gradients(gradients)
+            return super().apply_gradients(gradients)
         finally:
             policy.grad = view
 

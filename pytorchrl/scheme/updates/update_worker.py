@@ -78,8 +78,8 @@ class UpdateWorker:
     def _step_local(self) -> dict[str, Any]:
         _, info = self.grad_workers.local_worker.step(return_gradients=False)
         start = time.perf_counter()
-        if not info.get("skipped"):
-            self.algo.apply_gradients(None)
+        if not info.get("skipped") and not self.algo.apply_gradients(None):
+            info["nonfinite_updates"] = 1
         info["apply_time_s"] = time.perf_counter() - start
         info["policy_version"] = self.algo.version
         return info
@@ -105,13 +105,16 @@ class UpdateWorker:
         start = time.perf_counter()
         grads = [(g, i["num_samples"]) for g, i in results if g is not None]
         self._average = None
+        applied = True
         if grads:
             total = sum(n for _, n in grads)
             average = torch.stack([g * (n / total) for g, n in grads]).sum(0)
-            self.algo.apply_gradients(average)
+            applied = self.algo.apply_gradients(average)  # decentralised replicas skip the same average alike
             if self.update_execution == "decentralised":
                 self._average = ws.put(average, compress=True)
         info = merge_step_infos([i for _, i in results])
+        if grads and not applied:
+            info["nonfinite_updates"] = 1
         info["apply_time_s"] = time.perf_counter() - start
         info["policy_version"] = self.algo.version
         return info
@@ -134,8 +137,8 @@ class UpdateWorker:
         grads, info = value
         start = time.perf_counter()
         info["gradient_staleness"] = self.algo.version - info["policy_version"]
-        if grads is not None:
-            self.algo.apply_gradients(grads)
+        if grads is not None and not self.algo.apply_gradients(grads):
+            info["nonfinite_updates"] = 1
         self._submit(worker)
         info["apply_time_s"] = time.perf_counter() - start
         info["policy_version"] = self.algo.version
