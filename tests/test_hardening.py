@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import warnings
 from pathlib import Path
 
 import gymnasium as gym
@@ -176,3 +177,22 @@ def test_nan_is_written_as_nan_not_as_an_empty_cell(tmp_path):
     writer.write({"env_steps": 1, "policy_loss": float("nan"), "eval_return_mean": None})
     rows = list(csv.DictReader((tmp_path / "progress.csv").open()))
     assert rows[0]["policy_loss"] == "nan" and rows[0]["eval_return_mean"] == ""
+
+
+def test_every_checkpoint_corrupt_is_one_line_without_warnings(tmp_path, capsys):
+    learner = Learner.from_config(load_config(CARTPOLE, ["env.num_envs=2", "env.num_test_envs=1"]), run_dir=tmp_path / "run", progress=False)
+    try:
+        for steps in (0, 1, 2):
+            learner.env_steps = steps
+            learner.checkpoint()
+    finally:
+        learner.close()
+    for state in (tmp_path / "run" / "checkpoints").glob("step_*/state.pt"):
+        state.write_bytes(state.read_bytes()[:100])  # truncated, as by a full disk
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for argv in (["evaluate", str(tmp_path / "run")], ["train", "--resume", str(tmp_path / "run"), "--quiet"]):
+            assert main(argv) == 2
+            err = capsys.readouterr().err.strip().splitlines()
+            assert err == [err[0]] and "all 3 checkpoints are unreadable; the newest: checkpoint file" in err[0] and "step_2" in err[0]
+    assert not [w for w in caught if "checkpoint" in str(w.message)]

@@ -18,6 +18,7 @@ import re
 import shutil
 import tempfile
 import warnings
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,8 @@ def load_checkpoint(directory: str | Path) -> tuple[dict[str, Any], dict[str, An
         state = torch.load(state_path, map_location="cpu", weights_only=True)
     except Exception as exc:  # truncated, corrupt or foreign files raise many kinds of errors
         text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
+        if not zipfile.is_zipfile(state_path):  # torch's own message would be about weights_only
+            text = "not a complete torch checkpoint archive"
         reason = text.splitlines()[0][:100] if text else type(exc).__name__
         raise CheckpointError(f"checkpoint file {str(state_path)!r} is truncated or corrupt ({reason})") from None
     if not isinstance(state, dict):
@@ -134,11 +137,13 @@ def load_newest_checkpoint(checkpoints_dir: str | Path) -> tuple[Path, dict[str,
         except CheckpointFormatError:
             raise
         except CheckpointError as exc:
-            warnings.warn(f"skipping unreadable checkpoint: {exc}", stacklevel=2)
             errors.append(str(exc))
             continue
+        for error in errors:  # told only when an older one is used instead; none readable is one line below
+            warnings.warn(f"skipping unreadable checkpoint: {error}", stacklevel=2)
         return path, state, meta
-    raise CheckpointError(f"no readable checkpoint in {str(checkpoints_dir)!r}: {errors[0]}")
+    every = f"all {len(candidates)} checkpoints are unreadable" if len(candidates) > 1 else "its checkpoint is unreadable"
+    raise CheckpointError(f"no readable checkpoint in {str(checkpoints_dir)!r}: {every}; the newest: {errors[0]}")
 
 
 def prune_checkpoints(checkpoints_dir: str | Path, keep: int) -> None:
