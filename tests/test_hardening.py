@@ -4,6 +4,7 @@ env, worker or Ray process starts."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import re
 import warnings
@@ -196,3 +197,20 @@ def test_every_checkpoint_corrupt_is_one_line_without_warnings(tmp_path, capsys)
             err = capsys.readouterr().err.strip().splitlines()
             assert err == [err[0]] and "all 3 checkpoints are unreadable; the newest: checkpoint file" in err[0] and "step_2" in err[0]
     assert not [w for w in caught if "checkpoint" in str(w.message)]
+
+
+@pytest.mark.parametrize(
+    "config, override, message",
+    [
+        ("ppo/cartpole.yaml", "actor.hidden_sizes=[65536, 65536]", r"config key 'actor.hidden_sizes' = \[65536, 65536\]: the run needs at least 128.0 GiB \(networks"),
+        ("dqn/atari_pong.yaml", "storage.capacity=1000000000", r"config key 'storage.capacity' = 1000000000: the run needs at least 26,285.6 GiB \(replay buffer"),
+    ],
+)
+def test_a_run_that_cannot_fit_in_memory_is_refused_before_allocating(config, override, message):
+    from pytorchrl.utils.memory import check_memory
+
+    cfg = load_config(CONFIGS / config, [override])
+    _, obs_space, _ = VecEnv.create_factory(cfg.env.env_id, num_envs=1, atari=dataclasses.asdict(cfg.env.atari))
+    with pytest.raises(ConfigError, match=message + r".*more than the 16.0 GiB this machine has available; lower it"):
+        check_memory(cfg, obs_space, available=16 << 30)
+    check_memory(load_config(CONFIGS / config), obs_space, available=16 << 30)  # the shipped config fits

@@ -14,6 +14,7 @@ from pytorchrl.scheme.base.worker_set import FaultTolerance, check_fits, cluster
 from pytorchrl.scheme.collection.collection_worker_set import CollectionWorkerSet
 from pytorchrl.scheme.gradients.gradient_worker_set import GradientWorkerSet
 from pytorchrl.scheme.updates.update_worker import UpdateWorker
+from pytorchrl.utils.memory import check_memory
 
 
 class Scheme:
@@ -181,6 +182,7 @@ def build_scheme(config: Config) -> Scheme:
         restart_failed_envs=env.restart_failed_envs,
         atari=dataclasses.asdict(env.atari),
     )
+    check_memory(config, obs_space)  # before the driver builds the encoder once (wire) or any worker allocates
     wiring = wire(ALGORITHMS[config.algorithm.name], config, obs_space, action_space)
     return Scheme(
         env_factory=env_factory,
