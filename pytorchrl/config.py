@@ -93,7 +93,7 @@ class AtariConfig:
     full_action_space: bool = param(False, "All 18 ALE actions instead of the game's minimal set.")
     max_episode_frames: int = param(108_000, "Games are truncated after this many frames (30 minutes of play).", min=1)
     num_threads: int = param(
-        1, "Threads of ale-py's native vector env (vectorization 'native'/'auto'); more than the cores a worker has oversubscribes them.", min=1
+        1, "Threads of ale-py's native vector env (vectorization 'native'/'auto'); more than the cores a worker has oversubscribes them.", min=1, max=256
     )
 
 
@@ -119,7 +119,7 @@ class EnvConfig:
     clip_obs: float = param(10.0, "Clip normalised observations to [-clip_obs, clip_obs] (.inf: no clipping).", min=0, min_exclusive=True, allow_inf=True)
     clip_reward: float = param(10.0, "Clip scaled rewards to [-clip_reward, clip_reward] (.inf: no clipping).", min=0, min_exclusive=True, allow_inf=True)
     reward_gamma: float = param(0.99, "Discount used by reward scaling's running return.", min=0, max=1)
-    num_test_envs: int = param(10, "Environments used (vectorized) for deterministic evaluation.", min=1)
+    num_test_envs: int = param(10, "Environments used (vectorized) for deterministic evaluation.", min=1, max=65_536)
     restart_failed_envs: bool = param(
         False,
         "Recreate an env that raises in step or reset inside its worker; its episode is cut (not counted in returns) "
@@ -142,7 +142,7 @@ class ActorConfig:
     hidden_sizes: tuple[int, ...] = param((64, 64), "Widths of the MLP after the encoder's extractor (the whole encoder for vector observations).")
     activation: str = param("tanh", "Hidden-layer activation of the MLP.", choices=("tanh", "relu", "elu", "gelu"))
     cnn_channels: tuple[int, ...] | None = param(None, "impala_resnet: channels of its stacks (null: 16, 32, 32).")
-    cnn_features: int | None = param(None, "Width of a CNN encoder's output layer (null: 512 nature_cnn, 256 impala_resnet).", min=1)
+    cnn_features: int | None = param(None, "Width of a CNN encoder's output layer (null: 512 nature_cnn, 256 impala_resnet).", min=1, max=65_536)
     shared_network: bool = param(
         False, "One encoder for policy and value (else two); SAC/TD3/DDPG: the policy reads the critics' extractor, detached."
     )
@@ -186,7 +186,7 @@ class PPOConfig(_OnPolicyConfig):
     """Proximal Policy Optimisation (Schulman et al. 2017), clipped objective."""
 
     num_epochs: int = param(10, "Passes over each rollout.", min=1, max=10_000)
-    minibatch_size: int = param(64, "Transitions per gradient step.", min=1)
+    minibatch_size: int = param(64, "Transitions per gradient step.", min=1, max=10_000_000)
     clip_range: float = param(0.2, "Clip range of the probability ratio.", min=0, min_exclusive=True)
     anneal_clip_range: bool = param(False, "Decay clip_range linearly to 0 over run.target_steps.")
     clip_range_vf: float | None = param(None, "Clip the value update around the old value (null: off).", min=0, min_exclusive=True)
@@ -215,7 +215,7 @@ class IMPALAConfig(_OnPolicyConfig):
     rho_bar: float = param(1.0, "Truncation of the V-trace importance weights rho_t.", min=0, min_exclusive=True)
     c_bar: float = param(1.0, "Truncation of the V-trace trace weights c_t.", min=0, min_exclusive=True)
     num_epochs: int = param(1, "Passes over each batch.", min=1, max=10_000)
-    minibatch_size: int | None = param(None, "Transitions per gradient step, as whole env sequences (null: the whole batch).", min=1)
+    minibatch_size: int | None = param(None, "Transitions per gradient step, as whole env sequences (null: the whole batch).", min=1, max=10_000_000)
 
 
 @dataclass(frozen=True)
@@ -235,14 +235,14 @@ class _ReplayConfig:
     name: str = param("dqn", "The algorithm.", choices=ALGORITHM_NAMES)
     lr: float = param(3e-4, "Adam learning rate.", min=0, min_exclusive=True)
     gamma: float = param(0.99, "Discount factor.", min=0, max=1)
-    minibatch_size: int = param(256, "Transitions per gradient step.", min=1)
+    minibatch_size: int = param(256, "Transitions per gradient step.", min=1, max=10_000_000)
     update_every: int | None = param(
         None, "Env steps (per env) between rounds of gradient steps; a round makes update_every * num_envs * updates_per_step of them (null: storage.num_steps).", min=1
     )
     updates_per_step: float = param(1.0, "Gradient steps per collected transition (the replay ratio).", min=0, min_exclusive=True)
     start_steps: int = param(1000, "Transitions collected before the first gradient step (SAC/TD3/DDPG act uniformly at random until then).", min=0)
     tau: float = param(0.005, "Polyak step of the target networks per update (1: copy).", min=0, max=1, min_exclusive=True)
-    n_step: int = param(1, "n-step returns (a Rainbow component for DQN).", min=1)
+    n_step: int = param(1, "n-step returns (a Rainbow component for DQN).", min=1, max=10_000)
     prioritized_replay: bool = param(False, "Prioritized replay, proportional over a sum tree (a Rainbow component for DQN).")
     per_alpha: float = param(0.6, "Prioritized replay: priority exponent.", min=0)
     per_beta0: float = param(0.4, "Prioritized replay: initial importance-sampling exponent, annealed to 1.", min=0, max=1)
@@ -255,7 +255,7 @@ class DQNConfig(_ReplayConfig):
 
     name: str = param("dqn", "The algorithm.", choices=ALGORITHM_NAMES)
     lr: float = param(1e-4, "Adam learning rate.", min=0, min_exclusive=True)
-    minibatch_size: int = param(64, "Transitions per gradient step.", min=1)
+    minibatch_size: int = param(64, "Transitions per gradient step.", min=1, max=10_000_000)
     target_update_interval: int = param(1000, "Gradient steps between target-network updates.", min=1)
     tau: float = param(1.0, "Each target update moves the target this far towards the online network (1: copy; <1: Polyak).", min=0, max=1, min_exclusive=True)
     exploration_fraction: float = param(0.1, "Share of run.target_steps over which epsilon decays linearly.", min=0, max=1)
@@ -267,7 +267,7 @@ class DQNConfig(_ReplayConfig):
     dueling: bool = param(False, "Rainbow: dueling value and advantage streams.")
     noisy_nets: bool = param(False, "Rainbow: noisy linear heads explore instead of epsilon-greedy (epsilon is then 0).")
     distributional: bool = param(False, "Rainbow: C51 distributional Q-learning.")
-    num_atoms: int = param(51, "C51: atoms of the return distribution.", min=2)
+    num_atoms: int = param(51, "C51: atoms of the return distribution.", min=2, max=10_000)
     v_min: float = param(-10.0, "C51: smallest return on the support.")
     v_max: float = param(10.0, "C51: largest return on the support.")
     actor_priorities: bool = param(False, "Ape-X: collection workers score their transitions' TD errors as initial priorities (with prioritized_replay).")
@@ -365,7 +365,7 @@ class RunConfig:
     target_steps: int = param(100_000, "Stop after this many environment steps.", min=1)
     log_every: int = param(2_000, "Write a progress.csv / TensorBoard row every this many env steps.", min=1)
     eval_every: int = param(4_000, "Evaluate deterministically every this many env steps (0: only at the end).", min=0)
-    eval_episodes: int = param(10, "Episodes per evaluation.", min=1)
+    eval_episodes: int = param(10, "Episodes per evaluation.", min=1, max=1_000_000)
     checkpoint_every: int = param(50_000, "Write a checkpoint every this many env steps (0: only at the end).", min=0)
     keep_checkpoints: int = param(3, "Keep the newest this many checkpoints.", min=1)
     max_time_s: float | None = param(None, "Stop after this many seconds of wall-clock (null or .inf: no limit).", min=0, min_exclusive=True, allow_inf=True)
@@ -373,7 +373,7 @@ class RunConfig:
         None, "Stop once a deterministic evaluation's mean return reaches this (-.inf: after the first evaluation).", allow_inf=True
     )
     device: str = param("cpu", "Torch device of the learner ('cpu', 'cuda', 'cuda:1', 'auto').")
-    torch_threads: int = param(1, "torch.set_num_threads in every process (small nets run fastest on 1).", min=1)
+    torch_threads: int = param(1, "torch.set_num_threads in every process (small nets run fastest on 1).", min=1, max=1_024)
     max_nonfinite_updates: int = param(
         10, "Stop (exit 1) after this many updates in a row with a NaN or infinite gradient; each one is skipped, never applied.", min=1
     )
@@ -492,7 +492,7 @@ def from_dict(raw: dict) -> Config:
     if not isinstance(algo, dict):
         raise ConfigError(f"config key 'algorithm' = {algo!r} is a section, not a value: set its keys (e.g. algorithm.name={algo})")
     name = algo.get("name", "ppo")
-    if name not in ALGORITHM_CONFIGS:
+    if not isinstance(name, str) or name not in ALGORITHM_CONFIGS:
         raise ConfigError(_bad_choice("algorithm.name", name, tuple(ALGORITHM_CONFIGS)))
     sections = {"algorithm": ALGORITHM_CONFIGS[name]}
     config = _build(Config, raw, "", sections)

@@ -214,3 +214,16 @@ def test_a_run_that_cannot_fit_in_memory_is_refused_before_allocating(config, ov
     with pytest.raises(ConfigError, match=message + r".*more than the 16.0 GiB this machine has available; lower it"):
         check_memory(cfg, obs_space, available=16 << 30)
     check_memory(load_config(CONFIGS / config), obs_space, available=16 << 30)  # the shipped config fits
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_fuzzed_configs_train_or_are_refused_in_one_line():
+    from pytorchrl.fuzz import run
+
+    outcomes = run(seed=0, mutations=120, cli=4, verbose=False)
+    failures = [f"{o.mutation.config} [{o.mutation.kind}] {o.mutation.what}: {o.detail}" for o in outcomes if o.result == "failure"]
+    assert not failures, failures
+    kinds = {o.mutation.kind for o in outcomes}
+    assert len(kinds) >= 8 and sum(o.result == "refused" for o in outcomes) >= 60  # the mutations do reach the checks
+    assert {o.result for o in outcomes[120:]} <= {"trained", "refused"} and len(outcomes) == 124
