@@ -237,9 +237,9 @@ class _ReplayConfig:
     gamma: float = param(0.99, "Discount factor.", min=0, max=1)
     minibatch_size: int = param(256, "Transitions per gradient step.", min=1, max=10_000_000)
     update_every: int | None = param(
-        None, "Env steps (per env) between rounds of gradient steps; a round makes update_every * num_envs * updates_per_step of them (null: storage.num_steps).", min=1
+        None, "Env steps (per env) between rounds of gradient steps; a round makes update_every * num_envs * updates_per_step of them (null: storage.num_steps).", min=1, max=1_000_000
     )
-    updates_per_step: float = param(1.0, "Gradient steps per collected transition (the replay ratio).", min=0, min_exclusive=True)
+    updates_per_step: float = param(1.0, "Gradient steps per collected transition (the replay ratio).", min=0, min_exclusive=True, max=1_000)
     start_steps: int = param(1000, "Transitions collected before the first gradient step (SAC/TD3/DDPG act uniformly at random until then).", min=0)
     tau: float = param(0.005, "Polyak step of the target networks per update (1: copy).", min=0, max=1, min_exclusive=True)
     n_step: int = param(1, "n-step returns (a Rainbow component for DQN).", min=1, max=10_000)

@@ -147,7 +147,7 @@ class Learner:
             self._on_nonfinite(info)
         elif not info.get("skipped"):
             self._nonfinite_streak.clear()
-        for key in (*_MEAN_KEYS, "policy_lag_mean", "gradient_staleness"):
+        for key in (*_MEAN_KEYS, "policy_lag_mean", "gradient_staleness", "worker_replace_s"):
             if key in info and info[key] is not None:
                 self._interval.setdefault(key, []).append(info[key])
         for key in ("collect_time_s", "gradient_time_s", "apply_time_s"):

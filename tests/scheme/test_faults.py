@@ -4,6 +4,8 @@ run goes on (or, when it cannot, stops with one clear line)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import threading
 import time
@@ -209,3 +211,30 @@ def test_a_dead_gradient_worker_is_replaced(ray_session, communication, executio
         master = learner.scheme.algorithm.get_weights()
         for replica in weights:
             assert all(torch.equal(replica[k], master[k]) for k in master)
+
+
+@pytest.mark.parametrize("communication", ["synchronous", "asynchronous"])
+def test_every_sigkilled_worker_is_counted_once_and_its_replacement_timed(ray_session, communication):
+    # the drill of a hostile user: SIGKILL a collection worker's process N times, the next one
+    # once the last replacement has joined; every death is one restart, training goes on
+    kills = 3
+    # (no timeout restarts on a loaded machine: only the kills may count)
+    learner = crashing_learner({}, {"col_communication": communication, "worker_restart_delay_s": 0.5, "worker_timeout_s": 600}, target_steps=10**6)
+    ws = learner.scheme.collection_workers.workers
+    replace_s: list[float] = []
+    try:
+        for _ in range(kills):
+            os.kill(ws.pids()[0], signal.SIGKILL)
+            restarts = learner.worker_restarts
+            while learner.worker_restarts == restarts or len(ws.remote_workers) < 2:
+                info = learner.step()
+                replace_s += [info["worker_replace_s"]] if "worker_replace_s" in info else []
+        steps = learner.env_steps
+        for _ in range(8):
+            learner.step()
+        row = learner.metrics()
+    finally:
+        learner.close()
+    assert learner.worker_restarts == kills and row["worker_restarts"] == kills
+    assert learner.healthy_workers == 2 and learner.env_steps > steps  # all places filled, and it trains on
+    assert len(replace_s) == kills and all(0.5 <= s < 120 for s in replace_s)  # measured from the death, delay included

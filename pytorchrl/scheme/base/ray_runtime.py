@@ -76,6 +76,50 @@ def _check_reachable(address: str) -> None:
             pass
     except OSError as exc:
         raise InputError(f"Ray address {address!r}: no Ray cluster answers there ({exc.strerror or exc})") from None
+    if not address.startswith("ray://"):
+        _check_token(address, host, int(port))
+
+
+def driver_token() -> tuple[str | None, str]:
+    """The token this driver would present, as Ray finds it: only with ``RAY_AUTH_MODE=token``,
+    from ``RAY_AUTH_TOKEN``, else the file ``RAY_AUTH_TOKEN_PATH`` names, else ``~/.ray/auth_token``.
+
+    :return: ``(token or None, where it came from)``.
+    """
+    if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
+        return None, "RAY_AUTH_MODE is not 'token'"
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return os.environ["RAY_AUTH_TOKEN"].strip(), "RAY_AUTH_TOKEN"
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
+    try:
+        with open(path) as f:
+            return f.read().strip() or None, path
+    except OSError:
+        return None, f"no token file {path}"
+
+
+def _check_token(address: str, host: str, port: int) -> None:
+    """Ask the cluster's GCS for its id, presenting this driver's token as Ray would: a cluster
+    with token authentication that refuses it is one line now, instead of Ray's retry loop (a
+    warning a second for ~15 s, then "cannot connect" without the cause)."""
+    try:
+        import grpc
+        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+    except ImportError:  # another Ray layout: ray.init reports what it finds
+        return
+    token, source = driver_token()
+    metadata = [("authorization", f"Bearer {token}")] if token else None
+    with grpc.insecure_channel(f"{host}:{port}") as channel:
+        try:
+            request = gcs_service_pb2.GetClusterIdRequest()  # type: ignore[attr-defined]
+            gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetClusterId(request, timeout=5, metadata=metadata)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAUTHENTICATED:
+                return  # not a GCS, or busy: ray.init says what it finds
+            how = "RAY_AUTH_MODE=token and the cluster's token in RAY_AUTH_TOKEN or in a file named by RAY_AUTH_TOKEN_PATH (default ~/.ray/auth_token)"
+            if token is None:
+                raise InputError(f"Ray address {address!r}: the cluster requires token authentication and this driver has no token ({source}); run with {how}") from None
+            raise InputError(f"Ray address {address!r}: the cluster refused this driver's token (from {source}); run with {how}") from None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -115,6 +115,8 @@ class WorkerSet(Generic[W]):
         self.fault = fault or FaultTolerance()
         self.name = name
         self.restarts = 0
+        self._reported_restarts = 0
+        self._replace_times: list[float] = []  # seconds from a death to its replacement answering, not yet reported
         self.local_worker: W = worker_factory(0, local=True)
         self.remote_workers: list[Any] = []
         self._index: dict[Any, tuple[int, int]] = {}  # remote handle -> (index, generation)
@@ -185,14 +187,28 @@ class WorkerSet(Generic[W]):
             ready, _ = self.wait(list(self._starting), num_returns=len(self._starting), timeout=0)
         joined = []
         for ref in ready:
-            handle, _ = self._starting.pop(ref)
+            handle, started = self._starting.pop(ref)
             ok, reason = self.try_get(ref)
             if ok:
                 self.remote_workers.append(handle)
                 joined.append(handle)
+                if self._index.get(handle, (0, 0))[1] > 0:  # a replacement: started when its predecessor was declared dead
+                    self._replace_times.append(time.monotonic() - started)
             else:
                 self.fail(handle, f"could not start: {reason}")
         return joined
+
+    def report(self) -> dict[str, Any]:
+        """What happened since the last report, wherever it was noticed (a death found while
+        sending weights counts as much as one found while collecting): ``worker_restarts``
+        (replacements started) and ``worker_replace_s`` (mean seconds from a death to its
+        replacement answering, for those that joined; absent if none did)."""
+        out: dict[str, Any] = {"worker_restarts": self.restarts - self._reported_restarts}
+        self._reported_restarts = self.restarts
+        if self._replace_times:
+            out["worker_replace_s"] = sum(self._replace_times) / len(self._replace_times)
+            self._replace_times.clear()
+        return out
 
     def wait_for_active(self) -> list[Any]:
         """Block until at least one remote worker is active (nothing to wait for when one is).

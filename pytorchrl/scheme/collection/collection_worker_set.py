@@ -117,21 +117,22 @@ class CollectionWorkerSet:
 
         With remote workers the info also counts what happened during this call: rollouts
         dropped for policy lag, preempted, or lost with a dead worker (``dropped_batches``,
-        ``preempted_batches``, ``lost_batches``), workers replaced (``worker_restarts``), and
-        the workers active at its end (``healthy_workers``).
+        ``preempted_batches``, ``lost_batches``), workers replaced since the last collection
+        (``worker_restarts``, and ``worker_replace_s``: how long replacements that joined took),
+        and the workers active at its end (``healthy_workers``).
         """
         with self._lock:
             version = self._version
             if not self.remote:
                 data, info = self.local_worker.collect_data()
                 return [data], merge_collection_info([info], current_version=version)
-            counts = (self.dropped_batches, self.preempted_batches, self.lost_batches, self.workers.restarts)
+            counts = (self.dropped_batches, self.preempted_batches, self.lost_batches)
             results = self._collect_sync() if self.communication == "synchronous" else self._collect_async(version)
             info = merge_collection_info([i for _, i in results], current_version=version)
             info["dropped_batches"] = self.dropped_batches - counts[0]
             info["preempted_batches"] = self.preempted_batches - counts[1]
             info["lost_batches"] = self.lost_batches - counts[2]
-            info["worker_restarts"] = self.workers.restarts - counts[3]
+            info.update(self.workers.report())  # restarts since the last report, wherever the death was found
             info["healthy_workers"] = len(self.workers.remote_workers)
             return [d for d, _ in results], info
 

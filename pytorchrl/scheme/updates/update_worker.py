@@ -51,7 +51,7 @@ class UpdateWorker:
         """Compute and apply one gradient (one per worker, averaged, when synchronous); returns the merged info."""
         if not self.remote:
             return self._step_local()
-        counts = (self.lost_batches, self._workers.restarts)
+        lost = self.lost_batches
         synchronous = self.grad_workers.communication == "synchronous"
         joined = self._workers.poll() + self._workers.wait_for_active()
         if joined and synchronous:
@@ -65,8 +65,11 @@ class UpdateWorker:
                 self._load_master(worker)
             self._replicas_synced, self._weights, self._average = True, None, None
         info = self._step_sync() if synchronous else self._step_async()
-        info["lost_batches"] = info.get("lost_batches", 0) + self.lost_batches - counts[0]
-        info["worker_restarts"] = info.get("worker_restarts", 0) + self._workers.restarts - counts[1]
+        info["lost_batches"] = info.get("lost_batches", 0) + self.lost_batches - lost
+        events = self._workers.report()  # gradient workers replaced since the last step
+        info["worker_restarts"] = info.get("worker_restarts", 0) + events["worker_restarts"]
+        if "worker_replace_s" in events:  # beside the collection workers' own, if any were replaced too
+            info["worker_replace_s"] = (info.get("worker_replace_s", events["worker_replace_s"]) + events["worker_replace_s"]) / 2
         return info
 
     def _load_master(self, worker: Any) -> None:
