@@ -227,3 +227,11 @@ def test_fuzzed_configs_train_or_are_refused_in_one_line():
     kinds = {o.mutation.kind for o in outcomes}
     assert len(kinds) >= 8 and sum(o.result == "refused" for o in outcomes) >= 60  # the mutations do reach the checks
     assert {o.result for o in outcomes[120:]} <= {"trained", "refused"} and len(outcomes) == 124
+
+
+def test_a_learning_rate_that_drives_the_loss_to_inf_stops_the_run(tmp_path, capsys):
+    code = main(["train", str(CARTPOLE), "algorithm.lr=1e30", "algorithm.anneal_lr=false", "run.max_nonfinite_updates=3",
+                 "run.stop_at_return=null", "--run-dir", str(tmp_path / "run"), "--quiet"])
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if line.startswith("pytorchrl: error")]
+    assert code == 1 and len(err) == 1 and re.search(r"PPO: 3 updates in a row had a non-finite gradient \(first: \w+ = (inf|nan)\)", err[0]), err
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["nonfinite_updates"] == 3
