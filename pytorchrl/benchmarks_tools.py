@@ -124,8 +124,44 @@ def _steps_to(progress_csv: Path, threshold: float) -> float:
     return float("inf")
 
 
+def worker_kill_drill(seeds: list[int], *, kills: int = 4) -> dict[str, Any]:
+    """PPO CartPole, 2 remote collection workers (sync and async): SIGKILL a worker's process 4 times,
+    each once the last replacement joined: worker_restarts counted and worker_replace_s per death."""
+    import os
+    import signal
+
+    from pytorchrl.benchmarks import _config_path
+    from pytorchrl.config import load_config
+    from pytorchrl.learner import Learner
+
+    out: dict[str, Any] = {}
+    for communication in ("synchronous", "asynchronous"):
+        overrides = [
+            f"scheme.col_communication={communication}", "scheme.col_worker_resources.num_cpus=0.1", "scheme.worker_restart_delay_s=0",
+            "scheme.worker_timeout_s=600", "run.target_steps=1000000", "run.stop_at_return=null", f"run.seed={seeds[0]}",
+        ]
+        learner = Learner.from_config(load_config(_config_path("ppo/cartpole_sync_2workers.yaml"), overrides), progress=False)
+        workers = learner.scheme.collection_workers.workers
+        times: list[float] = []
+        try:
+            for _ in range(kills):
+                os.kill(workers.pids()[0], signal.SIGKILL)
+                restarts = learner.worker_restarts
+                while learner.worker_restarts == restarts or len(workers.remote_workers) < 2:
+                    info = learner.step()
+                    times += [info["worker_replace_s"]] if "worker_replace_s" in info else []
+        finally:
+            learner.close()
+        out[f"{communication}_worker_restarts"] = learner.worker_restarts
+        out[f"{communication}_worker_replace_s"] = [round(t, 2) for t in times]
+        print(f"  {communication}: {kills} kills, worker_restarts {learner.worker_restarts}, worker_replace_s {out[f'{communication}_worker_replace_s']}", flush=True)
+    out["kills"] = kills
+    return out
+
+
 BENCHMARKS: dict[str, Callable[[list[int]], dict[str, Any]]] = {
     "prometheus_overhead": prometheus_overhead,
     "tune_asha_cartpole": tune_asha_cartpole,
     "pbt_pendulum": pbt_pendulum,
+    "worker_kill_drill": worker_kill_drill,
 }
