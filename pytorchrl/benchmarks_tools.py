@@ -124,12 +124,27 @@ def _steps_to(progress_csv: Path, threshold: float) -> float:
     return float("inf")
 
 
-def worker_kill_drill(seeds: list[int], *, kills: int = 4) -> dict[str, Any]:
-    """PPO CartPole, 2 remote collection workers (sync and async): SIGKILL a worker's process 4 times,
-    each once the last replacement joined: worker_restarts counted and worker_replace_s per death."""
+def kill_collection_workers(learner: Any, kills: int) -> list[float]:
+    """SIGKILL a remote collection worker's process ``kills`` times, each once the last
+    replacement has joined, training meanwhile; returns the ``worker_replace_s`` values logged."""
     import os
     import signal
 
+    workers = learner.scheme.collection_workers.workers
+    places = len(workers.remote_workers)
+    times: list[float] = []
+    for _ in range(kills):
+        os.kill(workers.pids()[0], signal.SIGKILL)
+        restarts = learner.worker_restarts
+        while learner.worker_restarts == restarts or len(workers.remote_workers) < places:
+            info = learner.step()
+            times += [info["worker_replace_s"]] if "worker_replace_s" in info else []
+    return times
+
+
+def worker_kill_drill(seeds: list[int], *, kills: int = 4) -> dict[str, Any]:
+    """PPO CartPole, 2 remote collection workers (sync and async): SIGKILL a worker's process 4 times,
+    each once the last replacement joined: worker_restarts counted and worker_replace_s per death."""
     from pytorchrl.benchmarks import _config_path
     from pytorchrl.config import load_config
     from pytorchrl.learner import Learner
@@ -141,15 +156,8 @@ def worker_kill_drill(seeds: list[int], *, kills: int = 4) -> dict[str, Any]:
             "scheme.worker_timeout_s=600", "run.target_steps=1000000", "run.stop_at_return=null", f"run.seed={seeds[0]}",
         ]
         learner = Learner.from_config(load_config(_config_path("ppo/cartpole_sync_2workers.yaml"), overrides), progress=False)
-        workers = learner.scheme.collection_workers.workers
-        times: list[float] = []
         try:
-            for _ in range(kills):
-                os.kill(workers.pids()[0], signal.SIGKILL)
-                restarts = learner.worker_restarts
-                while learner.worker_restarts == restarts or len(workers.remote_workers) < 2:
-                    info = learner.step()
-                    times += [info["worker_replace_s"]] if "worker_replace_s" in info else []
+            times = kill_collection_workers(learner, kills)
         finally:
             learner.close()
         out[f"{communication}_worker_restarts"] = learner.worker_restarts

@@ -4,8 +4,6 @@ run goes on (or, when it cannot, stops with one clear line)."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import threading
 import time
@@ -14,6 +12,7 @@ import gymnasium as gym
 import pytest
 import torch
 
+from pytorchrl.benchmarks_tools import kill_collection_workers
 from pytorchrl.config import from_dict
 from pytorchrl.envs.registration import EnvCrash
 from pytorchrl.learner import Learner
@@ -220,15 +219,8 @@ def test_every_sigkilled_worker_is_counted_once_and_its_replacement_timed(ray_se
     kills = 3
     # (no timeout restarts on a loaded machine: only the kills may count)
     learner = crashing_learner({}, {"col_communication": communication, "worker_restart_delay_s": 0.5, "worker_timeout_s": 600}, target_steps=10**6)
-    ws = learner.scheme.collection_workers.workers
-    replace_s: list[float] = []
     try:
-        for _ in range(kills):
-            os.kill(ws.pids()[0], signal.SIGKILL)
-            restarts = learner.worker_restarts
-            while learner.worker_restarts == restarts or len(ws.remote_workers) < 2:
-                info = learner.step()
-                replace_s += [info["worker_replace_s"]] if "worker_replace_s" in info else []
+        replace_s = kill_collection_workers(learner, kills)
         steps = learner.env_steps
         for _ in range(8):
             learner.step()
