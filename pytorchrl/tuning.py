@@ -16,8 +16,8 @@ Tune's own state is in ``DIR/_tune/``. A trial reports every log row that has th
 and PBT's intervals are in environment steps.
 
 * ``asha``: ASHA (Li et al. 2020) stops the weaker half of the trials at each rung.
-* ``pbt``: population-based training (Jaderberg et al. 2017). Each report carries a full
-  checkpoint (weights, optimizer, normalisers, RNG streams: the exact-resume kind). A trial in
+* ``pbt``: population-based training (Jaderberg et al. 2017). The first report of each
+  perturbation interval carries a full checkpoint (weights, optimizer, normalisers, RNG streams: the exact-resume kind). A trial in
   the bottom quantile restarts from a top trial's checkpoint with the listed keys perturbed;
   it continues the source's run exactly, with the new hyper-parameters. PBT perturbs
   ``algorithm.*`` keys the algorithm can change while training (:attr:`Algorithm.tunable`).
