@@ -36,6 +36,7 @@ __all__ = [
     "EnvConfig",
     "IMPALAConfig",
     "PPOConfig",
+    "RecurrentConfig",
     "RayConfig",
     "RunConfig",
     "SACConfig",
@@ -120,6 +121,12 @@ class EnvConfig:
     clip_reward: float = param(10.0, "Clip scaled rewards to [-clip_reward, clip_reward] (.inf: no clipping).", min=0, min_exclusive=True, allow_inf=True)
     reward_gamma: float = param(0.99, "Discount used by reward scaling's running return.", min=0, max=1)
     num_test_envs: int = param(10, "Environments used (vectorized) for deterministic evaluation.", min=1, max=65_536)
+    action_mask: str = param(
+        "none",
+        "Where legal actions come from (Discrete actions): 'info' (info['action_mask'] of reset and step), 'obs' (the 'action_mask' "
+        "key of a Dict observation), or 'none'. Illegal actions get a -inf logit / are never the argmax.",
+        choices=("none", "info", "obs"),
+    )
     restart_failed_envs: bool = param(
         False,
         "Recreate an env that raises in step or reset inside its worker; its episode is cut (not counted in returns) "
@@ -127,6 +134,16 @@ class EnvConfig:
         "Not with vectorization 'native' ('auto' then uses 'sync').",
     )
     atari: AtariConfig = param(AtariConfig(), "Atari preprocessing (ALE ids only).")
+
+
+@dataclass(frozen=True)
+class RecurrentConfig:
+    """A recurrent core after the encoder: memory for partially observable tasks. Its state is
+    reset where an episode ends and carried across a worker's rollouts."""
+
+    type: str = param("none", "The core: 'gru', 'lstm', or 'none' (a memoryless policy).", choices=("none", "gru", "lstm"))
+    hidden_size: int = param(128, "Width of the core's state (per layer; an LSTM keeps two such vectors).", min=1, max=16_384)
+    num_layers: int = param(1, "Stacked recurrent layers.", min=1, max=16)
 
 
 @dataclass(frozen=True)
@@ -148,6 +165,9 @@ class ActorConfig:
     )
     log_std_init: float = param(0.0, "Initial log standard deviation of Gaussian policies (state independent).")
     ortho_init: bool = param(True, "Orthogonal initialisation (gain sqrt(2) hidden, 0.01 policy, 1 value).")
+    recurrent: RecurrentConfig = param(
+        RecurrentConfig(), "Recurrent core (GRU/LSTM) after the encoder: PPO, A2C, IMPALA, APPO and DQN (R2D2-style sequence replay)."
+    )
 
 
 @dataclass(frozen=True)
@@ -157,6 +177,14 @@ class StorageConfig:
     num_steps: int = param(128, "Steps per env in one rollout; a rollout holds num_steps * num_envs transitions.", min=1, max=1_000_000)
     capacity: int = param(100_000, "Off-policy: transitions the replay buffer holds (the oldest are overwritten).", min=1, max=1_000_000_000)
     checkpoint_buffer: bool = param(False, "Off-policy: include the replay buffer in checkpoints (large; exact resume needs it).")
+    sequence_length: int | None = param(
+        None,
+        "Recurrent policies: steps per training sequence. On-policy: rollouts are cut into chunks of this length, each with its stored "
+        "initial state (null: whole rollouts, one sequence per env). DQN: replayed sequences (R2D2; required), overlapping by half.",
+        min=2,
+        max=100_000,
+    )
+    burn_in: int = param(0, "Recurrent DQN: first steps of each replayed sequence that only warm up the state (no loss; R2D2).", min=0, max=100_000)
 
 
 #: the widest MLP layer and CNN stack a config may ask for (a 65,536-wide square layer is 16 GiB of float32 weights)
@@ -275,6 +303,9 @@ class DQNConfig(_ReplayConfig):
         None, "Ape-X: collector i of N explores with epsilon ** (1 + alpha * i / (N - 1)) (Horgan et al. 2018 use 7 with epsilon 0.4); null: off.", min=0
     )
     rainbow: bool = param(False, "Turn every Rainbow component on (double_q, dueling, n_step >= 3, prioritized_replay, noisy_nets, distributional).")
+    priority_eta: float = param(
+        0.9, "Recurrent DQN with prioritized replay: a sequence's priority is eta * max + (1 - eta) * mean of its TD errors (R2D2).", min=0, max=1
+    )
 
 
 @dataclass(frozen=True)
@@ -624,10 +655,45 @@ def _check_cross_field(config: Config) -> None:
             raise ConfigError(f"config key 'algorithm.start_steps' = {algo.start_steps} is larger than storage.capacity = {config.storage.capacity}")
         if isinstance(algo, DQNConfig) and algo.v_min >= algo.v_max:
             raise ConfigError(f"config key 'algorithm.v_min' = {algo.v_min} must be below algorithm.v_max = {algo.v_max}")
+    _check_sequences(config)
     for name, widest in (("hidden_sizes", MAX_WIDTH), ("cnn_channels", MAX_CHANNELS)):
         sizes = getattr(config.actor, name) or ()
         if any(s < 1 or s > widest for s in sizes):
             raise ConfigError(f"config key 'actor.{name}' = {list(sizes)!r} is out of range: every width must be in 1..{widest:,}")
+
+
+def _check_sequences(config: Config) -> None:
+    """The recurrent keys against each other: sequences need a core, fit the rollout (on-policy)
+    and are longer than their burn-in."""
+    storage, algo = config.storage, config.algorithm
+    recurrent = config.actor.recurrent.type != "none"
+    length, burn_in = storage.sequence_length, storage.burn_in
+    if not recurrent:
+        for key, value in (("sequence_length", length), ("burn_in", burn_in or None)):
+            if value is not None:
+                raise ConfigError(f"config key 'storage.{key}' = {value} is for recurrent policies; set actor.recurrent.type to 'gru' or 'lstm'")
+        return
+    if isinstance(algo, _OnPolicyConfig):
+        if length is not None and length > storage.num_steps:
+            raise ConfigError(
+                f"config key 'storage.sequence_length' = {length} is longer than the rollout (storage.num_steps = {storage.num_steps}); "
+                "sequences are cut from one rollout"
+            )
+        if burn_in:
+            raise ConfigError(f"config key 'storage.burn_in' = {burn_in} is for replayed sequences (recurrent DQN); on-policy sequences start from their stored state")
+        return
+    if isinstance(algo, DQNConfig):
+        if length is None:
+            raise ConfigError("config key 'storage.sequence_length' is required for a recurrent DQN (R2D2 replays sequences); e.g. 40")
+        if burn_in >= length:
+            raise ConfigError(
+                f"config key 'storage.burn_in' = {burn_in} must be below storage.sequence_length = {length} "
+                "(the burn-in only warms up the state; the loss needs the steps after it)"
+            )
+        if length > storage.capacity:
+            raise ConfigError(f"config key 'storage.sequence_length' = {length} is larger than storage.capacity = {storage.capacity}")
+        if algo.actor_priorities:
+            raise ConfigError("config key 'algorithm.actor_priorities' = true is not available with a recurrent DQN (sequence priorities come from the learner)")
 
 
 def _deep_copy(raw: Any) -> Any:

@@ -78,9 +78,9 @@ def _record_gif(learner: Learner, video_dir: Path) -> Path:
         frames = [env.render()]
     except (gym.error.DependencyNotInstalled, ImportError) as exc:
         raise InputError(f"--video: env {envs.env_id!r} cannot render ({exc}); try pip install 'pytorchrl[video]'") from None
-    done = False
+    done, rhs = False, None  # rhs: a recurrent actor's state, carried through the episode
     while not done and len(frames) <= MAX_VIDEO_FRAMES:
-        action, _, _ = worker.algo.acting_step(envs.single_obs(obs), deterministic=True)
+        action, _, rhs = worker.algo.acting_step(envs.single_obs(obs), rhs, deterministic=True)
         obs, _, terminated, truncated, _ = env.step(action[0].numpy())
         frames.append(env.render())
         done = terminated or truncated

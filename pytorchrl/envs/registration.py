@@ -1,7 +1,9 @@
 """pytorchrl's own registered envs: a slow CartPole (a stand-in for an expensive simulator), a
 crashing one (fault injection, so anyone can reproduce the fault-tolerance runs), and two tiny
 sanity envs for the encoders that learn in seconds: an image task a CNN must see
-(``pytorchrl/ImageSide-v0``) and a Dict task that needs every key (``pytorchrl/DictTarget-v0``)."""
+(``pytorchrl/ImageSide-v0``) and a Dict task that needs every key (``pytorchrl/DictTarget-v0``);
+and CartPole without its velocities (``pytorchrl/CartPoleNoVelocity-v1``), which only a policy
+with memory can solve."""
 
 from __future__ import annotations
 
@@ -79,6 +81,28 @@ class CrashingCartPoleEnv(CartPoleEnv):
         return super().step(action)
 
 
+class CartPoleNoVelocityEnv(CartPoleEnv):
+    """CartPole observing only the cart position and the pole angle: the velocities must be
+    inferred from consecutive observations, so a memoryless policy cannot balance for long
+    (the partially observable CartPole of the recurrent-RL literature, e.g. Meng et al. 2021)."""
+
+    #: what is kept of CartPole's state (x, x_dot, theta, theta_dot)
+    KEPT = (0, 2)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        high = np.asarray(self.observation_space.high, dtype=np.float32)[list(self.KEPT)]
+        self.observation_space = gym.spaces.Box(-high, high, dtype=np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        obs, info = super().reset(seed=seed, options=options)
+        return obs[list(self.KEPT)], info
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs[list(self.KEPT)], reward, terminated, truncated, info
+
+
 class ImageSideEnv(gym.Env):
     """A ``uint8`` image with one bright square on the left or the right half; the action must
     name the side (reward 1, else 0). Episodes of ``episode_length`` independent images, so the
@@ -147,6 +171,6 @@ for _name, _toy in (("ImageSide-v0", ImageSideEnv), ("DictTarget-v0", DictTarget
         gym.register(id=f"pytorchrl/{_name}", entry_point=f"{__name__}:{_toy.__name__}")
 
 # CartPole's registration, under pytorchrl's names
-for _name, _cls in (("SlowCartPole-v1", SlowCartPoleEnv), ("CrashingCartPole-v1", CrashingCartPoleEnv)):
+for _name, _cls in (("SlowCartPole-v1", SlowCartPoleEnv), ("CrashingCartPole-v1", CrashingCartPoleEnv), ("CartPoleNoVelocity-v1", CartPoleNoVelocityEnv)):
     if f"pytorchrl/{_name}" not in gym.registry:
         gym.register(id=f"pytorchrl/{_name}", entry_point=f"{__name__}:{_cls.__name__}", max_episode_steps=500, reward_threshold=475.0)

@@ -31,6 +31,7 @@ from gymnasium.vector import AutoresetMode
 
 from pytorchrl.envs.atari import atari_spaces, is_atari_id, make_atari_env, make_atari_vector_env, register_atari
 from pytorchrl.envs.normalization import ObservationNormalizer, RewardScaler
+from pytorchrl.envs.masking import InfoActionMask
 from pytorchrl.envs.snapshot import restore, snapshot
 from pytorchrl.utils.errors import InputError
 from pytorchrl.utils.seeding import TEST_ROLE, TRAIN_ROLE, derive_seed
@@ -98,6 +99,9 @@ class VecEnv:
         ``native`` vectorization; ``auto`` then means ``sync``). The step that failed is returned
         truncated, with the last good observation, ``valid=False`` and reward 0, and its episode
         is left out of :meth:`pop_episodes`; :meth:`pop_env_restarts` counts the restarts.
+    :param action_mask: ``info``: each env is wrapped by :class:`~pytorchrl.envs.masking.InfoActionMask`
+        (its mask becomes the ``action_mask`` key of a Dict observation; ``auto`` vectorization
+        then means ``sync``); ``obs`` and ``none`` change nothing here.
     :param atari: the ``env.atari`` section as a dict: the preprocessing of ALE ids
         (:mod:`pytorchrl.envs.atari`; ignored for other ids). Episodes in :meth:`pop_episodes`
         are then whole games with their raw score, and training rewards are clipped to their sign.
@@ -124,19 +128,22 @@ class VecEnv:
         reward_gamma: float = 0.99,
         restart_failed_envs: bool = False,
         atari: dict[str, Any] | None = None,
+        action_mask: str = "none",
     ) -> None:
         check_env_id(env_id)
         self.env_id = env_id
         self.num_envs = num_envs
         self._atari = atari if atari is not None and is_atari_id(env_id) else None
-        self._single_env_args = (dict(env_kwargs or {}), max_episode_steps)
+        self._single_env_args = (dict(env_kwargs or {}), max_episode_steps, action_mask)
         if self._atari is not None:
             self.env = make_atari_vector_env(
                 env_id, num_envs, atari=self._atari, vectorization=vectorization, env_kwargs=dict(env_kwargs or {}),
                 max_episode_steps=max_episode_steps, wrap=_RestartOnError.wrap if restart_failed_envs else None,
             )
         else:
-            self.env = _make_vector_env(env_id, num_envs, vectorization, dict(env_kwargs or {}), max_episode_steps, restart_failed_envs)
+            self.env = _make_vector_env(
+                env_id, num_envs, vectorization, dict(env_kwargs or {}), max_episode_steps, restart_failed_envs, action_mask
+            )
         self.observation_space = self.env.single_observation_space
         self.action_space = self.env.single_action_space
         check_spaces(env_id, self.observation_space, self.action_space)
@@ -193,7 +200,7 @@ class VecEnv:
             if atari is not None and is_atari_id(env_id):
                 obs_space, act_space = atari_spaces(env_id, atari, env_kwargs)
             else:
-                probe = _make_single_env(env_id, env_kwargs, kwargs.get("max_episode_steps"))
+                probe = _make_single_env(env_id, env_kwargs, kwargs.get("max_episode_steps"), kwargs.get("action_mask", "none"))
                 obs_space, act_space = probe.observation_space, probe.action_space
                 probe.close()
         eval_kwargs = kwargs.get("eval_env_kwargs")
@@ -312,10 +319,10 @@ class VecEnv:
     def make_render_env(self) -> gym.Env:
         """One env like these (evaluation's preprocessing: whole games, raw rewards) that renders
         ``rgb_array`` frames, for videos; :meth:`single_obs` turns its observations into a batch."""
-        env_kwargs, max_episode_steps = self._single_env_args
+        env_kwargs, max_episode_steps, action_mask = self._single_env_args
         if self._atari is not None:
             return make_atari_env(self.env_id, self._atari, env_kwargs={**env_kwargs, "render_mode": "rgb_array"}, max_episode_steps=max_episode_steps)
-        return _make_single_env(self.env_id, {**env_kwargs, "render_mode": "rgb_array"}, max_episode_steps)
+        return _make_single_env(self.env_id, {**env_kwargs, "render_mode": "rgb_array"}, max_episode_steps, action_mask)
 
     def single_obs(self, obs: Any) -> torch.Tensor:
         """One env's observation as a batch of one, stored and normalised as :meth:`step` does (frozen statistics)."""
@@ -428,24 +435,26 @@ def _env_errors(env_id: str, key: str, env_kwargs: dict) -> Iterator[None]:
         raise InputError(f"env.env_id = {env_id!r}: making the env failed ({type(exc).__name__}: {message})") from None
 
 
-def _make_single_env(env_id: str, env_kwargs: dict, max_episode_steps: int | None) -> gym.Env:
+def _make_single_env(env_id: str, env_kwargs: dict, max_episode_steps: int | None, action_mask: str = "none") -> gym.Env:
     fn = resolve_env_fn(env_id)
     if fn is not None:
         env = fn(**env_kwargs)
         if max_episode_steps is not None:
             env = gym.wrappers.TimeLimit(env, max_episode_steps)
-        return env
-    if max_episode_steps is not None:
-        env_kwargs = {**env_kwargs, "max_episode_steps": max_episode_steps}
-    return gym.make(env_id, **env_kwargs)
+    else:
+        if max_episode_steps is not None:
+            env_kwargs = {**env_kwargs, "max_episode_steps": max_episode_steps}
+        env = gym.make(env_id, **env_kwargs)
+    return InfoActionMask(env) if action_mask == "info" else env
 
 
 def _make_vector_env(
-    env_id: str, num_envs: int, vectorization: str, env_kwargs: dict, max_episode_steps: int | None, restart_failed_envs: bool
+    env_id: str, num_envs: int, vectorization: str, env_kwargs: dict, max_episode_steps: int | None, restart_failed_envs: bool,
+    action_mask: str = "none",
 ) -> gym.vector.VectorEnv:
     fn = resolve_env_fn(env_id)
     spec = None if fn is not None else gym.spec(env_id)
-    has_native = spec is not None and spec.vector_entry_point is not None
+    has_native = spec is not None and spec.vector_entry_point is not None and action_mask != "info"
     if vectorization == "native" and not has_native:
         raise InputError(f"env.vectorization = 'native': {env_id!r} has no native vector implementation; use 'sync' or 'async'")
     if vectorization == "native" and restart_failed_envs:
@@ -461,7 +470,7 @@ def _make_vector_env(
         if env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP) == AutoresetMode.NEXT_STEP:
             return env
         env.close()  # a native env with another autoreset mode: fall back to sync
-    make: Callable[[], gym.Env] = functools.partial(_make_single_env, env_id, env_kwargs, max_episode_steps)
+    make: Callable[[], gym.Env] = functools.partial(_make_single_env, env_id, env_kwargs, max_episode_steps, action_mask)
     if restart_failed_envs:
         make = _RestartOnError.wrap(make)
     if vectorization == "async":

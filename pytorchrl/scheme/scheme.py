@@ -181,6 +181,7 @@ def build_scheme(config: Config) -> Scheme:
         reward_gamma=env.reward_gamma,
         restart_failed_envs=env.restart_failed_envs,
         atari=dataclasses.asdict(env.atari),
+        action_mask=env.action_mask,
     )
     check_memory(config, obs_space)  # before the driver builds the encoder once (wire) or any worker allocates
     wiring = wire(ALGORITHMS[config.algorithm.name], config, obs_space, action_space)

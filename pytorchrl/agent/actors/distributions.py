@@ -15,6 +15,9 @@ import torch.nn.functional as F
 from torch import nn
 
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+#: the logit of an illegal action (action masking): -inf in effect (its probability is exactly 0),
+#: but finite, so that entropies and log-probabilities of the legal actions stay free of NaN
+MASKED_LOGIT = torch.finfo(torch.float32).min
 
 
 def gumbel_noise(shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
@@ -74,15 +77,22 @@ class CategoricalHead(ActionHead):
         super().__init__()
         self.linear = nn.Linear(in_features, n)
 
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        return torch.log_softmax(F.linear(features, self.linear.weight, self.linear.bias), dim=-1)
+    def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Normalised log-probabilities; ``mask`` (bool, True = legal) gives illegal actions probability 0."""
+        logits = F.linear(features, self.linear.weight, self.linear.bias)
+        if mask is not None:
+            logits = logits.masked_fill(~mask, MASKED_LOGIT)
+        return torch.log_softmax(logits, dim=-1)
 
     def draw_noise(self, shape: tuple[int, ...]) -> torch.Tensor:
         return gumbel_noise((*shape, self.linear.out_features), self.linear.weight.device)
 
-    def act(self, features: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> None:
+    def act(self, features: torch.Tensor, noise: torch.Tensor, out: torch.Tensor, mask: torch.Tensor | None = None) -> None:
         # Gumbel-max on the unnormalised logits: the log-softmax does not move the argmax
-        torch.argmax(F.linear(features, self.linear.weight, self.linear.bias).add_(noise), dim=-1, out=out)
+        logits = F.linear(features, self.linear.weight, self.linear.bias).add_(noise)
+        if mask is not None:
+            logits.masked_fill_(~mask, MASKED_LOGIT)
+        torch.argmax(logits, dim=-1, out=out)
 
     def log_prob(self, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         return params.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pytorchrl.agent.actors.distributions import ActionHead, DiagGaussianHead, make_action_head
+from pytorchrl.agent.actors.distributions import ActionHead, CategoricalHead, DiagGaussianHead, make_action_head
 from pytorchrl.agent.actors.networks.encoders import EncoderSpec, ImpalaResNet, NatureCNN
 from pytorchrl.agent.actors.networks.mlp import HIDDEN_GAIN, orthogonal_init
+from pytorchrl.agent.actors.networks.recurrent import RecurrentCore, RecurrentSpec
 
 
 class OnPolicyActor(nn.Module):
@@ -25,9 +26,19 @@ class OnPolicyActor(nn.Module):
     :param shared_network: one encoder for both heads instead of two.
     :param log_std_init: initial log std of Gaussian policies.
     :param ortho_init: orthogonal initialisation with the usual PPO gains.
+    :param recurrent: a recurrent core after each encoder (policy and value share one with
+        ``shared_network``); its state is the ``rhs`` of the acting and evaluation methods.
+    :param action_mask: where the legal-action mask sits in an observation row (a packed Dict's
+        ``action_mask`` key); illegal actions then get probability 0 (Discrete actions only).
+
+    A recurrent actor scores while it acts (one pass per step gives the action, its
+    log-probability and the value, and the next state of both cores, which the storage keeps
+    per step for chunked minibatches); :meth:`score_sequence` re-runs the recurrence over a
+    rollout from a stored state and gives the same numbers.
     """
 
     is_recurrent = False
+    state_size = 0
 
     def __init__(
         self,
@@ -38,6 +49,8 @@ class OnPolicyActor(nn.Module):
         shared_network: bool = False,
         log_std_init: float = 0.0,
         ortho_init: bool = True,
+        recurrent: RecurrentSpec | None = None,
+        action_mask: slice | None = None,
     ) -> None:
         super().__init__()
         self.observation_space = observation_space
@@ -45,7 +58,19 @@ class OnPolicyActor(nn.Module):
         self.policy_net = encoder.build(observation_space)
         self.value_net = None if shared_network else encoder.build(observation_space)
         width = self.policy_net.out_features
+        self.policy_core: RecurrentCore | None = None
+        self.value_core: RecurrentCore | None = None
+        if recurrent is not None:
+            self.policy_core = recurrent.build(width)
+            self.value_core = None if self.value_net is None else recurrent.build(self.value_net.out_features)
+            width = self.policy_core.out_features
+            self.is_recurrent = True
+            self._policy_state = self.policy_core.state_size
+            self.state_size = self._policy_state + (0 if self.value_core is None else self.value_core.state_size)
         self.action_head: ActionHead = make_action_head(width, action_space, log_std_init=log_std_init)
+        if action_mask is not None and not isinstance(self.action_head, CategoricalHead):
+            raise ValueError(f"action masks need a Discrete action space, got {action_space}")
+        self.action_mask = action_mask
         self.value_head = nn.Linear(width, 1)
         if ortho_init:
             orthogonal_init(self.policy_net, HIDDEN_GAIN)
@@ -56,7 +81,8 @@ class OnPolicyActor(nn.Module):
         self.continuous = isinstance(self.action_head, DiagGaussianHead)
         # a CNN costs the same per row in a batch of 8 as of 4096, so scoring the rollout
         # afterwards would only repeat the forward pass: score while acting instead
-        self.scores_while_acting = any(isinstance(m, (NatureCNN, ImpalaResNet)) for m in self.modules())
+        # (and a recurrent actor needs the state of both cores at every step)
+        self.scores_while_acting = self.is_recurrent or any(isinstance(m, (NatureCNN, ImpalaResNet)) for m in self.modules())
 
     @classmethod
     def create_factory(cls, observation_space: gym.Space, action_space: gym.Space, **kwargs: Any) -> Callable[..., OnPolicyActor]:
@@ -64,27 +90,77 @@ class OnPolicyActor(nn.Module):
         return functools.partial(_build_actor, cls, observation_space, action_space, **kwargs)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Distribution parameters and state values (shape ``[batch]``)."""
+        """Distribution parameters and state values (shape ``[batch]``) of a memoryless actor."""
         features = self.policy_net.forward(obs)
         value_features = features if self.value_net is None else self.value_net.forward(obs)
-        return self.action_head.forward(features), self._value(value_features)
+        return self._params(features, obs), self._value(value_features)
+
+    def _mask(self, obs: torch.Tensor) -> torch.Tensor | None:
+        """The legal actions of each observation row (None without masking)."""
+        return None if self.action_mask is None else obs.flatten(1)[:, self.action_mask] > 0.5
+
+    def _params(self, features: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        if self.action_mask is None:
+            return self.action_head.forward(features)
+        return cast(CategoricalHead, self.action_head).forward(features, self._mask(obs))
 
     def _value(self, features: torch.Tensor) -> torch.Tensor:
         return F.linear(features, self.value_head.weight, self.value_head.bias).squeeze(-1)
+
+    # ------------------------------------------------------------- recurrent features
+
+    def initial_state(self, batch: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        """The recurrent state of fresh episodes (``[batch, 0]`` for a memoryless actor)."""
+        return torch.zeros(batch, self.state_size, device=device)
+
+    def _step_features(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Policy features, value features and the next state of one step (recurrent actors)."""
+        assert self.policy_core is not None
+        features, policy_state = self.policy_core.step(self.policy_net.forward(obs), state[:, : self._policy_state])
+        if self.value_core is None:
+            return features, features, policy_state
+        assert self.value_net is not None
+        value_features, value_state = self.value_core.step(self.value_net.forward(obs), state[:, self._policy_state :])
+        return features, value_features, torch.cat([policy_state, value_state], dim=1)
+
+    def _sequence_features(self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`_step_features` over ``obs [T, B, ...]`` (see :meth:`RecurrentCore.sequence`),
+        features flattened to ``[T * B, H]``."""
+        assert self.policy_core is not None
+        t, b = obs.shape[:2]
+        flat_obs = obs.reshape(t * b, *obs.shape[2:])
+        features, policy_state = self.policy_core.sequence(self.policy_net.forward(flat_obs).view(t, b, -1), state[:, : self._policy_state], starts)
+        if self.value_core is None:
+            return features.reshape(t * b, -1), features.reshape(t * b, -1), policy_state
+        assert self.value_net is not None
+        value_features, value_state = self.value_core.sequence(self.value_net.forward(flat_obs).view(t, b, -1), state[:, self._policy_state :], starts)
+        return features.reshape(t * b, -1), value_features.reshape(t * b, -1), torch.cat([policy_state, value_state], dim=1)
 
     def get_action(
         self, obs: torch.Tensor, rhs: Any = None, done: torch.Tensor | None = None, deterministic: bool = False
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], Any]:
         """Act on a batch of observations.
 
-        :return: ``action, {"log_prob", "value"}, rhs`` (rhs: recurrent state, None here).
+        :param rhs: a recurrent actor's state (None: fresh episodes); ignored otherwise.
+        :param done: bool per row: a new episode starts at this observation (its state is zeroed).
+        :return: ``action, {"log_prob", "value"}, rhs`` (the next state; None for a memoryless actor).
         """
-        params, value = self.forward(obs)
+        if self.is_recurrent:
+            state = self.initial_state(obs.shape[0], obs.device) if rhs is None else rhs
+            if done is not None:
+                state = state * (~done.bool()).to(state.dtype).view(-1, 1)
+            features, value_features, rhs = self._step_features(obs, state)
+            params, value = self._params(features, obs), self._value(value_features)
+        else:
+            params, value = self.forward(obs)
         action, log_prob = self.action_head.sample(params, deterministic)
         return action, {"log_prob": log_prob, "value": value}, rhs
 
     def get_value(self, obs: torch.Tensor, rhs: Any = None, done: torch.Tensor | None = None) -> torch.Tensor:
-        """State values only."""
+        """State values only (a recurrent actor: of a sequence ``[T, B, ...]`` from state ``rhs``
+        with episode starts ``done``, flattened)."""
+        if self.is_recurrent:
+            return self._value(self._sequence_features(obs, rhs, done)[1])
         net = self.policy_net if self.value_net is None else self.value_net
         return self._value(net.forward(obs))
 
@@ -98,26 +174,65 @@ class OnPolicyActor(nn.Module):
         Only the policy half runs per step; log-probabilities and values are computed for the
         whole rollout afterwards by :meth:`score`, in large batches (five times cheaper per row).
         """
-        self.action_head.act(self.policy_net.forward(obs), noise, out)
+        if self.action_mask is None:
+            self.action_head.act(self.policy_net.forward(obs), noise, out)
+        else:
+            cast(CategoricalHead, self.action_head).act(self.policy_net.forward(obs), noise, out, self._mask(obs))
 
     def act_scored(self, obs: torch.Tensor, noise: torch.Tensor, out: torch.Tensor, log_prob_out: torch.Tensor, value_out: torch.Tensor) -> None:
         """:meth:`act`, also writing the actions' log-probabilities and the observations' values
         (what :meth:`score` would give): one pass of the encoder instead of two."""
         features = self.policy_net.forward(obs)
-        self.action_head.act(features, noise, out)
-        log_prob_out.copy_(self.action_head.log_prob(self.action_head.forward(features), out))
-        value_out.copy_(self._value(features if self.value_net is None else self.value_net.forward(obs)))
+        self._act_scored(features, features if self.value_net is None else self.value_net.forward(obs), obs, noise, out, log_prob_out, value_out)
+
+    def _act_scored(
+        self, features: torch.Tensor, value_features: torch.Tensor, obs: torch.Tensor, noise: torch.Tensor, out: torch.Tensor,
+        log_prob_out: torch.Tensor, value_out: torch.Tensor,
+    ) -> None:
+        params = self._params(features, obs)
+        if self.action_mask is None:
+            self.action_head.act(features, noise, out)
+        else:  # sample from the masked log-probabilities (Gumbel-max ignores their normalisation)
+            torch.argmax(params + noise, dim=-1, out=out)
+        log_prob_out.copy_(self.action_head.log_prob(params, out))
+        value_out.copy_(self._value(value_features))
+
+    def act_recurrent(
+        self, obs: torch.Tensor, state: torch.Tensor, noise: torch.Tensor, out: torch.Tensor, log_prob_out: torch.Tensor, value_out: torch.Tensor
+    ) -> torch.Tensor:
+        """:meth:`act_scored` of a recurrent actor from ``state`` (already zeroed where an episode
+        starts); returns the next state."""
+        features, value_features, next_state = self._step_features(obs, state)
+        self._act_scored(features, value_features, obs, noise, out, log_prob_out, value_out)
+        return next_state
 
     def score(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``log_prob(actions), value`` of a batch of observations (see :meth:`act`)."""
         params, value = self.forward(obs)
         return self.action_head.log_prob(params, actions), value
 
+    def score_sequence(self, obs: torch.Tensor, actions: torch.Tensor, state: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`score` of a recurrent actor over ``[T, B]`` steps from ``state`` (episode starts
+        ``starts``): the recurrence re-run over a rollout; ``[T * B]`` outputs."""
+        features, value_features, _ = self._sequence_features(obs, state, starts)
+        flat_obs = obs.reshape(-1, *obs.shape[2:])
+        params = self._params(features, flat_obs)
+        return self.action_head.log_prob(params, actions.reshape(-1, *actions.shape[2:])), self._value(value_features)
+
     def evaluate_actions(
         self, obs: torch.Tensor, actions: torch.Tensor, rhs: Any = None, done: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``log_prob(actions), entropy, value`` under the current parameters (for the losses)."""
-        params, value = self.forward(obs)
+        """``log_prob(actions), entropy, value`` under the current parameters (for the losses).
+
+        A recurrent actor takes sequences: ``obs [T, B, ...]``, ``actions [T, B, ...]``, the state
+        at their start ``rhs [B, S]`` and the episode starts ``done [T, B]``; outputs are ``[T * B]``.
+        """
+        if self.is_recurrent:
+            features, value_features, _ = self._sequence_features(obs, rhs, done)
+            obs, actions = obs.reshape(-1, *obs.shape[2:]), actions.reshape(-1, *actions.shape[2:])
+            params, value = self._params(features, obs), self._value(value_features)
+        else:
+            params, value = self.forward(obs)
         log_prob, entropy = self.action_head.log_prob_entropy(params, actions)
         return log_prob, entropy, value
 

@@ -27,6 +27,8 @@ class A2C(Algorithm):
     """
 
     config_class = A2CConfig
+    recurrent = True
+    action_masks = True
     tunable = (*Algorithm.tunable, "ent_coef", "vf_coef")
 
     @classmethod
@@ -53,7 +55,7 @@ class A2C(Algorithm):
         self.minibatch_size = None  # the whole rollout, one step
 
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor | None, dict[str, float]]:
-        log_prob, entropy, value = self.actor.evaluate_actions(batch["obs"], batch["actions"])
+        log_prob, entropy, value, batch = self.evaluate_transitions(batch)
         advantages = batch["advantages"]
         if self.normalize_advantages:
             advantages = normalized(advantages)

@@ -42,6 +42,9 @@ class Algorithm:
     #: hyper-parameters (``algorithm.*`` keys, attribute names here) that may change while it
     #: trains (:meth:`set_hyperparameters`; what population-based training perturbs)
     tunable: ClassVar[tuple[str, ...]] = ("lr", "max_grad_norm")
+    #: takes a recurrent core (``actor.recurrent``) and action masks (``env.action_mask``)
+    recurrent: ClassVar[bool] = False
+    action_masks: ClassVar[bool] = False
 
     @classmethod
     def wire(cls, config: Config, observation_space: gym.Space, action_space: gym.Space) -> Wiring:
@@ -168,6 +171,18 @@ class Algorithm:
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor | None, dict[str, float]]:
         """The loss of one minibatch and its diagnostics; None skips the step (early stop)."""
         raise NotImplementedError
+
+    def evaluate_transitions(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """``log_prob, entropy, value`` of a GAE minibatch's actions under the current actor, and
+        the batch's per-transition fields beside them: shuffled transitions as they are;
+        recurrent sequences (``states`` in the batch) re-run from their stored states and
+        flattened to their valid steps, so a loss over them needs no special case."""
+        if "states" not in batch:
+            return (*self.actor.evaluate_actions(batch["obs"], batch["actions"]), batch)
+        log_prob, entropy, value = self.actor.evaluate_actions(batch["obs"], batch["actions"], batch["states"], batch["starts"])
+        keep = batch["valid"].reshape(-1)
+        flat = {k: batch[k].reshape(-1)[keep] for k in ("log_probs", "values", "advantages", "returns")}
+        return log_prob[keep], entropy[keep], value[keep], flat
 
     def compute_gradients(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """Backpropagate one minibatch's loss into ``.grad``; returns diagnostics.

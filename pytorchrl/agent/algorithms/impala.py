@@ -42,6 +42,8 @@ class IMPALA(Algorithm):
     """
 
     config_class = IMPALAConfig
+    recurrent = True
+    action_masks = True
     tunable = (*Algorithm.tunable, "ent_coef", "vf_coef", "rho_bar", "c_bar", "num_epochs")
 
     @classmethod
@@ -84,9 +86,15 @@ class IMPALA(Algorithm):
         t, n = rewards.shape
         obs = batch["obs"]
         actions = batch["actions"]
-        log_prob, entropy, value = self.actor.evaluate_actions(obs[:t].reshape(t * n, *obs.shape[2:]), actions.reshape(t * n, *actions.shape[2:]))
-        with torch.no_grad():
-            bootstrap = self.actor.get_value(obs[t])
+        if "states" in batch:  # a recurrent actor: one pass over the sequence, the bootstrap step included
+            padded = torch.cat([actions, actions[-1:]])  # the bootstrap step's action is never scored
+            log_prob, entropy, value = self.actor.evaluate_actions(obs, padded, batch["states"], batch["starts"])
+            log_prob, entropy, bootstrap = log_prob[: t * n], entropy[: t * n], value[t * n :].detach()
+            value = value[: t * n]
+        else:
+            log_prob, entropy, value = self.actor.evaluate_actions(obs[:t].reshape(t * n, *obs.shape[2:]), actions.reshape(t * n, *actions.shape[2:]))
+            with torch.no_grad():
+                bootstrap = self.actor.get_value(obs[t])
         values = torch.cat([value.detach().view(t, n), bootstrap.view(1, n)])
         vs, advantages, rho = compute_vtrace(
             batch["log_probs"], log_prob.view(t, n), rewards, values, batch["terminated"], batch["truncated"], batch["valid"],

@@ -36,6 +36,8 @@ class PPO(Algorithm):
     """
 
     config_class = PPOConfig
+    recurrent = True
+    action_masks = True
     tunable = (*Algorithm.tunable, "clip_range", "clip_range_vf", "ent_coef", "vf_coef", "target_kl", "num_epochs")
 
     @classmethod
@@ -79,7 +81,7 @@ class PPO(Algorithm):
             self.clip_range = self.initial_clip_range * max(0.0, 1.0 - progress)
 
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor | None, dict[str, float]]:
-        log_prob, entropy, value = self.actor.evaluate_actions(batch["obs"], batch["actions"])
+        log_prob, entropy, value, batch = self.evaluate_transitions(batch)
         advantages = batch["advantages"]
         if self.normalize_advantages:
             advantages = normalized(advantages)

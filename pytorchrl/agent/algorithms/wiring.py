@@ -9,7 +9,10 @@ class up in :data:`~pytorchrl.agent.algorithms.ALGORITHMS` by ``algorithm.name``
 
 Networks come from one builder, :class:`~pytorchrl.agent.actors.networks.EncoderSpec`, made
 here from the ``actor`` section (:func:`encoder_spec`) and checked against the observation
-space before any worker starts (:func:`check_encoder`).
+space before any worker starts (:func:`check_encoder`); a recurrent core after it from
+:func:`recurrent_spec`. An algorithm says whether it takes a recurrent core
+(``Algorithm.recurrent``) and action masks (``Algorithm.action_masks``); :func:`wire` refuses
+the others in one line.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from typing import TYPE_CHECKING, Any, cast
 import gymnasium as gym
 
 from pytorchrl.agent.actors.networks.encoders import EncoderError, EncoderSpec
+from pytorchrl.agent.actors.networks.recurrent import RecurrentSpec
+from pytorchrl.envs.masking import check_mask_space, mask_slice
 from pytorchrl.utils.errors import InputError
 from pytorchrl.utils.spaces import check_observation_space, obs_layout
 
@@ -58,7 +63,43 @@ def wire(algorithm_class: Any, config: Config, observation_space: gym.Space, act
     if problem is not None:
         raise InputError(f"env.env_id = {env_id!r}: {problem}")
     check_encoder(encoder_spec(config.actor), observation_space, env_id)
+    if recurrent_spec(config.actor) is not None and not algorithm_class.recurrent:
+        takes = ", ".join(n for n, c in _registry().items() if c.recurrent)
+        raise InputError(f"config key 'actor.recurrent.type' = {config.actor.recurrent.type!r}: algorithm {name!r} cannot take a recurrent core; these can: {takes}")
+    source = config.env.action_mask
+    if source != "none":
+        if not algorithm_class.action_masks:
+            takes = ", ".join(n for n, c in _registry().items() if c.action_masks)
+            raise InputError(f"config key 'env.action_mask' = {source!r}: algorithm {name!r} does not take action masks; these do: {takes}")
+        problem = check_mask_space(observation_space, action_space, source)
+        if problem is not None:
+            raise InputError(f"config key 'env.action_mask' = {source!r} on env.env_id = {env_id!r}: {problem}")
     return algorithm_class.wire(config, observation_space, action_space)
+
+
+def _registry() -> dict[str, Any]:
+    from pytorchrl.agent.algorithms import ALGORITHMS
+
+    return ALGORITHMS
+
+
+def recurrent_spec(actor: ActorConfig) -> RecurrentSpec | None:
+    """The ``actor.recurrent`` section as a :class:`RecurrentSpec` (None: no core)."""
+    rec = actor.recurrent
+    return None if rec.type == "none" else RecurrentSpec(kind=rec.type, hidden_size=rec.hidden_size, num_layers=rec.num_layers)
+
+
+def recurrent_state_size(actor: ActorConfig, cores: int = 1) -> int:
+    """Width of the flat recurrent state of ``cores`` cores of the ``actor`` section (0: none)."""
+    spec = recurrent_spec(actor)
+    if spec is None:
+        return 0
+    return (1 if spec.kind == "gru" else 2) * spec.num_layers * spec.hidden_size * cores
+
+
+def action_mask_slice(config: Config, observation_space: gym.Space) -> slice | None:
+    """Where the actors find the legal-action mask in an observation row (None: no masking)."""
+    return None if config.env.action_mask == "none" else mask_slice(observation_space)
 
 
 def encoder_spec(actor: ActorConfig) -> EncoderSpec:
@@ -80,11 +121,16 @@ def check_encoder(spec: EncoderSpec, observation_space: gym.Space, env_id: str) 
         warnings.warn(f"actor.encoder = {spec.kind!r}: {problem}", stacklevel=3)
 
 
-def rollout_shapes(config: Config, observation_space: gym.Space, action_space: gym.Space, num_steps: int) -> dict[str, Any]:
+def rollout_shapes(
+    config: Config, observation_space: gym.Space, action_space: gym.Space, num_steps: int, *, state_size: int = 0, state_stride: int | None = None
+) -> dict[str, Any]:
     """The :class:`~pytorchrl.agent.storages.on_policy.rollout.RolloutStorage` arguments of a
-    rollout of ``num_steps`` steps of every env (observations stored as :func:`obs_layout` says)."""
+    rollout of ``num_steps`` steps of every env (observations stored as :func:`obs_layout` says;
+    a recurrent actor's state of ``state_size``, sent every ``state_stride`` steps)."""
     layout = obs_layout(observation_space)
     return {
+        "state_size": state_size,
+        "state_stride": state_stride,
         "num_steps": num_steps,
         "num_envs": config.env.num_envs,
         "obs_shape": layout.shape,
@@ -115,9 +161,13 @@ def actor_critic_wiring(algorithm_class: Any, config: Config, observation_space:
     actor, algo = config.actor, cast(Any, config.algorithm)
     actor_factory = OnPolicyActor.create_factory(
         observation_space, action_space, encoder=encoder_spec(actor), shared_network=actor.shared_network,
-        log_std_init=actor.log_std_init, ortho_init=actor.ortho_init,
+        log_std_init=actor.log_std_init, ortho_init=actor.ortho_init, recurrent=recurrent_spec(actor),
+        action_mask=action_mask_slice(config, observation_space),
     )
-    rollout = rollout_shapes(config, observation_space, action_space, config.storage.num_steps)
+    state_size = recurrent_state_size(actor, 1 if actor.shared_network else 2)
+    rollout = rollout_shapes(
+        config, observation_space, action_space, config.storage.num_steps, state_size=state_size, state_stride=config.storage.sequence_length
+    )
     if vtrace:
         storage_factory = VTraceBuffer.create_factory(gamma=algo.gamma, **rollout)
         algo_factory = algorithm_class.create_factory(**algorithm_kwargs(algo))

@@ -97,18 +97,24 @@ class CollectionWorker:
             noise = actor.draw_noise(storage.num_steps, envs.num_envs).unbind(0)
             # getattr: an actor of a user's own scheme may predate the attribute
             scored = storage.needs_scoring and getattr(actor, "scores_while_acting", False)
+            recurrent = getattr(actor, "is_recurrent", False)
+            next_state = None
             for step, obs, action in storage.acting_slots():
-                if scored:  # CNN policies: one encoder pass per step gives action, log-prob and value
+                if recurrent:  # the state the storage keeps per step in, the next one out
+                    rows = storage.scoring_rows(step) if scored else ()
+                    next_state = actor.act_recurrent(obs, storage.recurrent_state(step), noise[step], action, *rows)
+                elif scored:  # CNN policies: one encoder pass per step gives action, log-prob and value
                     actor.act_scored(obs, noise[step], action, *storage.scoring_rows(step))
                 else:
                     actor.act(obs, noise[step], out=action)
                 next_obs, reward, terminated, truncated, valid = envs.step_arrays(action.numpy())
-                storage.insert(reward=reward, terminated=terminated, truncated=truncated, valid=valid, next_obs=next_obs)
+                storage.insert(reward=reward, terminated=terminated, truncated=truncated, valid=valid, next_obs=next_obs, next_state=next_state)
                 if round_id is not None and self._preempted == round_id:
                     preempted = not storage.full
                     break
             if storage.needs_scoring:
-                storage.score(actor.score, from_step=storage.step if scored else 0)
+                score = actor.score_sequence if recurrent else actor.score
+                storage.score(score, from_step=storage.step if scored else 0)
         data = storage.get_data()
         episodes = envs.pop_episodes()
         info = {
@@ -142,10 +148,12 @@ class CollectionWorker:
         returns: list[float] = []
         obs = envs.reset()
         envs.pop_episodes()
+        rhs, starts = None, None  # a recurrent actor's state, and where episodes start
         with torch.no_grad():
             while quota.any():
-                action, _, _ = self.actor.get_action(obs, deterministic=deterministic)
-                obs, *_ = envs.step(action)
+                action, _, rhs = self.actor.get_action(obs, rhs, starts, deterministic=deterministic)
+                obs, _, _, _, valid = envs.step(action)
+                starts = ~valid  # after a reset step, a new episode starts at obs
                 for i, ret, _ in envs.pop_episodes():
                     if quota[i] > 0:
                         quota[i] -= 1

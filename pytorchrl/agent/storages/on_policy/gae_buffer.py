@@ -12,6 +12,13 @@ with ``valid = False``, whose observation is the final one), GAE (Schulman et al
 
 so a truncated step bootstraps from the value of its true final observation, a terminated
 step does not bootstrap, and reset steps get no advantage and are never sampled.
+
+Recurrent rollouts (they carry ``states`` and ``starts``, see :mod:`.rollout`) are not
+shuffled as transitions: each env's rollout is cut into sequences of ``state_stride`` steps
+(the whole rollout by default), each with the state stored at its first step, and minibatches
+are time-major groups of whole sequences (``[L, B]`` fields, ``states [B, S]``, ``valid``
+marking the steps that count; a short last chunk is padded with invalid steps). Advantages are
+computed on the whole rollout first, so chunking changes nothing in them.
 """
 
 from __future__ import annotations
@@ -38,13 +45,31 @@ class GAEBuffer(RolloutStorage):
         self.gamma = gamma
         self.gae_lambda = gae_lambda
         self._flat: dict[str, torch.Tensor] | None = None
+        self._recurrent = False
 
     def before_gradients(self) -> None:
         """Compute every received rollout's advantages and returns and join their valid transitions."""
         if not self._received:
             raise RuntimeError("before_gradients() called with no data added")
-        parts = [self._flatten(d) for d in self._received]
-        self._flat = parts[0] if len(parts) == 1 else {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+        self._recurrent = "states" in self._received[0]
+        parts = [self._sequences(d) if self._recurrent else self._flatten(d) for d in self._received]
+        dim = 1 if self._recurrent else 0
+        self._flat = parts[0] if len(parts) == 1 else {k: torch.cat([p[k] for p in parts], dim=0 if k == "states" else dim) for k in parts[0]}
+
+    def _sequences(self, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One recurrent rollout as time-major sequences of ``state_stride`` steps (see the module doc)."""
+        advantages, returns = compute_gae(
+            data["rewards"], data["values"], data["terminated"], data["truncated"], data["valid"],
+            gamma=self.gamma, gae_lambda=self.gae_lambda,
+        )
+        t, n = data["rewards"].shape
+        steps = {
+            "obs": data["obs"][:t], "actions": data["actions"], "log_probs": data["log_probs"], "values": data["values"][:t],
+            "advantages": advantages, "returns": returns, "valid": data["valid"], "starts": data["starts"][:t],
+        }
+        out = {k: to_sequences(v, self.state_stride) for k, v in steps.items()}
+        out["states"] = data["states"].reshape(-1, data["states"].shape[-1])  # [chunks * N, S], chunk-major like the sequences
+        return {k: v.to(self.device) for k, v in out.items()}
 
     def _flatten(self, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One rollout's valid transitions with their advantages and returns, flattened."""
@@ -67,18 +92,27 @@ class GAEBuffer(RolloutStorage):
     @property
     def num_samples(self) -> int:
         """Valid transitions available for gradients (after :meth:`before_gradients`)."""
-        return 0 if self._flat is None else int(self._flat["advantages"].shape[0])
+        if self._flat is None:
+            return 0
+        return int(self._flat["valid"].sum()) if self._recurrent else int(self._flat["advantages"].shape[0])
 
     def explained_variance(self) -> float:
         """How much of the variance of the returns the collected values explain (1 is perfect)."""
         if self._flat is None:
             return float("nan")
         target, predicted = self._flat["returns"], self._flat["values"]
+        if self._recurrent:
+            keep = self._flat["valid"]
+            target, predicted = target[keep], predicted[keep]
         var = target.var(unbiased=False).item()
         return float("nan") if var == 0 else 1.0 - (target - predicted).var(unbiased=False).item() / var
 
     def num_batches(self, minibatch_size: int) -> int:
-        """Minibatches per pass: ``round(num_samples / minibatch_size)``, at least one."""
+        """Minibatches per pass: ``round(num_samples / minibatch_size)``, at least one (recurrent:
+        groups of ``minibatch_size / state_stride`` sequences)."""
+        if self._flat is not None and self._recurrent:
+            sequences = self._flat["states"].shape[0]
+            return max(1, min(sequences, round(sequences / max(1, round(minibatch_size / self.state_stride)))))
         return max(1, round(self.num_samples / minibatch_size))
 
     def generate_batches(self, *, minibatch_size: int, num_epochs: int = 1, shuffle: bool = True) -> Iterator[dict[str, torch.Tensor]]:
@@ -95,15 +129,31 @@ class GAEBuffer(RolloutStorage):
             for _ in range(num_epochs):
                 yield self._flat
             return
+        if self._recurrent:  # whole sequences: index dim 1 of the time-major fields
+            n = self._flat["states"].shape[0]
         for _ in range(num_epochs):
             order = torch.randperm(n, device=self.device) if shuffle else torch.arange(n, device=self.device)
             for idx in torch.tensor_split(order, num_batches):
-                yield {k: v[idx] for k, v in self._flat.items()}
+                if self._recurrent:
+                    yield {k: v[idx] if k == "states" else v[:, idx] for k, v in self._flat.items()}
+                else:
+                    yield {k: v[idx] for k, v in self._flat.items()}
 
     def after_gradients(self) -> None:
         """Drop the data used for this round of gradients."""
         super().after_gradients()
         self._flat = None
+
+
+def to_sequences(x: torch.Tensor, length: int) -> torch.Tensor:
+    """``[T, N, ...]`` steps as ``[length, chunks * N, ...]`` sequences, chunk-major (sequence
+    ``c * N + i`` is env ``i``'s steps ``c * length ...``), the last chunk padded with zeros."""
+    t, n = x.shape[:2]
+    chunks = -(-t // length)
+    if chunks * length != t:
+        x = torch.cat([x, x.new_zeros((chunks * length - t, *x.shape[1:]))])
+    x = x.view(chunks, length, n, *x.shape[2:]).transpose(0, 1)
+    return x.reshape(length, chunks * n, *x.shape[3:])
 
 
 def compute_gae(

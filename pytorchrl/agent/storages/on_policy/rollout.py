@@ -11,6 +11,13 @@ transitions) and :class:`~.vtrace_buffer.VTraceBuffer` (time-major sequences for
 Episode ends follow gymnasium's next-step autoreset (see :mod:`pytorchrl.envs.vec_env`): after
 a step ``t`` that ends an episode, ``obs[t + 1]`` is the episode's final observation and step
 ``t + 1`` is a reset step with ``valid = False``.
+
+Recurrent policies (``state_size > 0``): the storage also keeps, per step, the state the actor
+acts on (``states[t]``, zeroed where an episode starts) and ``starts[t]`` (a new episode starts
+at ``obs[t]``: the step before was a reset step, or the envs were just reset). The state after
+a rollout's last step and its flag roll over into the next rollout, so a worker's envs keep
+their memory across rollouts. A rollout sends ``starts`` for every step and the state at the
+start of every ``state_stride`` steps (the first step of each training sequence).
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ import numpy as np
 import torch
 
 STEP_KEYS = ("actions", "log_probs", "rewards", "terminated", "truncated", "valid")
+#: the keys of a recurrent rollout beyond the memoryless ones
+RECURRENT_KEYS = ("states", "starts")
 
 
 class RolloutStorage:
@@ -36,6 +45,9 @@ class RolloutStorage:
     :param action_shape: shape of one action (``()`` for Discrete).
     :param discrete: actions are integers.
     :param device: where minibatches are placed.
+    :param state_size: a recurrent actor's state width (0: memoryless).
+    :param state_stride: steps between the states a rollout sends (None: the rollout's length,
+        i.e. only its initial state).
     """
 
     #: collected rollouts need the acting policy's log-probabilities and values (:meth:`score`)
@@ -51,7 +63,11 @@ class RolloutStorage:
         discrete: bool,
         obs_dtype: str = "float32",
         device: str | torch.device = "cpu",
+        state_size: int = 0,
+        state_stride: int | None = None,
     ) -> None:
+        self.state_size = state_size
+        self.state_stride = state_stride or num_steps
         self.num_steps = num_steps
         self.num_envs = num_envs
         self.device = torch.device(device)
@@ -73,8 +89,13 @@ class RolloutStorage:
         self.terminated = torch.zeros((t, n), dtype=torch.bool)
         self.truncated = torch.zeros((t, n), dtype=torch.bool)
         self.valid = torch.ones((t, n), dtype=torch.bool)
+        keys: tuple[str, ...] = ("obs", "values", *STEP_KEYS)
+        if self.state_size:
+            self.states = torch.zeros((t + 1, n, self.state_size))
+            self.starts = torch.ones((t + 1, n), dtype=torch.bool)
+            keys = (*keys, *RECURRENT_KEYS)
         # numpy views of the same memory: a numpy row assignment costs a fraction of a torch one
-        self._np = {k: getattr(self, k).numpy() for k in ("obs", "values", *STEP_KEYS)}
+        self._np = {k: getattr(self, k).numpy() for k in keys}
 
     @classmethod
     def create_factory(cls, **kwargs: Any) -> Callable[..., Any]:
@@ -88,7 +109,14 @@ class RolloutStorage:
         if not self._np:
             self._allocate()
         self.obs[0].copy_(obs)
+        if self.state_size:
+            self.states[0].zero_()
+            self.starts[0].fill_(True)
         self.step = 0
+
+    def recurrent_state(self, step: int) -> torch.Tensor:
+        """The state a recurrent actor acts on at ``step`` (zero where an episode starts there)."""
+        return self.states[step]
 
     @property
     def full(self) -> bool:
@@ -115,14 +143,21 @@ class RolloutStorage:
         valid: torch.Tensor | np.ndarray,
         next_obs: torch.Tensor | np.ndarray,
         action: torch.Tensor | np.ndarray | None = None,
+        next_state: torch.Tensor | None = None,
     ) -> None:
         """Store one step of every env: what came of the actions taken at ``obs[step]``.
 
         The actions are already in place (:meth:`acting_slots`) unless given here; log-probabilities and
         values are added for the whole rollout by :meth:`score`. Tensors must be on the CPU
         (acting happens there; see :class:`CollectionWorker`); numpy arrays are stored as they are.
+        ``next_state``: a recurrent actor's state after the step (zeroed here where the step was
+        a reset step, i.e. a new episode starts at ``next_obs``).
         """
         t, np_ = self.step, self._np
+        if next_state is not None:
+            start = ~as_array(valid).astype(bool)
+            np_["starts"][t + 1] = start
+            np_["states"][t + 1] = as_array(next_state) * ~start[:, None]
         if action is not None:
             np_["actions"][t] = as_array(action)
         np_["rewards"][t] = as_array(reward)
@@ -133,17 +168,25 @@ class RolloutStorage:
         self.step = t + 1
 
     def score(
-        self, fn: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]], chunk_steps: int = 256, from_step: int = 0
+        self, fn: Callable[..., tuple[torch.Tensor, torch.Tensor]], chunk_steps: int = 256, from_step: int = 0
     ) -> None:
         """Fill the log-probabilities of the actions taken so far and the values of every
         observation, the last one (the bootstrap value) included.
 
-        :param fn: ``fn(obs, actions) -> (log_prob, value)`` on flat batches (the acting policy).
+        :param fn: ``fn(obs, actions) -> (log_prob, value)`` on flat batches (the acting policy);
+            with recurrent states ``fn(obs, actions, state, starts)`` on ``[T, N]`` sequences
+            from the stored state at ``from_step`` (one call: the recurrence runs in order).
         :param chunk_steps: steps per batch: big enough to amortise the per-call cost, small
             enough to stay in cache.
         :param from_step: the steps before it are scored already (see :meth:`scoring_rows`).
         """
         t, n = self.step, self.num_envs
+        if self.state_size:
+            s = from_step
+            log_prob, value = fn(self.obs[s : t + 1], self.actions[s : t + 1], self.states[s], self.starts[s : t + 1])
+            self.values[s : t + 1] = value.view(t + 1 - s, n)
+            self.log_probs[s:t] = log_prob[: (t - s) * n].view(t - s, n)
+            return
         for s in range(from_step, t + 1, chunk_steps):
             e = min(s + chunk_steps, t + 1)
             log_prob, value = fn(self.obs[s:e].flatten(0, 1), self.actions[s:e].flatten(0, 1))
@@ -159,6 +202,10 @@ class RolloutStorage:
         data = {k: torch.from_numpy(np_[k][: t + 1].copy()) for k in ("obs", "values")}
         data.update({k: torch.from_numpy(np_[k][:t].copy()) for k in STEP_KEYS})
         np_["obs"][0] = np_["obs"][t]
+        if self.state_size:
+            data["states"] = torch.from_numpy(np_["states"][: max(t, 1) : self.state_stride].copy())
+            data["starts"] = torch.from_numpy(np_["starts"][: t + 1].copy())
+            np_["states"][0], np_["starts"][0] = np_["states"][t], np_["starts"][t]
         self.step = 0
         return data
 
@@ -193,11 +240,18 @@ class RolloutStorage:
         return None
 
     def state_dict(self) -> dict[str, Any]:
-        """The rollout under construction (what a collection worker needs to continue)."""
-        return {"obs": self.obs[self.step].clone()}
+        """The rollout under construction (what a collection worker needs to continue): the next
+        observation, and a recurrent actor's state and episode-start flags there."""
+        state = {"obs": self.obs[self.step].clone()}
+        if self.state_size:
+            state["rhs"], state["starts"] = self.states[self.step].clone(), self.starts[self.step].clone()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.reset(state["obs"])
+        if self.state_size and "rhs" in state:
+            self.states[0].copy_(state["rhs"])
+            self.starts[0].copy_(state["starts"])
 
 
 def as_array(x: torch.Tensor | np.ndarray) -> np.ndarray:

@@ -16,6 +16,9 @@ end, bootstraps from the final observation's value on truncation, and ignores re
 
 where ``done_t = terminated_t or truncated_t`` and ``vs_T = V(x_T)``. On-policy (``pi = mu``,
 ``rho_bar, c_bar >= 1``) ``vs`` equals the GAE(lambda) return, which the tests check.
+
+Recurrent rollouts are cut into sequences of ``state_stride`` steps (each with its stored
+initial state ``states [n, S]`` and its bootstrap observation), and yielded like rollouts.
 """
 
 from __future__ import annotations
@@ -46,7 +49,21 @@ class VTraceBuffer(RolloutStorage):
         """Move the received rollouts to the learner's device, as they are."""
         if not self._received:
             raise RuntimeError("before_gradients() called with no data added")
-        self._rollouts = [{k: v.to(self.device) for k, v in d.items()} for d in self._received]
+        rollouts = [part for d in self._received for part in self._chunks(d)]
+        self._rollouts = [{k: v.to(self.device) for k, v in d.items()} for d in rollouts]
+
+    def _chunks(self, data: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+        """A recurrent rollout as sequences of ``state_stride`` steps (a memoryless one as it is)."""
+        if "states" not in data:
+            return [data]
+        t, length = data["rewards"].shape[0], self.state_stride
+        out = []
+        for c, s in enumerate(range(0, t, length)):
+            e = min(s + length, t)
+            part = {k: v[s : e + 1] if k in ("obs", "values", "starts") else v[s:e] for k, v in data.items() if k != "states"}
+            part["states"] = data["states"][c]
+            out.append(part)
+        return out
 
     @property
     def num_samples(self) -> int:
@@ -79,7 +96,8 @@ class VTraceBuffer(RolloutStorage):
         """Yield time-major minibatches: all steps of a group of envs of one rollout.
 
         Keys: ``obs`` and ``values`` ``[T + 1, n, ...]`` (behaviour values), ``actions``,
-        ``log_probs`` (behaviour), ``rewards``, ``terminated``, ``truncated``, ``valid`` ``[T, n]``.
+        ``log_probs`` (behaviour), ``rewards``, ``terminated``, ``truncated``, ``valid`` ``[T, n]``;
+        recurrent: ``starts [T + 1, n]`` and ``states [n, S]``.
         """
         if not self._rollouts:
             raise RuntimeError("generate_batches() called before before_gradients()")
@@ -92,7 +110,7 @@ class VTraceBuffer(RolloutStorage):
                     continue
                 order = torch.randperm(n, device=self.device) if shuffle else torch.arange(n, device=self.device)
                 for cols in torch.tensor_split(order, parts):
-                    yield {k: v[:, cols] for k, v in rollout.items()}
+                    yield {k: v[cols] if k == "states" else v[:, cols] for k, v in rollout.items()}
 
     def after_gradients(self) -> None:
         super().after_gradients()

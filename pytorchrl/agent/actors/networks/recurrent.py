@@ -1,0 +1,108 @@
+"""Recurrent cores (GRU, LSTM) that follow any encoder: memory for partially observable tasks.
+
+A core's state travels as one flat float tensor per env, ``[batch, state_size]`` (an LSTM's
+``h`` and ``c`` side by side, layers back to back), so storages, Ray messages and checkpoints
+carry it like any other row. Two ways to run a core, which give the same numbers:
+
+* :meth:`RecurrentCore.step`: one step of a batch of envs (the acting path; the caller has
+  already zeroed the rows whose episode starts here);
+* :meth:`RecurrentCore.sequence`: ``[T, batch]`` steps from a stored initial state, zeroing a
+  row's state wherever ``starts[t]`` says a new episode begins at step ``t``. The sequence is
+  cut only at the steps where some row starts an episode, and each piece runs as one cuDNN-style
+  ``nn.GRU``/``nn.LSTM`` call (the learner's path: re-running a rollout or a replayed sequence).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+__all__ = ["RecurrentCore", "RecurrentSpec"]
+
+CORES = ("gru", "lstm")
+
+
+@dataclass(frozen=True)
+class RecurrentSpec:
+    """What ``actor.recurrent`` asks for; picklable, so it travels inside actor factories.
+
+    :param kind: ``gru`` or ``lstm``.
+    :param hidden_size: state width per layer.
+    :param num_layers: stacked layers.
+    """
+
+    kind: str = "gru"
+    hidden_size: int = 128
+    num_layers: int = 1
+
+    def build(self, input_size: int) -> RecurrentCore:
+        return RecurrentCore(input_size, kind=self.kind, hidden_size=self.hidden_size, num_layers=self.num_layers)
+
+
+class RecurrentCore(nn.Module):
+    """A GRU or LSTM over feature vectors, with a flat state (see the module doc).
+
+    Weights are orthogonal and biases zero (as in the PPO-LSTM implementations of Huang et al. 2022).
+
+    :param input_size: width of the encoder's features.
+    :param kind: ``gru`` or ``lstm``.
+    :param hidden_size: state width per layer (the width of the core's output).
+    :param num_layers: stacked layers.
+    """
+
+    def __init__(self, input_size: int, *, kind: str = "gru", hidden_size: int = 128, num_layers: int = 1) -> None:
+        super().__init__()
+        if kind not in CORES:
+            raise ValueError(f"unknown recurrent core {kind!r}; allowed: {', '.join(CORES)}")
+        self.kind, self.hidden_size, self.num_layers = kind, hidden_size, num_layers
+        rnn_class = nn.GRU if kind == "gru" else nn.LSTM
+        self.rnn = rnn_class(input_size, hidden_size, num_layers=num_layers)
+        for name, p in self.rnn.named_parameters():
+            if name.startswith("weight"):
+                nn.init.orthogonal_(p)
+            else:
+                nn.init.zeros_(p)
+        self.out_features = hidden_size
+        self._parts = 1 if kind == "gru" else 2
+        self.state_size = self._parts * num_layers * hidden_size
+
+    def initial_state(self, batch: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        """The state of fresh episodes: zeros."""
+        return torch.zeros(batch, self.state_size, device=device)
+
+    def _unflatten(self, state: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        # [B, parts * L * H] -> [parts, L, B, H], the layout nn.GRU / nn.LSTM take
+        b = state.shape[0]
+        hx = state.view(b, self._parts, self.num_layers, self.hidden_size).permute(1, 2, 0, 3).contiguous()
+        return hx[0] if self.kind == "gru" else (hx[0], hx[1])
+
+    def _flatten(self, hx: torch.Tensor | tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        stacked = hx.unsqueeze(0) if isinstance(hx, torch.Tensor) else torch.stack(hx)
+        return stacked.permute(2, 0, 1, 3).reshape(stacked.shape[2], self.state_size)
+
+    def step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step: ``x [B, F]`` and ``state [B, S]`` to ``output [B, H], new_state [B, S]``."""
+        out, hx = self.rnn(x.unsqueeze(0), self._unflatten(state))
+        return out.squeeze(0), self._flatten(hx)
+
+    def sequence(self, x: torch.Tensor, state: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``T`` steps: ``x [T, B, F]`` from ``state [B, S]``, a row's state zeroed before step
+        ``t`` where ``starts[t]`` (bool ``[T, B]``) is set.
+
+        :return: ``outputs [T, B, H]`` and the state after the last step ``[B, S]``.
+        """
+        t = x.shape[0]
+        keep = (~starts).to(x.dtype)
+        # cut where any row starts an episode (step 0 is always a cut)
+        cuts = [0, *(torch.nonzero(starts[1:].any(dim=1)).flatten() + 1).tolist(), t]
+        outs = []
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            if b <= a:
+                continue
+            state = state * keep[a].unsqueeze(-1)
+            out, hx = self.rnn(x[a:b], self._unflatten(state))
+            state = self._flatten(hx)
+            outs.append(out)
+        return torch.cat(outs) if len(outs) > 1 else outs[0], state
