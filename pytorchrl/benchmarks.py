@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from pytorchrl.benchmarks_pixels import BENCHMARKS as PIXELS_BENCHMARKS
+from pytorchrl.benchmarks_memory import MEMORY_BENCHMARKS
 from pytorchrl.benchmarks_tools import BENCHMARKS as TOOLS_BENCHMARKS
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -200,7 +201,7 @@ def collection(seeds: list[int], *, num_envs: int = 64, steps: int = 2_000, repe
 def _collection_worker(cls: Any, actor_cfg: Any, *, num_envs: int, num_steps: int) -> Any:
     from pytorchrl.agent.actors.on_policy import OnPolicyActor
     from pytorchrl.agent.algorithms import PPO
-    from pytorchrl.agent.algorithms.wiring import encoder_spec
+    from pytorchrl.agent.algorithms.wiring import encoder_spec, recurrent_spec, recurrent_state_size
     from pytorchrl.agent.storages.on_policy.gae_buffer import GAEBuffer
     from pytorchrl.envs.vec_env import VecEnv
 
@@ -210,11 +211,12 @@ def _collection_worker(cls: Any, actor_cfg: Any, *, num_envs: int, num_steps: in
         env_factory=env_factory,
         actor_factory=OnPolicyActor.create_factory(
             obs_space, act_space, encoder=encoder_spec(actor_cfg), shared_network=actor_cfg.shared_network,
-            log_std_init=actor_cfg.log_std_init, ortho_init=actor_cfg.ortho_init,
+            log_std_init=actor_cfg.log_std_init, ortho_init=actor_cfg.ortho_init, recurrent=recurrent_spec(actor_cfg),
         ),
         algo_factory=PPO.create_factory(),
         storage_factory=GAEBuffer.create_factory(
-            num_steps=num_steps, num_envs=num_envs, obs_shape=obs_space.shape, action_shape=(), discrete=True
+            num_steps=num_steps, num_envs=num_envs, obs_shape=obs_space.shape, action_shape=(), discrete=True,
+            state_size=recurrent_state_size(actor_cfg, 1 if actor_cfg.shared_network else 2),
         ),
     )
 
@@ -517,6 +519,7 @@ BENCHMARKS: dict[str, Callable[[list[int]], dict[str, Any]]] = {
 }
 BENCHMARKS.update(PIXELS_BENCHMARKS)
 BENCHMARKS.update(TOOLS_BENCHMARKS)
+BENCHMARKS.update(MEMORY_BENCHMARKS)
 
 
 def machine() -> str:

@@ -83,9 +83,29 @@ class RecurrentCore(nn.Module):
         return stacked.permute(2, 0, 1, 3).reshape(stacked.shape[2], self.state_size)
 
     def step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One step: ``x [B, F]`` and ``state [B, S]`` to ``output [B, H], new_state [B, S]``."""
-        out, hx = self.rnn(x.unsqueeze(0), self._unflatten(state))
-        return out.squeeze(0), self._flatten(hx)
+        """One step: ``x [B, F]`` and ``state [B, S]`` to ``output [B, H], new_state [B, S]``.
+
+        Runs the cells directly on slices of the flat state (``torch.gru_cell``/``lstm_cell``):
+        no module call, no state permutes; a one-layer GRU's state *is* its output.
+        """
+        h, n = self.hidden_size, self.num_layers
+        weights = self.rnn._flat_weights
+        if self.kind == "gru":
+            if n == 1:
+                x = torch.gru_cell(x, state, *weights[:4])
+                return x, x
+            layers = []
+            for layer in range(n):
+                x = torch.gru_cell(x, state[:, layer * h : (layer + 1) * h], *weights[4 * layer : 4 * layer + 4])
+                layers.append(x)
+            return x, torch.cat(layers, dim=1)
+        hs, cs = [], []
+        for layer in range(n):
+            hx = (state[:, layer * h : (layer + 1) * h], state[:, (n + layer) * h : (n + layer + 1) * h])
+            x, c = torch.lstm_cell(x, hx, *weights[4 * layer : 4 * layer + 4])
+            hs.append(x)
+            cs.append(c)
+        return x, torch.cat([*hs, *cs], dim=1)
 
     def sequence(self, x: torch.Tensor, state: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``T`` steps: ``x [T, B, F]`` from ``state [B, S]``, a row's state zeroed before step
