@@ -23,8 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pytorchrl.agent.actors.distributions import MASKED_LOGIT
 from pytorchrl.agent.actors.networks.encoders import Encoder, EncoderSpec, feature_width
 from pytorchrl.agent.actors.networks.mlp import ACTIVATIONS, CachedLayers
+from pytorchrl.agent.actors.networks.recurrent import RecurrentCore, RecurrentSpec
 
 
 class NoisyLinear(nn.Module):
@@ -77,6 +79,8 @@ class QNetwork(nn.Module):
     :param num_atoms: atoms of the C51 return distribution (1: plain expected values).
     :param v_min: smallest support value (C51).
     :param v_max: largest support value (C51).
+    :param recurrent: a recurrent core between the torso and the heads (R2D2); the
+        ``*_step``/``*_sequence`` methods then carry its state.
     """
 
     support: torch.Tensor
@@ -84,11 +88,15 @@ class QNetwork(nn.Module):
     def __init__(
         self, observation_space: gym.Space, num_actions: int, *, encoder: EncoderSpec = EncoderSpec(activation="relu"),
         dueling: bool = False, noisy: bool = False, num_atoms: int = 1, v_min: float = -10.0, v_max: float = 10.0,
+        recurrent: RecurrentSpec | None = None,
     ) -> None:
         super().__init__()
         self.num_actions, self.num_atoms = num_actions, num_atoms
         self.torso = encoder.build(observation_space)
         width = self.torso.out_features
+        self.core: RecurrentCore | None = None if recurrent is None else recurrent.build(width)
+        if self.core is not None:
+            width = self.core.out_features
         linear: Callable[[int, int], nn.Module] = NoisyLinear if noisy else nn.Linear
         self.advantage = linear(width, num_actions * num_atoms)
         self.value = linear(width, num_atoms) if dueling else None
@@ -96,7 +104,25 @@ class QNetwork(nn.Module):
 
     def logits(self, obs: torch.Tensor) -> torch.Tensor:
         """Per-action outputs ``[batch, actions, atoms]``: values (1 atom) or distribution logits."""
-        features = self.torso.forward(obs)
+        return self.head_logits(self.torso.forward(obs))
+
+    def logits_step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`logits` of one step of a recurrent network, and its next state."""
+        assert self.core is not None
+        features, state = self.core.step(self.torso.forward(obs), state)
+        return self.head_logits(features), state
+
+    def logits_sequence(self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`logits` of ``[T, B]`` steps from ``state`` (the recurrence reset at ``starts``):
+        ``[T, B, actions, atoms]``, and the state after the last step."""
+        assert self.core is not None
+        t, b = obs.shape[:2]
+        features = self.torso.forward(obs.reshape(t * b, *obs.shape[2:])).view(t, b, -1)
+        out, state = self.core.sequence(features, state, starts)
+        return self.head_logits(out.reshape(t * b, -1)).view(t, b, self.num_actions, self.num_atoms), state
+
+    def head_logits(self, features: torch.Tensor) -> torch.Tensor:
+        """The heads' ``[batch, actions, atoms]`` outputs of torso (or core) features."""
         adv = self.advantage(features).view(-1, self.num_actions, self.num_atoms)
         if self.value is None:
             return adv
@@ -131,16 +157,21 @@ class OffPolicyActor(nn.Module):
         ``num_collectors`` acts with ``epsilon ** (1 + apex_alpha * i / (num_collectors - 1))``
         (None: every collector uses ``epsilon``).
     :param num_collectors: collection workers in the scheme (for ``apex_alpha``).
-    :param kwargs: :class:`QNetwork` options.
+    :param action_mask: where the legal-action mask sits in an observation row: illegal actions
+        are never the greedy choice, never drawn when exploring, never a bootstrap action.
+    :param kwargs: :class:`QNetwork` options (``recurrent``: R2D2's core; its state is the
+        ``rhs`` of :meth:`get_action` and the ``state`` of :meth:`act_recurrent`).
     """
 
     is_recurrent = False
+    state_size = 0
     #: acting leaves scoring to the rollout's end (Ape-X's priorities; see OnPolicyActor)
     scores_while_acting = False
     epsilon: torch.Tensor
 
     def __init__(
-        self, observation_space: gym.Space, action_space: gym.Space, *, apex_alpha: float | None = None, num_collectors: int = 1, **kwargs: Any
+        self, observation_space: gym.Space, action_space: gym.Space, *, apex_alpha: float | None = None, num_collectors: int = 1,
+        action_mask: slice | None = None, **kwargs: Any,
     ) -> None:
         super().__init__()
         if not isinstance(action_space, gym.spaces.Discrete):
@@ -148,6 +179,10 @@ class OffPolicyActor(nn.Module):
         self.observation_space, self.action_space = observation_space, action_space
         self.num_actions = int(action_space.n)
         self.q_net = QNetwork(observation_space, self.num_actions, **kwargs)
+        self.action_mask = action_mask
+        if self.q_net.core is not None:
+            self.is_recurrent = True
+            self.state_size = self.q_net.core.state_size
         self.target_q_net = copy.deepcopy(self.q_net).requires_grad_(False)
         self.register_buffer("epsilon", torch.tensor(1.0))
         self.epsilon_power = 1.0  # per collection worker, never sent: epsilon ** power
@@ -164,15 +199,45 @@ class OffPolicyActor(nn.Module):
     def get_action(
         self, obs: torch.Tensor, rhs: Any = None, done: torch.Tensor | None = None, deterministic: bool = False
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], Any]:
-        """Greedy actions (``deterministic``, the evaluation path) or epsilon-greedy ones."""
+        """Greedy actions (``deterministic``, the evaluation path) or epsilon-greedy ones.
+
+        :param rhs: a recurrent network's state (None: fresh episodes); returned advanced.
+        :param done: bool per row: a new episode starts at this observation.
+        """
+        state = None
+        if self.is_recurrent:
+            state = torch.zeros(obs.shape[0], self.state_size, device=obs.device) if rhs is None else rhs
+            if done is not None:
+                state = state * (~done.bool()).to(state.dtype).view(-1, 1)
+        action = torch.empty(obs.shape[0], dtype=torch.long, device=obs.device)
         if deterministic:
             self.q_net.eval()  # noisy layers act with their mean weights
-            action = self.q_net.forward(obs).argmax(-1)
+            q, rhs = self._q(obs, state)
+            torch.argmax(self.masked(q, obs), dim=-1, out=action)
             self.q_net.train()
             return action, {}, rhs
-        action = torch.empty(obs.shape[0], dtype=torch.long, device=obs.device)
-        self.act(obs, self.draw_noise(1, obs.shape[0])[0], action)
+        noise = self.draw_noise(1, obs.shape[0])[0]
+        if state is None:
+            self.act(obs, noise, action)
+        else:
+            rhs = self.act_recurrent(obs, state, noise, action)
         return action, {}, rhs
+
+    def _q(self, obs: torch.Tensor, state: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Expected action values (and a recurrent network's next state)."""
+        if state is None:
+            return self.q_net.forward(obs), None
+        logits, state = self.q_net.logits_step(obs, state)
+        return self.q_net.values(logits), state
+
+    def legal(self, obs: torch.Tensor) -> torch.Tensor | None:
+        """The legal actions of each observation row (None without masking)."""
+        return None if self.action_mask is None else obs.flatten(1)[:, self.action_mask] > 0.5
+
+    def masked(self, values: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        """``values [batch, actions]`` with illegal actions at -inf in effect (for argmax and max)."""
+        legal = self.legal(obs)
+        return values if legal is None else values.masked_fill(~legal, MASKED_LOGIT)
 
     def draw_noise(self, num_steps: int, num_envs: int) -> torch.Tensor:
         """Per step and env: a uniform draw (explore when below epsilon) and a random action.
@@ -186,9 +251,27 @@ class OffPolicyActor(nn.Module):
 
     def act(self, obs: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> None:
         """Epsilon-greedy actions for a batch of observations into ``out`` (see :meth:`draw_noise`)."""
-        q = self.q_net.forward(obs)
+        self._epsilon_greedy(self.q_net.forward(obs), obs, noise, out)
+
+    def act_recurrent(self, obs: torch.Tensor, state: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """:meth:`act` of a recurrent network from ``state`` (zeroed where an episode starts);
+        returns the next state."""
+        logits, state = self.q_net.logits_step(obs, state)
+        self._epsilon_greedy(self.q_net.values(logits), obs, noise, out)
+        return state
+
+    def _epsilon_greedy(self, q: torch.Tensor, obs: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> None:
         epsilon = float(self.epsilon) ** self.epsilon_power
-        out.copy_(torch.where(noise[..., 0] < epsilon, noise[..., 1].long(), q.argmax(-1)))
+        legal = self.legal(obs)
+        if legal is None:
+            out.copy_(torch.where(noise[..., 0] < epsilon, noise[..., 1].long(), q.argmax(-1)))
+            return
+        # exploring: a uniform draw among the legal actions. Given u < epsilon, u / epsilon is
+        # uniform in [0, 1): it picks the k-th legal action, k uniform in [0, count)
+        count = legal.sum(-1).clamp(min=1)
+        rank = torch.minimum((noise[..., 0] / max(epsilon, 1e-12) * count).long(), count - 1).unsqueeze(-1)
+        explore = ((legal.cumsum(-1) - 1 == rank) & legal).float().argmax(-1)
+        out.copy_(torch.where(noise[..., 0] < epsilon, explore, q.masked_fill(~legal, MASKED_LOGIT).argmax(-1)))
 
     def set_collector(self, index: int) -> None:
         """Act as collector ``index`` (0-based): its own exploration rate under Ape-X."""
@@ -200,7 +283,7 @@ class OffPolicyActor(nn.Module):
         priorities: Ape-X's collection workers score their own transitions)."""
         q = self.q_net.forward(obs)
         taken = q.gather(-1, actions.long().view(-1, 1)).squeeze(-1)
-        return taken, self.target_q_net.forward(obs).max(-1).values
+        return taken, self.masked(self.target_q_net.forward(obs), obs).max(-1).values
 
     def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
         """``(target, online)`` network pairs."""

@@ -5,6 +5,14 @@ noisy nets in :class:`~pytorchrl.agent.actors.off_policy.QNetwork`; n-step retur
 prioritized replay in :class:`~pytorchrl.agent.storages.off_policy.ReplayBuffer`, which hands
 this algorithm batches with the n-step return in ``rewards``, the bootstrap discount in
 ``discounts`` (0 after a termination) and importance ``weights``.
+
+With a recurrent core (``actor.recurrent``) it is R2D2 (Kapturowski et al. 2019): replayed
+windows of ``storage.sequence_length`` steps (:mod:`~pytorchrl.agent.storages.off_policy.sequence_replay`)
+start from the state stored when they were collected; the first ``storage.burn_in`` steps only
+warm the state up (no gradient, no loss), for the online and the target network alike; n-step
+returns are computed within the window (a return that reaches its end bootstraps there), and a
+window's priority is ``eta * max + (1 - eta) * mean`` of its steps' absolute TD errors. The loss
+of the window's steps is then exactly the one-step loss above, per step.
 """
 
 from __future__ import annotations
@@ -18,7 +26,16 @@ import torch.nn.functional as F
 
 from pytorchrl.agent.actors.off_policy import OffPolicyActor
 from pytorchrl.agent.algorithms.base import Algorithm
-from pytorchrl.agent.algorithms.wiring import Wiring, encoder_spec, num_collectors, replay_storage_factory
+from pytorchrl.agent.algorithms.wiring import (
+    Wiring,
+    action_mask_slice,
+    encoder_spec,
+    num_collectors,
+    recurrent_spec,
+    recurrent_state_size,
+    replay_storage_factory,
+    rollout_shapes,
+)
 from pytorchrl.config import Config, DQNConfig
 
 
@@ -36,11 +53,17 @@ class DQN(Algorithm):
     :param exploration_final_eps: epsilon after the decay.
     :param max_grad_norm: global gradient-norm clip (None: off).
     :param adam_eps: Adam epsilon.
+    :param gamma: discount (recurrent: the returns within a window; else the storage's).
+    :param n_step: steps of the returns within a window (recurrent).
+    :param burn_in: first steps of a window that only warm up the state (recurrent).
+    :param priority_eta: a window's priority mixes the max and mean TD error (recurrent).
     :param device: torch device.
     """
 
     config_class = DQNConfig
     tunable = (*Algorithm.tunable, "tau")
+    recurrent = True
+    action_masks = True
     action_spaces = (gym.spaces.Discrete,)
 
     @classmethod
@@ -57,15 +80,30 @@ class DQN(Algorithm):
         actor_factory = OffPolicyActor.create_factory(
             observation_space, action_space, encoder=encoder_spec(config.actor), dueling=algo.dueling, noisy=algo.noisy_nets,
             num_atoms=algo.num_atoms if algo.distributional else 1, v_min=algo.v_min, v_max=algo.v_max,
-            apex_alpha=algo.apex_epsilon_alpha, num_collectors=num_collectors(config),
+            apex_alpha=algo.apex_epsilon_alpha, num_collectors=num_collectors(config), recurrent=recurrent_spec(config.actor),
+            action_mask=action_mask_slice(config, observation_space),
         )
         explore = (0.0, 0.0) if algo.noisy_nets else (algo.exploration_initial_eps, algo.exploration_final_eps)
         algo_factory = cls.create_factory(
             lr=algo.lr, minibatch_size=algo.minibatch_size, double_q=algo.double_q, target_update_interval=algo.target_update_interval,
             tau=algo.tau, exploration_fraction=algo.exploration_fraction, exploration_initial_eps=explore[0],
             exploration_final_eps=explore[1], max_grad_norm=algo.max_grad_norm, adam_eps=algo.adam_eps,
+            gamma=algo.gamma, n_step=algo.n_step, burn_in=config.storage.burn_in, priority_eta=algo.priority_eta,
         )
-        storage_factory = replay_storage_factory(config, observation_space, action_space, actor_priorities=algo.actor_priorities)
+        if recurrent_spec(config.actor) is None:
+            storage_factory = replay_storage_factory(config, observation_space, action_space, actor_priorities=algo.actor_priorities)
+        else:
+            from pytorchrl.agent.storages.off_policy.sequence_replay import SequenceReplayStorage
+
+            rollout = rollout_shapes(
+                config, observation_space, action_space, algo.update_every or config.storage.num_steps, state_size=recurrent_state_size(config.actor)
+            )
+            rollout.pop("state_stride")
+            storage_factory = SequenceReplayStorage.create_factory(
+                sequence_length=config.storage.sequence_length, capacity=config.storage.capacity, prioritized=algo.prioritized_replay,
+                alpha=algo.per_alpha, beta0=algo.per_beta0, updates_per_step=algo.updates_per_step, start_steps=algo.start_steps,
+                checkpoint_buffer=config.storage.checkpoint_buffer, **rollout,
+            )
         return Wiring(actor=actor_factory, storage=storage_factory, algorithm=algo_factory)
 
     def __init__(
@@ -83,9 +121,14 @@ class DQN(Algorithm):
         exploration_final_eps: float = 0.05,
         max_grad_norm: float | None = 10.0,
         adam_eps: float = 1.5e-4,
+        gamma: float = 0.99,
+        n_step: int = 1,
+        burn_in: int = 0,
+        priority_eta: float = 0.9,
     ) -> None:
         super().__init__(actor, device, lr=lr, adam_eps=adam_eps, max_grad_norm=max_grad_norm)
         self.minibatch_size = minibatch_size
+        self.gamma, self.n_step, self.burn_in, self.priority_eta = gamma, n_step, burn_in, priority_eta
         self.double_q = double_q
         self.target_update_interval = target_update_interval
         self.tau = tau
@@ -97,32 +140,80 @@ class DQN(Algorithm):
         q_net, target = self.actor.q_net, self.actor.target_q_net
         q_net.reset_noise()
         target.reset_noise()
+        if "states" in batch:
+            return self._sequence_loss(batch)
         actions = batch["actions"].long()
         rows = torch.arange(len(actions))
         with torch.no_grad():  # the target network runs once: it both values and (without double Q) picks
             next_logits = target.logits(batch["next_obs"])
             chooser = q_net.forward(batch["next_obs"]) if self.double_q else target.values(next_logits)
-            next_out = next_logits[rows, chooser.argmax(-1)]  # [batch, atoms] of the bootstrap action
+            next_out = next_logits[rows, self.actor.masked(chooser, batch["next_obs"]).argmax(-1)]  # [batch, atoms] of the bootstrap action
         out = q_net.logits(batch["obs"])[rows, actions]
+        loss, info, self._priorities = self._loss(out, next_out, batch["rewards"], batch["discounts"], batch.get("weights"))
+        return loss, info
+
+    def _loss(
+        self, out: torch.Tensor, next_out: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor, weights: torch.Tensor | None
+    ) -> tuple[torch.Tensor, dict[str, float], torch.Tensor]:
+        """The loss of taken-action outputs ``out`` against ``rewards + discounts * next_out``
+        (``[batch, atoms]`` each), its diagnostics, and each sample's absolute TD error."""
+        q_net = self.actor.q_net
         if q_net.num_atoms == 1:
             q = out.squeeze(-1)
             with torch.no_grad():
-                y = batch["rewards"] + batch["discounts"] * next_out.squeeze(-1)
+                y = rewards + discounts * next_out.squeeze(-1)
             per_sample = F.smooth_l1_loss(q, y, reduction="none")
             priorities = (y - q).detach().abs()
             info = {"q_mean": float(q.detach().mean()), "td_abs_mean": float(priorities.mean())}
         else:  # C51: cross-entropy to the projected target distribution
             log_p = out.log_softmax(-1)
             with torch.no_grad():
-                m = project_distribution(next_out.softmax(-1), batch["rewards"], batch["discounts"], q_net.support)
+                m = project_distribution(next_out.softmax(-1), rewards, discounts, q_net.support)
             per_sample = -(m * log_p).sum(-1)
             priorities = per_sample.detach()
             info = {"q_mean": float((log_p.detach().exp() * q_net.support).sum(-1).mean()), "td_abs_mean": float(priorities.mean())}
-        weights = batch.get("weights")  # importance weights of prioritized replay
+        # importance weights of prioritized replay
         loss = per_sample.mean() if weights is None else (weights * per_sample).mean()
-        self._priorities = priorities
         info["value_loss"] = float(loss.detach())
         info["epsilon"] = float(self.actor.epsilon)
+        return loss, info, priorities
+
+    def _sequence_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        """R2D2 on time-major windows (see the module doc): burn-in, n-step returns within the
+        window, the one-step loss per valid step, and eta-mixed window priorities."""
+        q_net, target = self.actor.q_net, self.actor.target_q_net
+        obs, starts, state = batch["obs"], batch["starts"], batch["states"]
+        burn, length, b = self.burn_in, batch["rewards"].shape[0], batch["rewards"].shape[1]
+        online_state = target_state = state
+        with torch.no_grad():
+            if burn:  # warm both networks' states up on the first steps, without gradient
+                _, online_state = q_net.logits_sequence(obs[:burn], state, starts[:burn])
+                _, target_state = target.logits_sequence(obs[:burn], state, starts[:burn])
+            target_logits, _ = target.logits_sequence(obs[burn:], target_state, starts[burn:])  # [L + 1 - burn, B, A, atoms]
+        online_logits, _ = q_net.logits_sequence(obs[burn:], online_state, starts[burn:])
+        steps = length - burn
+        returns, discounts, boot = window_returns(
+            batch["rewards"][burn:], batch["terminated"][burn:], batch["truncated"][burn:], gamma=self.gamma, n_step=self.n_step
+        )
+        cols = torch.arange(b, device=obs.device).expand(steps, b)
+        valid = batch["valid"][burn:]
+        with torch.no_grad():
+            next_obs = obs[burn:][boot, cols]  # [steps, B, ...]: each step's bootstrap observation
+            values = q_net.values(online_logits.detach()) if self.double_q else target.values(target_logits)
+            chooser = self.actor.masked(values[boot, cols].reshape(steps * b, -1), next_obs.reshape(steps * b, *obs.shape[2:]))
+            next_out = target_logits[boot, cols].reshape(steps * b, q_net.num_actions, -1)[torch.arange(steps * b), chooser.argmax(-1)]
+        actions = batch["actions"][burn:].long().reshape(-1)
+        out = online_logits[:steps].reshape(steps * b, q_net.num_actions, -1)[torch.arange(steps * b), actions]
+        keep = valid.reshape(-1)
+        weights = batch.get("weights")
+        step_weights = None if weights is None else weights.unsqueeze(0).expand(steps, b).reshape(-1)[keep]
+        loss, info, td = self._loss(out[keep], next_out[keep], returns.reshape(-1)[keep], discounts.reshape(-1)[keep], step_weights)
+        # per window: eta * max + (1 - eta) * mean of its valid steps' TD errors (Kapturowski et al. 2019, eq. 1)
+        errors = torch.zeros(steps * b, device=td.device)
+        errors[keep] = td
+        errors = errors.view(steps, b)
+        count = valid.sum(0).clamp(min=1)
+        self._priorities = self.priority_eta * errors.max(0).values + (1 - self.priority_eta) * errors.sum(0) / count
         return loss, info
 
     def pop_priorities(self) -> torch.Tensor | None:
@@ -142,6 +233,40 @@ class DQN(Algorithm):
         fraction, initial, final = self.exploration
         done = 1.0 if fraction == 0 else min(1.0, progress / fraction)
         self.actor.epsilon.fill_(initial + done * (final - initial))
+
+
+def window_returns(
+    rewards: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor, *, gamma: float, n_step: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """n-step returns within ``[T, B]`` windows whose observations are ``obs[0..T]``.
+
+    From step ``t`` the return adds ``gamma^k r_{t+k}`` for ``k < m`` and bootstraps from
+    ``obs[t + m]`` with discount ``gamma^m``, where ``m = n_step`` unless the chain stops first:
+    at a terminated step (``m = k + 1``, discount 0), a truncated step (``m = k + 1``: its next
+    observation is the episode's final one) or the window's end (``m = T - t``).
+
+    :return: ``returns``, ``discounts`` (float, ``[T, B]``) and ``boot`` (long ``[T, B]``: the
+        index of each step's bootstrap observation in ``obs``).
+    """
+    t_len, b = rewards.shape
+    device = rewards.device
+    index = torch.arange(t_len, device=device).unsqueeze(1).expand(t_len, b)
+    returns = torch.zeros(t_len, b, device=device)
+    discounts = torch.ones(t_len, b, device=device)
+    boot = index.clone()
+    going = torch.ones(t_len, b, dtype=torch.bool, device=device)
+    cols = torch.arange(b, device=device).expand(t_len, b)
+    for k in range(n_step):
+        step = index + k
+        inside = step < t_len
+        going &= inside
+        at = step.clamp(max=t_len - 1)
+        r, term, trunc = rewards[at, cols], terminated[at, cols], truncated[at, cols]
+        returns = torch.where(going, returns + discounts * r, returns)
+        discounts = torch.where(going, torch.where(term, torch.zeros_like(discounts), discounts * gamma), discounts)
+        boot = torch.where(going, step + 1, boot)
+        going &= ~(term | trunc)
+    return returns, discounts, boot
 
 
 def project_distribution(next_probs: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor, support: torch.Tensor) -> torch.Tensor:

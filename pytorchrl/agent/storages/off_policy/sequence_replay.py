@@ -1,0 +1,212 @@
+"""Sequence replay for recurrent Q-learning (R2D2, Kapturowski et al. 2019).
+
+Collection workers send rollouts as for any replay algorithm (tagged with their stream, see
+:mod:`.replay_storage`), plus the recurrent state their actor acted on at every step and the
+episode-start flags (:mod:`pytorchrl.agent.storages.on_policy.rollout`). On the gradient side,
+:class:`SequenceBuffer` cuts each env's stream into windows of ``sequence_length`` steps that
+start every ``sequence_length // 2`` steps (adjacent windows overlap by half, as in R2D2), each
+stored with ``sequence_length + 1`` observations (the last one bootstraps), its step fields,
+its episode-start flags and the stored state at its first step. A window may span rollouts of
+the same stream (the buffer keeps each stream's unfinished tail) and episodes (the recurrence
+resets at ``starts``; returns stop at episode ends; reset steps are masked), so no step is
+padded or lost.
+
+Windows are the sampled unit: a prioritized sampler keeps one priority per window, which the
+algorithm sets to ``eta * max + (1 - eta) * mean`` of the window's absolute TD errors.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from pytorchrl.agent.storages.off_policy.replay import Sampler, UniformSampler
+from pytorchrl.agent.storages.off_policy.replay_storage import ReplayStorage
+from pytorchrl.agent.storages.on_policy.rollout import as_array
+
+#: per-step fields of a window (``obs`` and ``starts`` have one row more)
+STEP_FIELDS = ("actions", "rewards", "terminated", "truncated", "valid")
+#: a stream's tail is dropped when it has not grown for this many add_data calls (a stopped worker)
+STALE_ADDS = 1_000
+
+
+class SequenceBuffer:
+    """A ring of overlapping windows of env streams (see the module doc).
+
+    :param capacity: transitions the buffer covers; it holds ``capacity // stride`` windows.
+    :param sequence_length: steps per window.
+    :param sampler: how windows are drawn (default uniform); the buffer keeps its own copy.
+    :param device: where sampled batches are placed.
+    """
+
+    def __init__(self, *, capacity: int, sequence_length: int, sampler: Sampler | None = None, device: str | torch.device = "cpu") -> None:
+        if sequence_length < 2 or capacity < sequence_length:
+            raise ValueError(f"SequenceBuffer: need sequence_length >= 2 and capacity >= sequence_length; got {sequence_length}, {capacity}")
+        self.length = sequence_length
+        self.stride = max(1, sequence_length // 2)
+        self.num_slots = max(1, capacity // self.stride)
+        self.device = torch.device(device)
+        self.sampler = copy.deepcopy(sampler) if sampler is not None else UniformSampler()
+        self.sampler.bind(self.num_slots)
+        self._arrays: dict[str, np.ndarray] = {}
+        self._written = 0  # windows written since the start
+        self._num_ready = 0
+        self._adds = 0
+        # stream_id -> (last chunk_index, add count when it last grew, the unfinished tail)
+        self._tails: dict[int, tuple[int, int, dict[str, np.ndarray]]] = {}
+
+    @classmethod
+    def create_factory(cls, **kwargs: Any) -> Callable[..., SequenceBuffer]:
+        return functools.partial(cls, **kwargs)
+
+    @property
+    def size(self) -> int:
+        """Windows stored."""
+        return min(self._written, self.num_slots)
+
+    @property
+    def num_samples(self) -> int:
+        """Transitions the sampleable windows cover (``stride`` new steps per window)."""
+        return self._num_ready * self.stride
+
+    @property
+    def num_sequences(self) -> int:
+        return self._num_ready
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self._arrays.values()) + self.sampler.nbytes
+
+    def _allocate(self, window: dict[str, np.ndarray]) -> None:
+        c = self.num_slots
+        self._arrays = {k: np.zeros((c, *v.shape), dtype=v.dtype) for k, v in window.items()}
+        self._arrays["ready"] = np.zeros(c, dtype=bool)
+
+    # ------------------------------------------------------------------ adding
+
+    def add_data(self, data: dict[str, Any], priorities: Any = None) -> None:
+        """Add a recurrent rollout (``obs [T + 1, N]``, step fields ``[T, N]``, ``starts
+        [T + 1, N]``, ``states [T, N, S]`` and optionally ``stream_id``/``chunk_index``) and
+        store every window it completes. ``priorities`` is not used (windows start at the
+        largest priority so far)."""
+        del priorities
+        self._adds += 1
+        new = {"obs": as_array(data["obs"]), "starts": as_array(data["starts"]), "states": as_array(data["states"])}
+        new.update({k: as_array(data[k]) for k in STEP_FIELDS})
+        t, n = new["rewards"].shape
+        stream = (int(data["stream_id"]), int(data["chunk_index"])) if "stream_id" in data else None
+        entry = None if stream is None else self._tails.get(stream[0])
+        if entry is not None and stream is not None and stream[1] == entry[0] + 1 and entry[2]["rewards"].shape[1] == n:
+            tail = entry[2]
+            new = {k: np.concatenate([tail[k][:-1] if k in ("obs", "starts") else tail[k], v]) for k, v in new.items()}
+        steps = new["rewards"].shape[0]
+        start = 0
+        windows = []
+        while start + self.length <= steps:
+            windows.append(start)
+            start += self.stride
+        for p in windows:
+            e = p + self.length
+            for i in range(n):
+                self._write({
+                    **{k: new[k][p:e, i] for k in STEP_FIELDS},
+                    "obs": new["obs"][p : e + 1, i],
+                    "starts": new["starts"][p : e + 1, i],
+                    "states": new["states"][p, i],
+                })
+        if stream is not None:
+            tail = {k: v[start:].copy() for k, v in new.items()}
+            self._tails[stream[0]] = (stream[1], self._adds, tail)
+            self._tails = {s: e for s, e in self._tails.items() if self._adds - e[1] <= STALE_ADDS}
+        del t
+
+    def _write(self, window: dict[str, np.ndarray]) -> None:
+        if not self._arrays:
+            self._allocate(window)
+        slot = self._written % self.num_slots
+        a = self._arrays
+        self._num_ready -= int(a["ready"][slot])
+        for k, v in window.items():
+            a[k][slot] = v
+        ready = bool(window["valid"].any())
+        a["ready"][slot] = ready
+        self._num_ready += int(ready)
+        self._written += 1
+        self.sampler.added(np.array([slot]), np.array([ready]), None)
+
+    # ------------------------------------------------------------------ sampling
+
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+        """``batch_size`` windows, time-major: ``obs``/``starts`` ``[L + 1, B, ...]``, step fields
+        ``[L, B]``, ``states [B, S]``, ``indices [B]`` and (prioritized) ``weights [B]``."""
+        if self._num_ready == 0:
+            raise ValueError("cannot sample from an empty sequence buffer (no window stored yet)")
+        a = self._arrays
+        rows, weights = self.sampler.sample(batch_size, generator, a["ready"], self.size, self._num_ready)
+        batch = {k: np.swapaxes(a[k][rows], 0, 1) for k in ("obs", "starts", *STEP_FIELDS)}
+        batch["states"] = a["states"][rows]
+        batch["indices"] = rows
+        if weights is not None:
+            batch["weights"] = weights
+        return {k: torch.from_numpy(np.ascontiguousarray(v)).to(self.device) for k, v in batch.items()}
+
+    def update_priorities(self, indices: Any, td_errors: Any) -> None:
+        if not self.sampler.uses_priorities:
+            return
+        rows = as_array(indices).astype(np.int64).reshape(-1)
+        keep = self._arrays["ready"][rows]
+        self.sampler.update_priorities(rows[keep], as_array(td_errors).reshape(-1)[keep])
+
+    def set_progress(self, progress: float) -> None:
+        self.sampler.set_progress(progress)
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to go on identically: windows, tails, counters and the sampler."""
+        size = self.size
+        return {
+            "num_slots": self.num_slots,
+            "written": self._written,
+            "num_ready": self._num_ready,
+            "adds": self._adds,
+            "rows": {k: torch.from_numpy(v[:size].copy()) for k, v in self._arrays.items()},
+            "tails": {s: {"chunk": e[0], "grew": e[1], "data": {k: torch.from_numpy(v.copy()) for k, v in e[2].items()}} for s, e in self._tails.items()},
+            "sampler": self.sampler.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["num_slots"] != self.num_slots:
+            raise ValueError(f"sequence replay state has {state['num_slots']} windows, this buffer {self.num_slots}")
+        rows = {k: v.numpy() for k, v in state["rows"].items()}
+        self._arrays = {}
+        if rows:
+            self._arrays = {k: np.zeros((self.num_slots, *v.shape[1:]), dtype=v.dtype) for k, v in rows.items()}
+            for k, v in rows.items():
+                self._arrays[k][: len(v)] = v
+        self._written, self._num_ready, self._adds = int(state["written"]), int(state["num_ready"]), int(state["adds"])
+        self._tails = {int(s): (int(e["chunk"]), int(e["grew"]), {k: v.numpy().copy() for k, v in e["data"].items()}) for s, e in state["tails"].items()}
+        self.sampler.load_state_dict(state["sampler"])
+
+
+class SequenceReplayStorage(ReplayStorage):
+    """:class:`ReplayStorage` whose gradient side is a :class:`SequenceBuffer`: rollouts with
+    per-step recurrent states in, time-major windows out (``minibatch_size`` windows each).
+
+    :param sequence_length: steps per replayed window.
+    :param kwargs: :class:`ReplayStorage` arguments (``n_step`` and ``gamma`` are the
+        algorithm's business here: returns are computed within each window by the loss).
+    """
+
+    def __init__(self, *, sequence_length: int, **kwargs: Any) -> None:
+        kwargs["state_stride"] = 1  # the state at every step: any of them may start a window
+        super().__init__(**kwargs)
+        sampler = self._make_buffer.keywords["sampler"]
+        self._make_buffer = functools.partial(
+            SequenceBuffer, capacity=kwargs["capacity"], sequence_length=sequence_length, sampler=sampler, device=kwargs.get("device", "cpu")
+        )
