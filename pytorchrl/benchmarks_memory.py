@@ -55,7 +55,7 @@ def masked_actions(seeds: list[int]) -> dict[str, Any]:
 
     best = _legal_moves_best_return()
     ppo = learning("ppo/legal_moves_masked.yaml", best * 0.95, 100_000, seeds)
-    dqn = learning("ppo/legal_moves_masked.yaml", best * 0.95, 100_000, seeds, ("algorithm.name=dqn", "algorithm.start_steps=1000"))
+    dqn = learning("dqn/legal_moves_masked.yaml", best * 0.95, 100_000, seeds)
     return {
         "best_play_return": best,
         "ppo_solved": ppo["solved"],

@@ -79,8 +79,12 @@ TINY = {
 }
 
 
-def _run(tmp_path: Path, name: str, scheme: dict) -> tuple[list[dict[str, str]], dict]:
-    learner = Learner.from_config(from_dict({**TINY, "scheme": scheme}), run_dir=tmp_path / name, progress=False)
+#: TINY with a GRU (states carried across rollouts by the workers, chunked minibatches)
+TINY_GRU = {**TINY, "actor": {"hidden_sizes": [16], "recurrent": {"type": "gru", "hidden_size": 16}}, "storage": {"num_steps": 32, "sequence_length": 16}}
+
+
+def _run(tmp_path: Path, name: str, scheme: dict, base: dict | None = None) -> tuple[list[dict[str, str]], dict]:
+    learner = Learner.from_config(from_dict({**(base or TINY), "scheme": scheme}), run_dir=tmp_path / name, progress=False)
     try:
         learner.train()
     finally:
@@ -90,13 +94,14 @@ def _run(tmp_path: Path, name: str, scheme: dict) -> tuple[list[dict[str, str]],
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("scheme", [
-    {},
-    {"num_col_workers": 2, "col_worker_resources": {"num_cpus": 0.5}},
-], ids=["local", "two-remote-workers"])
-def test_two_synchronous_runs_are_identical(ray_session, tmp_path, scheme):
-    rows_a, state_a = _run(tmp_path, "a", scheme)
-    rows_b, state_b = _run(tmp_path, "b", scheme)
+@pytest.mark.parametrize(("scheme", "base"), [
+    ({}, TINY),
+    ({"num_col_workers": 2, "col_worker_resources": {"num_cpus": 0.5}}, TINY),
+    ({"num_col_workers": 2, "col_worker_resources": {"num_cpus": 0.5}}, TINY_GRU),
+], ids=["local", "two-remote-workers", "gru-two-remote-workers"])
+def test_two_synchronous_runs_are_identical(ray_session, tmp_path, scheme, base):
+    rows_a, state_a = _run(tmp_path, "a", scheme, base)
+    rows_b, state_b = _run(tmp_path, "b", scheme, base)
     assert len(rows_a) >= 8 and rows_a == rows_b
     assert_same_state(state_a["scheme"], state_b["scheme"])
 
@@ -196,18 +201,36 @@ def test_sigterm_writes_a_final_checkpoint_and_leaves_no_worker_processes(tmp_pa
     assert not _ray_worker_pids() - before  # no orphan worker processes
 
 
+DQN_TINY = {
+    "env": {"num_envs": 4, "num_test_envs": 2},
+    "actor": {"hidden_sizes": [16], "activation": "relu"},
+    "storage": {"num_steps": 16, "capacity": 2_000, "checkpoint_buffer": True},
+    "algorithm": {"name": "dqn", "start_steps": 128, "minibatch_size": 32, "updates_per_step": 0.25, "target_update_interval": 8,
+                  "prioritized_replay": True, "n_step": 3},
+    "run": {"target_steps": 1_536, "log_every": 128, "eval_every": 512, "eval_episodes": 2, "checkpoint_every": 512,
+            "keep_checkpoints": 5, "stop_at_return": None},
+}
+R2D2_TINY = {
+    **DQN_TINY,
+    "env": {"env_id": "pytorchrl/CartPoleNoVelocity-v1", "num_envs": 4, "num_test_envs": 2},
+    "actor": {"hidden_sizes": [16], "activation": "relu", "recurrent": {"type": "lstm", "hidden_size": 16}},
+    "storage": {"num_steps": 16, "capacity": 2_000, "checkpoint_buffer": True, "sequence_length": 8, "burn_in": 2},
+    "algorithm": {**DQN_TINY["algorithm"], "minibatch_size": 8, "updates_per_step": 0.125, "double_q": True},
+}
+PPO_GRU_TINY = {
+    **TINY_GRU,
+    "run": {"target_steps": 1_536, "log_every": 128, "eval_every": 512, "eval_episodes": 2, "checkpoint_every": 512,
+            "keep_checkpoints": 5, "stop_at_return": None},
+}
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_dqn_with_its_replay_buffer_checkpointed_resumes_exactly(tmp_path):
-    raw = {
-        "env": {"num_envs": 4, "num_test_envs": 2},
-        "actor": {"hidden_sizes": [16], "activation": "relu"},
-        "storage": {"num_steps": 16, "capacity": 2_000, "checkpoint_buffer": True},
-        "algorithm": {"name": "dqn", "start_steps": 128, "minibatch_size": 32, "updates_per_step": 0.25, "target_update_interval": 8,
-                      "prioritized_replay": True, "n_step": 3},
-        "run": {"target_steps": 1_536, "log_every": 128, "eval_every": 512, "eval_episodes": 2, "checkpoint_every": 512,
-                "keep_checkpoints": 5, "stop_at_return": None},
-    }
+@pytest.mark.parametrize("raw", [DQN_TINY, R2D2_TINY, PPO_GRU_TINY], ids=["dqn", "r2d2", "ppo-gru"])
+def test_a_run_resumed_mid_way_equals_the_whole_run(tmp_path, raw):
+    """Replay buffers (R2D2's windows and stream tails included), recurrent states carried by the
+    workers between rollouts, random streams: a run resumed from its middle checkpoint ends
+    exactly where the uninterrupted run ends."""
     whole = Learner.from_config(from_dict(raw), run_dir=tmp_path / "whole", progress=False)
     try:
         whole.train()
@@ -230,5 +253,5 @@ def test_dqn_with_its_replay_buffer_checkpointed_resumes_exactly(tmp_path):
     assert learning_rows(resumed_dir / "progress.csv") == learning_rows(tmp_path / "whole" / "progress.csv")
     final_whole = ckpt.load_checkpoint(tmp_path / "whole" / "checkpoints" / "step_1536")[0]
     final_resumed = ckpt.load_checkpoint(resumed_dir / "checkpoints" / "step_1536")[0]
-    assert "replay_buffer" in final_whole["scheme"]["local_gradient_worker"]
+    assert ("replay_buffer" in final_whole["scheme"]["local_gradient_worker"]) == (raw["algorithm"]["name"] == "dqn")
     assert_same_state(final_whole["scheme"], final_resumed["scheme"])
