@@ -44,7 +44,9 @@ class RecurrentSpec:
 class RecurrentCore(nn.Module):
     """A GRU or LSTM over feature vectors, with a flat state (see the module doc).
 
-    Weights are orthogonal and biases zero (as in the PPO-LSTM implementations of Huang et al. 2022).
+    Weights are orthogonal and biases zero (as in the PPO-LSTM implementations of Huang et al.
+    2022), except an LSTM's forget-gate bias, which starts at 1 so that memory is kept until
+    learned otherwise (Jozefowicz et al. 2015).
 
     :param input_size: width of the encoder's features.
     :param kind: ``gru`` or ``lstm``.
@@ -64,6 +66,8 @@ class RecurrentCore(nn.Module):
                 nn.init.orthogonal_(p)
             else:
                 nn.init.zeros_(p)
+                if kind == "lstm" and name.startswith("bias_ih"):  # forget gate open at the start (Jozefowicz et al. 2015)
+                    nn.init.ones_(p[hidden_size : 2 * hidden_size])
         self.out_features = hidden_size
         self._parts = 1 if kind == "gru" else 2
         self.state_size = self._parts * num_layers * hidden_size
