@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from pytorchrl.benchmarks_pixels import BENCHMARKS as PIXELS_BENCHMARKS
 from pytorchrl.benchmarks_memory import MEMORY_BENCHMARKS
+from pytorchrl.benchmarks_pixels import BENCHMARKS as PIXELS_BENCHMARKS
 from pytorchrl.benchmarks_tools import BENCHMARKS as TOOLS_BENCHMARKS
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -91,7 +91,7 @@ class CartPoleNoVelocityEnv(CartPoleEnv):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        high = np.asarray(self.observation_space.high, dtype=np.float32)[list(self.KEPT)]
+        high = np.asarray(cast(gym.spaces.Box, self.observation_space).high, dtype=np.float32)[list(self.KEPT)]
         self.observation_space = gym.spaces.Box(-high, high, dtype=np.float32)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:

@@ -30,8 +30,8 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from pytorchrl.envs.atari import atari_spaces, is_atari_id, make_atari_env, make_atari_vector_env, register_atari
-from pytorchrl.envs.normalization import ObservationNormalizer, RewardScaler
 from pytorchrl.envs.masking import InfoActionMask
+from pytorchrl.envs.normalization import ObservationNormalizer, RewardScaler
 from pytorchrl.envs.snapshot import restore, snapshot
 from pytorchrl.utils.errors import InputError
 from pytorchrl.utils.seeding import TEST_ROLE, TRAIN_ROLE, derive_seed

@@ -58,7 +58,7 @@ def test_the_policy_never_samples_or_prefers_a_masked_action(recurrent):
             actor.act_recurrent(obs, actor.initial_state(len(obs)), noise, out, log_prob, value)
         assert legal[rows, out].all() and torch.isfinite(log_prob).all()
         for deterministic in (True, False):
-            action, info, _ = actor.get_action(obs, deterministic=deterministic)
+            action, _, _ = actor.get_action(obs, deterministic=deterministic)
             assert legal[rows, action].all()
         seq = (obs.unsqueeze(0), torch.zeros(1, len(obs), dtype=torch.long), actor.initial_state(len(obs)), torch.ones(1, len(obs), dtype=torch.bool))
         for a in range(N):  # every action's log-probability: -inf in effect where illegal

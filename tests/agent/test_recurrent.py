@@ -134,7 +134,7 @@ def test_vtrace_sequences_carry_their_bootstrap_and_state():
     assert [b["rewards"].shape[0] for b in batches] == [5, 5, 2]
     for b in batches:
         assert b["obs"].shape[0] == b["rewards"].shape[0] + 1 and b["starts"].shape[0] == b["obs"].shape[0]
-        log_prob, _, value = actor.evaluate_actions(b["obs"][:-1], b["actions"], b["states"], b["starts"][:-1])
+        log_prob, _, _ = actor.evaluate_actions(b["obs"][:-1], b["actions"], b["states"], b["starts"][:-1])
         torch.testing.assert_close(log_prob, b["log_probs"].reshape(-1), atol=1e-5, rtol=1e-5)
 
 

@@ -160,6 +160,7 @@ class OnPolicyActor(nn.Module):
         """State values only (a recurrent actor: of a sequence ``[T, B, ...]`` from state ``rhs``
         with episode starts ``done``, flattened)."""
         if self.is_recurrent:
+            assert done is not None, "a recurrent actor's get_value takes sequences with their episode starts"
             return self._value(self._sequence_features(obs, rhs, done)[1])
         net = self.policy_net if self.value_net is None else self.value_net
         return self._value(net.forward(obs))
@@ -228,6 +229,7 @@ class OnPolicyActor(nn.Module):
         at their start ``rhs [B, S]`` and the episode starts ``done [T, B]``; outputs are ``[T * B]``.
         """
         if self.is_recurrent:
+            assert done is not None, "a recurrent actor evaluates sequences with their episode starts"
             features, value_features, _ = self._sequence_features(obs, rhs, done)
             obs, actions = obs.reshape(-1, *obs.shape[2:]), actions.reshape(-1, *actions.shape[2:])
             params, value = self._params(features, obs), self._value(value_features)

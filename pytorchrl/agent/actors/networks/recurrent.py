@@ -14,7 +14,9 @@ carry it like any other row. Two ways to run a core, which give the same numbers
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import nn
@@ -93,7 +95,7 @@ class RecurrentCore(nn.Module):
         no module call, no state permutes; a one-layer GRU's state *is* its output.
         """
         h, n = self.hidden_size, self.num_layers
-        weights = self.rnn._flat_weights
+        weights = cast(list[torch.Tensor], self.rnn._flat_weights)
         if self.kind == "gru":
             if n == 1:
                 x = torch.gru_cell(x, state, *weights[:4])
@@ -122,7 +124,7 @@ class RecurrentCore(nn.Module):
         # cut where any row starts an episode (step 0 is always a cut)
         cuts = [0, *(torch.nonzero(starts[1:].any(dim=1)).flatten() + 1).tolist(), t]
         outs = []
-        for a, b in zip(cuts[:-1], cuts[1:]):
+        for a, b in itertools.pairwise(cuts):
             if b <= a:
                 continue
             state = state * keep[a].unsqueeze(-1)

@@ -59,7 +59,8 @@ class ReplayStorage(RolloutStorage):
     ) -> None:
         super().__init__(device=device, **rollout)
         sampler: Sampler = PrioritizedSampler(alpha=alpha, beta0=beta0) if prioritized else UniformSampler()
-        self._make_buffer = functools.partial(ReplayBuffer, capacity=capacity, n_step=n_step, gamma=gamma, sampler=sampler, device=device)
+        self._sampler = sampler
+        self._make_buffer: Callable[[], Any] = functools.partial(ReplayBuffer, capacity=capacity, n_step=n_step, gamma=gamma, sampler=sampler, device=device)
         self._buffer: ReplayBuffer | None = None  # made on first use: collection workers never need one
         self.updates_per_step = updates_per_step
         self.start_steps = start_steps

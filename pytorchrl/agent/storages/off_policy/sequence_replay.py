@@ -206,7 +206,6 @@ class SequenceReplayStorage(ReplayStorage):
     def __init__(self, *, sequence_length: int, **kwargs: Any) -> None:
         kwargs["state_stride"] = 1  # the state at every step: any of them may start a window
         super().__init__(**kwargs)
-        sampler = self._make_buffer.keywords["sampler"]
         self._make_buffer = functools.partial(
-            SequenceBuffer, capacity=kwargs["capacity"], sequence_length=sequence_length, sampler=sampler, device=kwargs.get("device", "cpu")
+            SequenceBuffer, capacity=kwargs["capacity"], sequence_length=sequence_length, sampler=self._sampler, device=kwargs.get("device", "cpu")
         )

@@ -62,7 +62,7 @@ class GAEBuffer(RolloutStorage):
             data["rewards"], data["values"], data["terminated"], data["truncated"], data["valid"],
             gamma=self.gamma, gae_lambda=self.gae_lambda,
         )
-        t, n = data["rewards"].shape
+        t = data["rewards"].shape[0]
         steps = {
             "obs": data["obs"][:t], "actions": data["actions"], "log_probs": data["log_probs"], "values": data["values"][:t],
             "advantages": advantages, "returns": returns, "valid": data["valid"], "starts": data["starts"][:t],
