@@ -180,11 +180,11 @@ class StorageConfig:
     sequence_length: int | None = param(
         None,
         "Recurrent policies: steps per training sequence. On-policy: rollouts are cut into chunks of this length, each with its stored "
-        "initial state (null: whole rollouts, one sequence per env). DQN: replayed sequences (R2D2; required), overlapping by half.",
+        "initial state (null: whole rollouts, one sequence per env). DQN/SAC: replayed sequences (R2D2; required), overlapping by half.",
         min=2,
         max=100_000,
     )
-    burn_in: int = param(0, "Recurrent DQN: first steps of each replayed sequence that only warm up the state (no loss; R2D2).", min=0, max=100_000)
+    burn_in: int = param(0, "Recurrent DQN/SAC: first steps of each replayed sequence that only warm up the state (no loss; R2D2).", min=0, max=100_000)
 
 
 #: the widest MLP layer and CNN stack a config may ask for (a 65,536-wide square layer is 16 GiB of float32 weights)
@@ -275,6 +275,9 @@ class _ReplayConfig:
     per_alpha: float = param(0.6, "Prioritized replay: priority exponent.", min=0)
     per_beta0: float = param(0.4, "Prioritized replay: initial importance-sampling exponent, annealed to 1.", min=0, max=1)
     max_grad_norm: float | None = param(None, "Clip the global gradient norm to this (null: no clipping).", min=0, min_exclusive=True)
+    priority_eta: float = param(
+        0.9, "Recurrent DQN/SAC with prioritized replay: a window's priority is eta * max + (1 - eta) * mean of its TD errors (R2D2).", min=0, max=1
+    )
 
 
 @dataclass(frozen=True)
@@ -303,9 +306,6 @@ class DQNConfig(_ReplayConfig):
         None, "Ape-X: collector i of N explores with epsilon ** (1 + alpha * i / (N - 1)) (Horgan et al. 2018 use 7 with epsilon 0.4); null: off.", min=0
     )
     rainbow: bool = param(False, "Turn every Rainbow component on (double_q, dueling, n_step >= 3, prioritized_replay, noisy_nets, distributional).")
-    priority_eta: float = param(
-        0.9, "Recurrent DQN with prioritized replay: a sequence's priority is eta * max + (1 - eta) * mean of its TD errors (R2D2).", min=0, max=1
-    )
 
 
 @dataclass(frozen=True)
@@ -680,11 +680,11 @@ def _check_sequences(config: Config) -> None:
                 "sequences are cut from one rollout"
             )
         if burn_in:
-            raise ConfigError(f"config key 'storage.burn_in' = {burn_in} is for replayed sequences (recurrent DQN); on-policy sequences start from their stored state")
+            raise ConfigError(f"config key 'storage.burn_in' = {burn_in} is for replayed sequences (recurrent DQN/SAC); on-policy sequences start from their stored state")
         return
-    if isinstance(algo, DQNConfig):
+    if isinstance(algo, _ReplayConfig):
         if length is None:
-            raise ConfigError("config key 'storage.sequence_length' is required for a recurrent DQN (R2D2 replays sequences); e.g. 40")
+            raise ConfigError(f"config key 'storage.sequence_length' is required for a recurrent {algo.name.upper()} (R2D2-style sequence replay); e.g. 40")
         if burn_in >= length:
             raise ConfigError(
                 f"config key 'storage.burn_in' = {burn_in} must be below storage.sequence_length = {length} "
@@ -692,7 +692,7 @@ def _check_sequences(config: Config) -> None:
             )
         if length > storage.capacity:
             raise ConfigError(f"config key 'storage.sequence_length' = {length} is larger than storage.capacity = {storage.capacity}")
-        if algo.actor_priorities:
+        if getattr(algo, "actor_priorities", False):
             raise ConfigError("config key 'algorithm.actor_priorities' = true is not available with a recurrent DQN (sequence priorities come from the learner)")
 
 

@@ -2,8 +2,8 @@
 crashing one (fault injection, so anyone can reproduce the fault-tolerance runs), and two tiny
 sanity envs for the encoders that learn in seconds: an image task a CNN must see
 (``pytorchrl/ImageSide-v0``) and a Dict task that needs every key (``pytorchrl/DictTarget-v0``);
-and CartPole without its velocities (``pytorchrl/CartPoleNoVelocity-v1``), which only a policy
-with memory can solve."""
+and CartPole and Pendulum without their velocities (``pytorchrl/CartPoleNoVelocity-v1``,
+``pytorchrl/PendulumNoVelocity-v1``), which only a policy with memory can solve."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any, cast
 import gymnasium as gym
 import numpy as np
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+from gymnasium.envs.classic_control.pendulum import PendulumEnv
 
 
 class SlowCartPoleEnv(CartPoleEnv):
@@ -103,6 +104,23 @@ class CartPoleNoVelocityEnv(CartPoleEnv):
         return obs[list(self.KEPT)], reward, terminated, truncated, info
 
 
+class PendulumNoVelocityEnv(PendulumEnv):
+    """Pendulum observing only ``cos`` and ``sin`` of its angle: the angular velocity must be
+    inferred from consecutive observations (a continuous-action task for recurrent SAC)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        obs, info = super().reset(seed=seed, options=options)
+        return obs[:2], info
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs[:2], reward, terminated, truncated, info
+
+
 class ImageSideEnv(gym.Env):
     """A ``uint8`` image with one bright square on the left or the right half; the action must
     name the side (reward 1, else 0). Episodes of ``episode_length`` independent images, so the
@@ -169,6 +187,9 @@ class DictTargetEnv(gym.Env):
 for _name, _toy in (("ImageSide-v0", ImageSideEnv), ("DictTarget-v0", DictTargetEnv)):
     if f"pytorchrl/{_name}" not in gym.registry:
         gym.register(id=f"pytorchrl/{_name}", entry_point=f"{__name__}:{_toy.__name__}")
+
+if "pytorchrl/PendulumNoVelocity-v1" not in gym.registry:
+    gym.register(id="pytorchrl/PendulumNoVelocity-v1", entry_point=f"{__name__}:PendulumNoVelocityEnv", max_episode_steps=200)
 
 # CartPole's registration, under pytorchrl's names
 for _name, _cls in (("SlowCartPole-v1", SlowCartPoleEnv), ("CrashingCartPole-v1", CrashingCartPoleEnv), ("CartPoleNoVelocity-v1", CartPoleNoVelocityEnv)):

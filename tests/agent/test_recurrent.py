@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 import torch
 
+from pytorchrl.agent.actors.networks.encoders import EncoderSpec
 from pytorchrl.agent.actors.networks.recurrent import RecurrentCore, RecurrentSpec
 from pytorchrl.agent.actors.off_policy import OffPolicyActor
 from pytorchrl.agent.actors.on_policy import OnPolicyActor
-from pytorchrl.agent.algorithms.dqn import DQN, window_returns
+from pytorchrl.agent.algorithms.dqn import DQN
+from pytorchrl.agent.algorithms.sequences import window_returns
 from pytorchrl.agent.storages.off_policy.replay import PrioritizedSampler
 from pytorchrl.agent.storages.off_policy.sequence_replay import SequenceBuffer
 from pytorchrl.agent.storages.on_policy.gae_buffer import GAEBuffer
@@ -273,6 +275,45 @@ def test_a_recurrent_core_on_an_algorithm_that_cannot_take_one_is_one_line():
     from pytorchrl.scheme.scheme import build_scheme
     from pytorchrl.utils.errors import InputError
 
-    raw = {"env": {"env_id": "Pendulum-v1"}, "actor": GRU, "algorithm": {"name": "sac"}}
-    with pytest.raises(InputError, match=r"'actor.recurrent.type' = 'gru': algorithm 'sac' cannot take a recurrent core; these can: ppo, a2c, impala, appo, dqn"):
+    raw = {"env": {"env_id": "Pendulum-v1"}, "actor": GRU, "algorithm": {"name": "td3"}, "storage": {"sequence_length": 8}}
+    with pytest.raises(InputError, match=r"'actor.recurrent.type' = 'gru': algorithm 'td3' cannot take a recurrent core; these can: ppo, a2c, impala, appo, dqn, sac$"):
         build_scheme(from_dict(raw))
+    shared = {**raw, "actor": {**GRU, "shared_network": True}, "algorithm": {"name": "sac"}}
+    with pytest.raises(InputError, match=r"'actor.shared_network' = true cannot be combined with a recurrent SAC"):
+        build_scheme(from_dict(shared))
+
+
+@pytest.mark.parametrize("discrete", [False, True])
+def test_recurrent_sac_acts_with_its_state_and_learns_from_windows(discrete):
+    from pytorchrl.agent.actors.off_policy import PolicyCriticActor
+    from pytorchrl.agent.algorithms.sac import SAC
+
+    torch.manual_seed(0)
+    actions = gym.spaces.Discrete(3) if discrete else gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
+    actor = PolicyCriticActor(OBS, actions, policy="categorical" if discrete else "gaussian", recurrent=RecurrentSpec("gru", 8),
+                              encoder=EncoderSpec(hidden_sizes=(16,), activation="relu"))
+    actor.uniform.fill_(False)
+    algo = SAC(actor, lr=1e-3, n_step=2, burn_in=2)
+    # acting: the state advances and a stored state gives the same action as stepping there
+    obs = torch.randn(4, 3)
+    noise = actor.draw_noise(1, 4)[0]
+    out = torch.zeros(4, dtype=torch.long) if discrete else torch.zeros(4, 1)
+    state = actor.act_recurrent(obs, torch.zeros(4, actor.state_size), noise, out)
+    assert state.shape == (4, actor.state_size) and state.abs().sum() > 0
+    assert all(k.startswith(actor.acting_prefixes) for k in algo.get_weights(acting=True))
+    assert any(k.startswith("policy_core.") for k in algo.get_weights(acting=True))
+    length, b = 6, 4
+    batch = {
+        "obs": torch.randn(length + 1, b, 3), "starts": torch.zeros(length + 1, b, dtype=torch.bool), "states": torch.randn(b, actor.state_size),
+        "actions": torch.randint(3, (length, b)) if discrete else torch.rand(length, b, 1) * 4 - 2, "rewards": torch.randn(length, b),
+        "terminated": torch.zeros(length, b, dtype=torch.bool), "truncated": torch.zeros(length, b, dtype=torch.bool),
+        "valid": torch.ones(length, b, dtype=torch.bool), "indices": torch.arange(b), "weights": torch.ones(b),
+    }
+    before = algo.flat_params.clone()
+    algo.compute_gradients(batch)
+    assert algo.apply_gradients()
+    assert not torch.equal(before, algo.flat_params)
+    priorities = algo.pop_priorities()
+    assert priorities is not None and priorities.shape == (b,)
+    core = actor.policy_core
+    assert core is not None and any(p.grad is not None and p.grad.abs().sum() > 0 for p in core.parameters())

@@ -321,13 +321,18 @@ class PolicyCriticActor(nn.Module):
         (``x += -theta x dt + sqrt(dt) N(0, 1)``, scaled by ``exploration_noise``; temporally
         correlated, as in DDPG) instead of independent Gaussian draws. Its state lives in each
         collection worker's actor and carries over episode ends.
+    :param recurrent: recurrent cores (recurrent SAC): one after the policy's torso, whose state
+        the collection workers carry (``act_recurrent``), and one after the critics' extractor,
+        which the learner runs over replayed windows from a zero state warmed up by the burn-in
+        (:meth:`policy_sequence`, :meth:`critic_sequence`; targets get a copy of the critics' core).
     """
 
     is_recurrent = False
+    state_size = 0
     #: acting leaves scoring to the rollout's end (Ape-X's priorities; see OnPolicyActor)
     scores_while_acting = False
     #: what collection workers need to act (state-dict key prefixes): not the critics or targets
-    acting_prefixes: tuple[str, ...] = ("policy_torso.", "policy_head.", "uniform", "low", "high")
+    acting_prefixes: tuple[str, ...] = ("policy_torso.", "policy_core.", "policy_head.", "uniform", "low", "high")
     uniform: torch.Tensor
     low: torch.Tensor
     high: torch.Tensor
@@ -339,7 +344,7 @@ class PolicyCriticActor(nn.Module):
     def __init__(
         self, observation_space: gym.Space, action_space: gym.Space, *, policy: str = "gaussian", num_critics: int = 2,
         encoder: EncoderSpec = EncoderSpec(hidden_sizes=(256, 256), activation="relu"), shared_network: bool = False,
-        exploration_noise: float = 0.1, ou_noise: tuple[float, float] | None = None,
+        exploration_noise: float = 0.1, ou_noise: tuple[float, float] | None = None, recurrent: RecurrentSpec | None = None,
     ) -> None:
         super().__init__()
         self.discrete = policy == "categorical"
@@ -361,8 +366,21 @@ class PolicyCriticActor(nn.Module):
             self.policy_torso = Encoder(gym.spaces.Box(-np.inf, np.inf, (features,)), None, encoder.hidden_sizes, activation=encoder.activation)
         else:
             self.policy_torso = encoder.build(observation_space)
-        self.policy_head = nn.Linear(self.policy_torso.out_features, 2 * self.action_dim if self.gaussian else self.action_dim)
+        if recurrent is not None and (self.shared_network or policy == "deterministic"):
+            raise ValueError("a recurrent core needs a stochastic policy (SAC) with its own encoder (shared_network off)")
+        head_in = self.policy_torso.out_features
+        self.policy_core: RecurrentCore | None = None
+        if recurrent is not None:
+            self.policy_core = recurrent.build(head_in)
+            head_in = self.policy_core.out_features
+            self.is_recurrent, self.state_size = True, self.policy_core.state_size
+        self.policy_head = nn.Linear(head_in, 2 * self.action_dim if self.gaussian else self.action_dim)
         self.critic_extractor = critic_extractor
+        self.critic_core: RecurrentCore | None = None
+        if recurrent is not None:
+            self.critic_core = recurrent.build(features)
+            features = self.critic_core.out_features
+        self.target_critic_core = None if self.critic_core is None else copy.deepcopy(self.critic_core).requires_grad_(False)
         critic_in, critic_out = (features, self.action_dim) if self.discrete else (features + self.action_dim, 1)
         self.critics = CriticEnsemble(num_critics, critic_in, tuple(encoder.hidden_sizes), encoder.activation, out_features=critic_out)
         self.target_critics = copy.deepcopy(self.critics).requires_grad_(False)
@@ -406,9 +424,16 @@ class PolicyCriticActor(nn.Module):
         linear = cast(nn.Linear, head)  # F.linear rather than the module calls: a tenth of the overhead
         return F.linear(torso.forward(obs), linear.weight, linear.bias)
 
+    def _head(self, features: torch.Tensor) -> torch.Tensor:
+        return F.linear(features, self.policy_head.weight, self.policy_head.bias)
+
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A reparameterised squashed-Gaussian sample in ``[-1, 1]`` and its log-probability (SAC)."""
-        mean, log_std = self._policy_out(obs).chunk(2, dim=-1)
+        return self.sample_params(self._policy_out(obs))
+
+    def sample_params(self, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`sample` from the policy head's output ``params`` (mean and log std)."""
+        mean, log_std = params.chunk(2, dim=-1)
         log_std = log_std.clamp(-20.0, 2.0)
         eps = torch.randn_like(mean)
         pre = torch.addcmul(mean, log_std.exp(), eps)
@@ -423,6 +448,27 @@ class PolicyCriticActor(nn.Module):
     def log_policy(self, obs: torch.Tensor) -> torch.Tensor:
         """``log pi(. | obs)`` over every action ``[batch, actions]`` (categorical policy)."""
         return F.log_softmax(self._policy_out(obs), dim=-1)
+
+    # ------------------------------------------------------- recurrent (sequences)
+
+    def policy_sequence(self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor, burn_in: int = 0) -> torch.Tensor:
+        """The policy head's outputs over a window ``obs [T, B, ...]`` from the stored ``state``,
+        after ``burn_in`` steps that only warm the state up (no gradient): ``[T - burn_in, B, out]``."""
+        assert self.policy_core is not None
+        return self._head(_run_core(self.policy_core, self.policy_torso.forward, obs, state, starts, burn_in))
+
+    def critic_sequence(self, obs: torch.Tensor, starts: torch.Tensor, burn_in: int = 0, *, target: bool = False) -> torch.Tensor:
+        """The critics' input features over a window, from a zero state warmed up over ``burn_in``
+        steps (the workers do not run the critics, so no state of theirs is stored): ``[T - burn_in, B, F]``."""
+        core = self.target_critic_core if target else self.critic_core
+        assert core is not None
+        return _run_core(core, lambda x: self.critic_features(x, target=target), obs, core.initial_state(obs.shape[1], obs.device), starts, burn_in)
+
+    def q_from_features(self, x: torch.Tensor, action: torch.Tensor | None = None, *, target: bool = False, frozen: bool = False) -> torch.Tensor:
+        """:meth:`q_values` from the critics' input features ``x`` (e.g. :meth:`critic_sequence`'s, flattened)."""
+        x = x if action is None else torch.cat([x, action], dim=-1)
+        q = (self.target_critics if target else self.critics).forward(x, frozen)
+        return q if self.discrete else q.squeeze(-1)
 
     def deterministic(self, obs: torch.Tensor, target: bool = False) -> torch.Tensor:
         """The policy's action in ``[-1, 1]`` without noise (the Gaussian's squashed mean); the
@@ -450,10 +496,7 @@ class PolicyCriticActor(nn.Module):
         """``[num_critics, batch]`` Q-values of ``action`` (in ``[-1, 1]``); over a Discrete space
         (no ``action``) ``[num_critics, batch, actions]``, every action's value. The first
         ``critics`` only if given; ``frozen``: no gradient reaches the critics (policy losses)."""
-        x = self.critic_features(obs, target=target, frozen=frozen)
-        x = x if action is None else torch.cat([x, action], dim=-1)
-        q = (self.target_critics if target else self.critics).forward(x, frozen)
-        q = q if self.discrete else q.squeeze(-1)
+        q = self.q_from_features(self.critic_features(obs, target=target, frozen=frozen), action, target=target, frozen=frozen)
         return q if critics is None else q[:critics]
 
     def critic_features(self, obs: torch.Tensor, *, target: bool = False, frozen: bool = False) -> torch.Tensor:
@@ -479,17 +522,29 @@ class PolicyCriticActor(nn.Module):
 
     def act(self, obs: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> None:
         """Exploring actions for a batch of observations into ``out`` (see :meth:`draw_noise`)."""
+        self._act(None if bool(self.uniform) else self._policy_out(obs), noise, out)
+
+    def act_recurrent(self, obs: torch.Tensor, state: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """:meth:`act` of a recurrent policy from ``state`` (zeroed where an episode starts);
+        returns the next state (advanced while acting uniformly too, so stored states stay true)."""
+        assert self.policy_core is not None
+        features, state = self.policy_core.step(self.policy_torso.forward(obs), state)
+        self._act(None if bool(self.uniform) else self._head(features), noise, out)
+        return state
+
+    def _act(self, params: torch.Tensor | None, noise: torch.Tensor, out: torch.Tensor) -> None:
+        """Actions from the policy head's ``params`` (None: uniformly at random) and ``noise``."""
         policy_noise, random_action = noise[..., : self.action_dim], noise[..., self.action_dim :]
-        if self.discrete:
-            action = random_action[..., 0].long() if bool(self.uniform) else (self._policy_out(obs) + policy_noise).argmax(-1)
-        elif bool(self.uniform):
-            action = random_action
+        if params is None:
+            action = random_action[..., 0].long() if self.discrete else random_action
+        elif self.discrete:
+            action = (params + policy_noise).argmax(-1)
         elif self.gaussian:
-            mean, log_std = self._policy_out(obs).chunk(2, dim=-1)
+            mean, log_std = params.chunk(2, dim=-1)
             action = torch.tanh(torch.addcmul(mean, log_std.clamp(-20.0, 2.0).exp(), policy_noise))
         else:
             noise = policy_noise if self.ou_noise is None else self._ou_step(policy_noise)
-            action = (torch.tanh(self._policy_out(obs)) + self.exploration_noise * noise).clamp(-1.0, 1.0)
+            action = (torch.tanh(params) + self.exploration_noise * noise).clamp(-1.0, 1.0)
         out.copy_(self.scale(action).view_as(out))
 
     def _ou_step(self, gaussian: torch.Tensor) -> torch.Tensor:
@@ -504,6 +559,19 @@ class PolicyCriticActor(nn.Module):
     def get_action(
         self, obs: torch.Tensor, rhs: Any = None, done: torch.Tensor | None = None, deterministic: bool = False
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], Any]:
+        """The deterministic action (evaluation) or an exploring one; a recurrent policy carries
+        its state in ``rhs`` (None: fresh episodes), zeroed where ``done`` starts an episode."""
+        if self.policy_core is not None:
+            state = self.policy_core.initial_state(obs.shape[0], obs.device) if rhs is None else rhs
+            if done is not None:
+                state = state * (~done.bool()).to(state.dtype).view(-1, 1)
+            features, rhs = self.policy_core.step(self.policy_torso.forward(obs), state)
+            params = self._head(features)
+            if deterministic:
+                return self.scale(params.argmax(-1) if self.discrete else torch.tanh(params.chunk(2, dim=-1)[0])), {}, rhs
+            out = torch.empty(obs.shape[0], dtype=torch.long) if self.discrete else torch.empty(obs.shape[0], self.action_dim)
+            self._act(None if bool(self.uniform) else params, self.draw_noise(1, obs.shape[0])[0], out)
+            return out, {}, rhs
         if deterministic:
             return self.scale(self.deterministic(obs)), {}, rhs
         out = torch.empty(obs.shape[0], dtype=torch.long) if self.discrete else torch.empty(obs.shape[0], self.action_dim)
@@ -515,6 +583,8 @@ class PolicyCriticActor(nn.Module):
         pairs: list[tuple[nn.Module, nn.Module]] = [(self.target_critics, self.critics)]
         if self.critic_extractor is not None and self.target_critic_extractor is not None:
             pairs.append((self.target_critic_extractor, self.critic_extractor))
+        if self.critic_core is not None and self.target_critic_core is not None:
+            pairs.append((self.target_critic_core, self.critic_core))
         if self.target_policy is not None:
             pairs.append((self.target_policy, nn.ModuleList([self.policy_torso, self.policy_head])))
         return pairs
@@ -522,6 +592,23 @@ class PolicyCriticActor(nn.Module):
     def update_target(self, tau: float) -> None:
         """Polyak-average the target critics (and target policy) towards the online ones."""
         soft_update(self.target_pairs(), tau)
+
+
+def _run_core(
+    core: RecurrentCore, encode: Callable[[torch.Tensor], torch.Tensor], obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor, burn_in: int
+) -> torch.Tensor:
+    """``core`` over ``encode``'d observations ``[T, B, ...]`` from ``state``: the first ``burn_in``
+    steps without gradient, the outputs of the rest ``[T - burn_in, B, H]``."""
+    b = obs.shape[1]
+
+    def features(part: torch.Tensor) -> torch.Tensor:
+        return encode(part.reshape(-1, *obs.shape[2:])).view(part.shape[0], b, -1)
+
+    if burn_in:
+        with torch.no_grad():
+            _, state = core.sequence(features(obs[:burn_in]), state, starts[:burn_in])
+    out, _ = core.sequence(features(obs[burn_in:]), state, starts[burn_in:])
+    return out
 
 
 @torch.no_grad()

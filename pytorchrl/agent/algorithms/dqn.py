@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from pytorchrl.agent.actors.off_policy import OffPolicyActor
 from pytorchrl.agent.algorithms.base import Algorithm
+from pytorchrl.agent.algorithms.sequences import window_priorities, window_returns
 from pytorchrl.agent.algorithms.wiring import (
     Wiring,
     action_mask_slice,
@@ -208,12 +209,7 @@ class DQN(Algorithm):
         weights = batch.get("weights")
         step_weights = None if weights is None else weights.unsqueeze(0).expand(steps, b).reshape(-1)[keep]
         loss, info, td = self._loss(out[keep], next_out[keep], returns.reshape(-1)[keep], discounts.reshape(-1)[keep], step_weights)
-        # per window: eta * max + (1 - eta) * mean of its valid steps' TD errors (Kapturowski et al. 2019, eq. 1)
-        errors = torch.zeros(steps * b, device=td.device)
-        errors[keep] = td
-        errors = errors.view(steps, b)
-        count = valid.sum(0).clamp(min=1)
-        self._priorities = self.priority_eta * errors.max(0).values + (1 - self.priority_eta) * errors.sum(0) / count
+        self._priorities = window_priorities(td, valid, self.priority_eta)
         return loss, info
 
     def pop_priorities(self) -> torch.Tensor | None:
@@ -233,40 +229,6 @@ class DQN(Algorithm):
         fraction, initial, final = self.exploration
         done = 1.0 if fraction == 0 else min(1.0, progress / fraction)
         self.actor.epsilon.fill_(initial + done * (final - initial))
-
-
-def window_returns(
-    rewards: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor, *, gamma: float, n_step: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """n-step returns within ``[T, B]`` windows whose observations are ``obs[0..T]``.
-
-    From step ``t`` the return adds ``gamma^k r_{t+k}`` for ``k < m`` and bootstraps from
-    ``obs[t + m]`` with discount ``gamma^m``, where ``m = n_step`` unless the chain stops first:
-    at a terminated step (``m = k + 1``, discount 0), a truncated step (``m = k + 1``: its next
-    observation is the episode's final one) or the window's end (``m = T - t``).
-
-    :return: ``returns``, ``discounts`` (float, ``[T, B]``) and ``boot`` (long ``[T, B]``: the
-        index of each step's bootstrap observation in ``obs``).
-    """
-    t_len, b = rewards.shape
-    device = rewards.device
-    index = torch.arange(t_len, device=device).unsqueeze(1).expand(t_len, b)
-    returns = torch.zeros(t_len, b, device=device)
-    discounts = torch.ones(t_len, b, device=device)
-    boot = index.clone()
-    going = torch.ones(t_len, b, dtype=torch.bool, device=device)
-    cols = torch.arange(b, device=device).expand(t_len, b)
-    for k in range(n_step):
-        step = index + k
-        inside = step < t_len
-        going &= inside
-        at = step.clamp(max=t_len - 1)
-        r, term, trunc = rewards[at, cols], terminated[at, cols], truncated[at, cols]
-        returns = torch.where(going, returns + discounts * r, returns)
-        discounts = torch.where(going, torch.where(term, torch.zeros_like(discounts), discounts * gamma), discounts)
-        boot = torch.where(going, step + 1, boot)
-        going &= ~(term | trunc)
-    return returns, discounts, boot
 
 
 def project_distribution(next_probs: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor, support: torch.Tensor) -> torch.Tensor:

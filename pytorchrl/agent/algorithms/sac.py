@@ -21,8 +21,18 @@ import torch.nn.functional as F
 
 from pytorchrl.agent.actors.off_policy import PolicyCriticActor
 from pytorchrl.agent.algorithms.base import Algorithm
-from pytorchrl.agent.algorithms.wiring import Wiring, algorithm_kwargs, encoder_spec, replay_storage_factory
+from pytorchrl.agent.algorithms.sequences import window_priorities, window_returns
+from pytorchrl.agent.algorithms.wiring import (
+    Wiring,
+    algorithm_kwargs,
+    encoder_spec,
+    recurrent_spec,
+    recurrent_state_size,
+    replay_storage_factory,
+    rollout_shapes,
+)
 from pytorchrl.config import Config, DDPGConfig, SACConfig, TD3Config
+from pytorchrl.utils.errors import InputError
 
 
 class _PolicyCritic(Algorithm):
@@ -45,14 +55,35 @@ class _PolicyCritic(Algorithm):
         """A :class:`PolicyCriticActor` on a replay storage."""
         algo: Any = config.algorithm
         ou = getattr(algo, "exploration_noise_type", None) == "ou"
+        recurrent = recurrent_spec(config.actor)
+        if recurrent is not None and config.actor.shared_network:
+            raise InputError("config key 'actor.shared_network' = true cannot be combined with a recurrent SAC (actor.recurrent); its policy and critics need their own cores")
         actor_factory = PolicyCriticActor.create_factory(
             observation_space, action_space, policy="categorical" if isinstance(action_space, gym.spaces.Discrete) else cls.policy,
             num_critics=cls.num_critics, encoder=encoder_spec(config.actor), shared_network=config.actor.shared_network,
             exploration_noise=getattr(algo, "exploration_noise", 0.0), ou_noise=(algo.ou_theta, algo.ou_dt) if ou else None,  # type: ignore[union-attr]
+            recurrent=recurrent,
         )
         params = inspect.signature(cls.__init__).parameters
-        algo_factory = cls.create_factory(**{k: v for k, v in algorithm_kwargs(algo).items() if k in params})
-        return Wiring(actor=actor_factory, storage=replay_storage_factory(config, observation_space, action_space), algorithm=algo_factory)
+        kwargs = {k: v for k, v in algorithm_kwargs(algo).items() if k in params}
+        if "burn_in" in params:
+            kwargs["burn_in"] = config.storage.burn_in
+        algo_factory = cls.create_factory(**kwargs)
+        if recurrent is None:
+            storage = replay_storage_factory(config, observation_space, action_space)
+        else:
+            from pytorchrl.agent.storages.off_policy.sequence_replay import SequenceReplayStorage
+
+            rollout = rollout_shapes(
+                config, observation_space, action_space, algo.update_every or config.storage.num_steps, state_size=recurrent_state_size(config.actor)
+            )
+            rollout.pop("state_stride")
+            storage = SequenceReplayStorage.create_factory(
+                sequence_length=config.storage.sequence_length, capacity=config.storage.capacity, prioritized=algo.prioritized_replay,
+                alpha=algo.per_alpha, beta0=algo.per_beta0, updates_per_step=algo.updates_per_step, start_steps=algo.start_steps,
+                checkpoint_buffer=config.storage.checkpoint_buffer, **rollout,
+            )
+        return Wiring(actor=actor_factory, storage=storage, algorithm=algo_factory)
 
     def __init__(
         self, actor: Any, device: str | torch.device, *, lr: float, minibatch_size: int, tau: float, max_grad_norm: float | None = None
@@ -101,11 +132,14 @@ class SAC(_PolicyCritic):
 
     config_class = SACConfig
     action_spaces = (gym.spaces.Box, gym.spaces.Discrete)
+    recurrent = True
 
     def __init__(
         self, actor: Any, device: str | torch.device = "cpu", *, lr: float = 3e-4, minibatch_size: int = 256, tau: float = 0.005,
         target_entropy: float | None = None, init_ent_coef: float = 1.0, learn_ent_coef: bool = True, max_grad_norm: float | None = None,
+        gamma: float = 0.99, n_step: int = 1, burn_in: int = 0, priority_eta: float = 0.9,
     ) -> None:
+        self.gamma, self.n_step, self.burn_in, self.priority_eta = gamma, n_step, burn_in, priority_eta
         with torch.no_grad():
             actor.log_alpha.fill_(float(torch.log(torch.tensor(init_ent_coef))))
         actor.log_alpha.requires_grad_(learn_ent_coef)
@@ -114,8 +148,11 @@ class SAC(_PolicyCritic):
             target_entropy = 0.89 * math.log(actor.action_dim) if actor.discrete else -float(actor.action_dim)
         self.target_entropy = target_entropy
         self.learn_ent_coef = learn_ent_coef
+        self._window_td: torch.Tensor | None = None  # recurrent: the last windows' priorities
 
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        if "states" in batch:
+            return self._sequence_loss(batch)
         if self.actor.discrete:
             return self._discrete_loss(batch)
         # Written for few ops: on 256-wide networks every op and autograd node costs about as
@@ -131,6 +168,69 @@ class SAC(_PolicyCritic):
         critic_loss = self._critic_loss(q, y, batch.get("weights"))
         new_action, log_prob = actor.sample(obs)
         policy_loss = torch.sub(alpha * log_prob, actor.q_values(obs, new_action, frozen=True).min(0).values).mean()
+        return self._finish(critic_loss, policy_loss, log_prob, alpha, q)
+
+    def _sequence_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        """Recurrent SAC on replayed windows (as R2D2, :mod:`~pytorchrl.agent.algorithms.dqn`):
+        the policy runs from the stored state, the critics from a zero state, both warmed up over
+        the burn-in; n-step returns within the window; then the losses above on the valid steps."""
+        actor, burn = self.actor, self.burn_in
+        obs, starts = batch["obs"], batch["starts"]
+        steps, b = batch["rewards"].shape[0] - burn, batch["rewards"].shape[1]
+        policy = actor.policy_sequence(obs, batch["states"], starts, burn)  # [steps + 1, B, out]
+        x = actor.critic_sequence(obs, starts, burn)
+        with torch.no_grad():
+            target_x = actor.critic_sequence(obs, starts, burn, target=True)
+        returns, discounts, boot = window_returns(batch["rewards"][burn:], batch["terminated"][burn:], batch["truncated"][burn:], gamma=self.gamma, n_step=self.n_step)
+        cols = torch.arange(b, device=obs.device).expand(steps, b)
+        keep = batch["valid"][burn:].reshape(-1)
+
+        def flat(t: torch.Tensor) -> torch.Tensor:
+            return t.reshape(steps * b, *t.shape[2:])[keep]
+
+        params, next_params = flat(policy[:steps]), flat(policy[boot, cols]).detach()
+        x_now, next_x = flat(x[:steps]), flat(target_x[boot, cols])
+        rewards, discounts = flat(returns), flat(discounts)
+        weights = batch.get("weights")
+        weights = None if weights is None else flat(weights.unsqueeze(0).expand(steps, b))
+        alpha = actor.log_alpha.detach().exp()
+        actions = flat(batch["actions"][burn:])
+        if actor.discrete:
+            with torch.no_grad():
+                next_log_pi = F.log_softmax(next_params, dim=-1)
+                next_v = (next_log_pi.exp() * (actor.q_from_features(next_x, target=True).min(0).values - alpha * next_log_pi)).sum(-1)
+                y = rewards + discounts * next_v
+            q_all = actor.q_from_features(x_now)
+            q = q_all.gather(-1, actions.long().view(1, -1, 1).expand(q_all.shape[0], -1, 1)).squeeze(-1)
+            critic_loss = self._critic_loss(q, y, weights)
+            log_pi = F.log_softmax(params, dim=-1)
+            policy_loss = (log_pi.exp() * (alpha * log_pi - q_all.detach().min(0).values)).sum(-1).mean()
+            log_prob = (log_pi.exp() * log_pi).sum(-1)  # -entropy per step: what the coefficient tunes
+        else:
+            with torch.no_grad():
+                next_action, next_log_prob = actor.sample_params(next_params)
+                next_v = actor.q_from_features(next_x, next_action, target=True).min(0).values - alpha * next_log_prob
+                y = rewards + discounts * next_v
+            q = actor.q_from_features(x_now, actor.normalize(actions))
+            critic_loss = self._critic_loss(q, y, weights)
+            new_action, log_prob = actor.sample_params(params)
+            policy_loss = (alpha * log_prob - actor.q_from_features(x_now.detach(), new_action, frozen=True).min(0).values).mean()
+        loss, info = self._finish(critic_loss, policy_loss, log_prob, alpha, q)
+        td = (q.detach() - y).abs().mean(0)
+        self._td = None
+        self._window_td = window_priorities(td, keep.view(steps, b), self.priority_eta)
+        return loss, info
+
+    def pop_priorities(self) -> torch.Tensor | None:
+        window = self._window_td
+        if window is not None:
+            self._window_td = None
+            return window
+        return super().pop_priorities()
+
+    def _finish(self, critic_loss: torch.Tensor, policy_loss: torch.Tensor, log_prob: torch.Tensor, alpha: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """The entropy coefficient's loss added, and the diagnostics."""
+        actor = self.actor
         loss = critic_loss + policy_loss
         with torch.no_grad():
             log_prob_mean = log_prob.mean()
