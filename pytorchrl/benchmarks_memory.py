@@ -47,6 +47,14 @@ def r2d2_masked_cartpole(seeds: list[int]) -> dict[str, Any]:
     return learning("dqn/r2d2_cartpole_masked.yaml", 475.0, 300_000, seeds)
 
 
+def sac_gru_masked_pendulum(seeds: list[int]) -> dict[str, Any]:
+    """Recurrent SAC (GRU) on Pendulum without its angular velocity to eval >= -250 within 60k env
+    steps (configs/sac/pendulum_masked_gru.yaml)."""
+    from pytorchrl.benchmarks import learning
+
+    return learning("sac/pendulum_masked_gru.yaml", -250.0, 60_000, seeds)
+
+
 def masked_actions(seeds: list[int]) -> dict[str, Any]:
     """PPO and DQN on pytorchrl/LegalMoves-v0 (masks from info; the env raises on an illegal
     action, so finishing the run means none was taken): final eval return against the best play's
@@ -123,6 +131,7 @@ MEMORY_BENCHMARKS: dict[str, Callable[[list[int]], dict[str, Any]]] = {
     "ppo_gru_masked_cartpole": ppo_gru_masked_cartpole,
     "appo_lstm_masked_cartpole": appo_lstm_masked_cartpole,
     "r2d2_masked_cartpole": r2d2_masked_cartpole,
+    "sac_gru_masked_pendulum": sac_gru_masked_pendulum,
     "masked_actions": masked_actions,
     "recurrent_collection": recurrent_collection,
 }
