@@ -210,3 +210,49 @@ def test_workers_that_cannot_fit_the_cluster_fail_fast(ray_session):
     raw = {**SMALL, "scheme": {"num_col_workers": 3, "col_worker_resources": {"num_cpus": 1}}}
     with pytest.raises(Exception, match=r"ask for 3 CPU in all \(3 collection workers x 1\) but the Ray cluster has 2"):
         build_scheme(from_dict(raw))
+
+
+def _rhs_tensors(state: object) -> list[torch.Tensor]:
+    """Every recurrent state a checkpoint holds (the collection storages' ``rhs``)."""
+    if isinstance(state, dict):
+        return [t for k, v in state.items() for t in ([v] if k == "rhs" and isinstance(v, torch.Tensor) else _rhs_tensors(v))]
+    if isinstance(state, (list, tuple)):
+        return [t for v in state for t in _rhs_tensors(v)]
+    return []
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "scheme"),
+    [
+        ("ppo", {"num_col_workers": 2}),
+        ("appo", {"num_col_workers": 2, "col_communication": "asynchronous"}),
+        ("ppo", {"num_grad_workers": 2, "num_col_workers": 1}),
+    ],
+    ids=["sync-collection", "async-collection", "remote-gradients"],
+)
+def test_recurrent_policies_train_in_remote_modes(ray_session, algorithm, scheme):
+    """A GRU policy with remote workers: each remote worker carries its envs' states between
+    rollouts (they are in its checkpoint state, not zero), and asynchronous rollouts are tagged
+    with their policy lag."""
+    raw = {
+        **SMALL,
+        "actor": {"hidden_sizes": [16], "recurrent": {"type": "gru", "hidden_size": 8}},
+        "storage": {"num_steps": 16, "sequence_length": 8},
+        "algorithm": {**SMALL["algorithm"], "name": algorithm},
+        "scheme": {**FRACTIONAL, **scheme},
+    }
+    learner = Learner.from_config(from_dict(raw), progress=False)
+    try:
+        for _ in range(12):
+            learner.step()
+        assert learner.updates == 12 and learner.episodes > 0
+        states = _rhs_tensors(learner.scheme.state_dict())
+        workers = scheme["num_col_workers"] * scheme.get("num_grad_workers", 1)
+        assert len(states) >= workers and all(s.shape[-1] == 16 for s in states)  # policy and value cores, 8 each
+        assert all(s.abs().sum() > 0 for s in states)
+        if scheme.get("col_communication") == "asynchronous":
+            assert learner.metrics()["policy_lag_mean"] is not None
+        returns = learner.scheme.evaluate(2)
+        assert len(returns) == 2 and all(r >= 1 for r in returns)
+    finally:
+        learner.close()
