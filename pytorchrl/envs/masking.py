@@ -38,8 +38,11 @@ class InfoActionMask(gym.ObservationWrapper):
 
     def _take(self, info: dict[str, Any]) -> None:
         if MASK_KEY not in info:
-            raise KeyError(f"env.action_mask = 'info': the env's info has no {MASK_KEY!r} key (keys: {sorted(info)})")
-        self._mask = np.asarray(info[MASK_KEY], dtype=np.int8)
+            raise ValueError(f"env.action_mask = 'info': the env's info has no {MASK_KEY!r} key (keys: {sorted(info)})")
+        mask = np.asarray(info[MASK_KEY], dtype=np.int8)
+        if mask.shape != self._mask.shape:
+            raise ValueError(f"info['action_mask'] has shape {mask.shape}; a mask of shape {self._mask.shape}, one flag per action, is needed")
+        self._mask = mask
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)

@@ -202,6 +202,8 @@ class VecEnv:
             else:
                 probe = _make_single_env(env_id, env_kwargs, kwargs.get("max_episode_steps"), kwargs.get("action_mask", "none"))
                 obs_space, act_space = probe.observation_space, probe.action_space
+                if kwargs.get("action_mask") == "info":  # the mask only shows in a reset's info
+                    probe.reset(seed=0)
                 probe.close()
         eval_kwargs = kwargs.get("eval_env_kwargs")
         if eval_kwargs is not None and eval_kwargs != env_kwargs and not (atari is not None and is_atari_id(env_id)):

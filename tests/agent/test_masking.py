@@ -134,6 +134,17 @@ def test_impossible_masks_are_one_line(raw, message):
     assert "\n" not in str(info.value)
 
 
+class _ShortMask(LegalMovesEnv):
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed, options=options)
+        return obs, {"action_mask": info["action_mask"][:-1]}
+
+
+def test_an_info_mask_of_the_wrong_shape_is_one_line():
+    with pytest.raises(InputError, match=r"info\['action_mask'\] has shape \(5,\); a mask of shape \(6,\), one flag per action, is needed"):
+        VecEnv.create_factory(f"{__name__}:_ShortMask", num_envs=1, action_mask="info")
+
+
 def test_a_mask_of_the_wrong_shape_is_named():
     from pytorchrl.envs.masking import check_mask_space
 
