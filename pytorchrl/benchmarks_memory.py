@@ -48,11 +48,11 @@ def r2d2_masked_cartpole(seeds: list[int]) -> dict[str, Any]:
 
 
 def sac_gru_masked_pendulum(seeds: list[int]) -> dict[str, Any]:
-    """Recurrent SAC (GRU) on Pendulum without its angular velocity to eval >= -250 within 60k env
-    steps (configs/sac/pendulum_masked_gru.yaml)."""
+    """Recurrent SAC (GRU) on Pendulum without its angular velocity to eval >= -250 within 100k
+    env steps (configs/sac/pendulum_masked_gru.yaml)."""
     from pytorchrl.benchmarks import learning
 
-    return learning("sac/pendulum_masked_gru.yaml", -250.0, 60_000, seeds)
+    return learning("sac/pendulum_masked_gru.yaml", -250.0, 100_000, seeds)
 
 
 def masked_actions(seeds: list[int]) -> dict[str, Any]:
