@@ -33,9 +33,8 @@ from pytorchrl.agent.algorithms.wiring import (
     encoder_spec,
     num_collectors,
     recurrent_spec,
-    recurrent_state_size,
     replay_storage_factory,
-    rollout_shapes,
+    sequence_replay_factory,
 )
 from pytorchrl.config import Config, DQNConfig
 
@@ -94,17 +93,7 @@ class DQN(Algorithm):
         if recurrent_spec(config.actor) is None:
             storage_factory = replay_storage_factory(config, observation_space, action_space, actor_priorities=algo.actor_priorities)
         else:
-            from pytorchrl.agent.storages.off_policy.sequence_replay import SequenceReplayStorage
-
-            rollout = rollout_shapes(
-                config, observation_space, action_space, algo.update_every or config.storage.num_steps, state_size=recurrent_state_size(config.actor)
-            )
-            rollout.pop("state_stride")
-            storage_factory = SequenceReplayStorage.create_factory(
-                sequence_length=config.storage.sequence_length, capacity=config.storage.capacity, prioritized=algo.prioritized_replay,
-                alpha=algo.per_alpha, beta0=algo.per_beta0, updates_per_step=algo.updates_per_step, start_steps=algo.start_steps,
-                checkpoint_buffer=config.storage.checkpoint_buffer, **rollout,
-            )
+            storage_factory = sequence_replay_factory(config, observation_space, action_space)
         return Wiring(actor=actor_factory, storage=storage_factory, algorithm=algo_factory)
 
     def __init__(

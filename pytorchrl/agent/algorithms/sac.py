@@ -27,9 +27,8 @@ from pytorchrl.agent.algorithms.wiring import (
     algorithm_kwargs,
     encoder_spec,
     recurrent_spec,
-    recurrent_state_size,
     replay_storage_factory,
-    rollout_shapes,
+    sequence_replay_factory,
 )
 from pytorchrl.config import Config, DDPGConfig, SACConfig, TD3Config
 from pytorchrl.utils.errors import InputError
@@ -72,17 +71,7 @@ class _PolicyCritic(Algorithm):
         if recurrent is None:
             storage = replay_storage_factory(config, observation_space, action_space)
         else:
-            from pytorchrl.agent.storages.off_policy.sequence_replay import SequenceReplayStorage
-
-            rollout = rollout_shapes(
-                config, observation_space, action_space, algo.update_every or config.storage.num_steps, state_size=recurrent_state_size(config.actor)
-            )
-            rollout.pop("state_stride")
-            storage = SequenceReplayStorage.create_factory(
-                sequence_length=config.storage.sequence_length, capacity=config.storage.capacity, prioritized=algo.prioritized_replay,
-                alpha=algo.per_alpha, beta0=algo.per_beta0, updates_per_step=algo.updates_per_step, start_steps=algo.start_steps,
-                checkpoint_buffer=config.storage.checkpoint_buffer, **rollout,
-            )
+            storage = sequence_replay_factory(config, observation_space, action_space)
         return Wiring(actor=actor_factory, storage=storage, algorithm=algo_factory)
 
     def __init__(

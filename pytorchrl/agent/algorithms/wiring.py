@@ -190,3 +190,18 @@ def replay_storage_factory(config: Config, observation_space: gym.Space, action_
         checkpoint_buffer=config.storage.checkpoint_buffer, actor_priorities=actor_priorities and algo.prioritized_replay,
         **rollout,
     )
+
+
+def sequence_replay_factory(config: Config, observation_space: gym.Space, action_space: gym.Space) -> Callable[..., Any]:
+    """The storage of a recurrent replay algorithm (R2D2's DQN, recurrent SAC): rollouts with the
+    acting state of every step in, overlapping windows out (``storage.sequence_length``)."""
+    from pytorchrl.agent.storages.off_policy.sequence_replay import SequenceReplayStorage
+
+    algo: Any = config.algorithm
+    rollout = rollout_shapes(config, observation_space, action_space, algo.update_every or config.storage.num_steps, state_size=recurrent_state_size(config.actor))
+    rollout.pop("state_stride")
+    return SequenceReplayStorage.create_factory(
+        sequence_length=config.storage.sequence_length, capacity=config.storage.capacity, prioritized=algo.prioritized_replay,
+        alpha=algo.per_alpha, beta0=algo.per_beta0, updates_per_step=algo.updates_per_step, start_steps=algo.start_steps,
+        checkpoint_buffer=config.storage.checkpoint_buffer, **rollout,
+    )
