@@ -98,7 +98,7 @@ class SequenceBuffer:
         self._adds += 1
         new = {"obs": as_array(data["obs"]), "starts": as_array(data["starts"]), "states": as_array(data["states"])}
         new.update({k: as_array(data[k]) for k in STEP_FIELDS})
-        t, n = new["rewards"].shape
+        n = new["rewards"].shape[1]
         stream = (int(data["stream_id"]), int(data["chunk_index"])) if "stream_id" in data else None
         entry = None if stream is None else self._tails.get(stream[0])
         if entry is not None and stream is not None and stream[1] == entry[0] + 1 and entry[2]["rewards"].shape[1] == n:
@@ -123,7 +123,6 @@ class SequenceBuffer:
             tail = {k: v[start:].copy() for k, v in new.items()}
             self._tails[stream[0]] = (stream[1], self._adds, tail)
             self._tails = {s: e for s, e in self._tails.items() if self._adds - e[1] <= STALE_ADDS}
-        del t
 
     def _write(self, window: dict[str, np.ndarray]) -> None:
         if not self._arrays:
