@@ -26,7 +26,7 @@ from torch import nn
 from pytorchrl.agent.actors.distributions import MASKED_LOGIT
 from pytorchrl.agent.actors.networks.encoders import Encoder, EncoderSpec, feature_width
 from pytorchrl.agent.actors.networks.mlp import ACTIVATIONS, CachedLayers
-from pytorchrl.agent.actors.networks.recurrent import RecurrentCore, RecurrentSpec
+from pytorchrl.agent.actors.networks.recurrent import RecurrentCore, RecurrentSpec, carried_state
 
 
 class NoisyLinear(nn.Module):
@@ -204,11 +204,7 @@ class OffPolicyActor(nn.Module):
         :param rhs: a recurrent network's state (None: fresh episodes); returned advanced.
         :param done: bool per row: a new episode starts at this observation.
         """
-        state = None
-        if self.is_recurrent:
-            state = torch.zeros(obs.shape[0], self.state_size, device=obs.device) if rhs is None else rhs
-            if done is not None:
-                state = state * (~done.bool()).to(state.dtype).view(-1, 1)
+        state = carried_state(rhs, done, obs.shape[0], self.state_size, obs.device) if self.is_recurrent else None
         action = torch.empty(obs.shape[0], dtype=torch.long, device=obs.device)
         if deterministic:
             self.q_net.eval()  # noisy layers act with their mean weights
@@ -234,9 +230,10 @@ class OffPolicyActor(nn.Module):
         """The legal actions of each observation row (None without masking)."""
         return None if self.action_mask is None else obs.flatten(1)[:, self.action_mask] > 0.5
 
-    def masked(self, values: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
-        """``values [batch, actions]`` with illegal actions at -inf in effect (for argmax and max)."""
-        legal = self.legal(obs)
+    def masked(self, values: torch.Tensor, obs: torch.Tensor, legal: torch.Tensor | None = None) -> torch.Tensor:
+        """``values [batch, actions]`` with illegal actions at -inf in effect (for argmax and max);
+        ``legal``: :meth:`legal` of ``obs``, when the caller has it already."""
+        legal = self.legal(obs) if legal is None else legal
         return values if legal is None else values.masked_fill(~legal, MASKED_LOGIT)
 
     def draw_noise(self, num_steps: int, num_envs: int) -> torch.Tensor:
@@ -271,7 +268,7 @@ class OffPolicyActor(nn.Module):
         count = legal.sum(-1).clamp(min=1)
         rank = torch.minimum((noise[..., 0] / max(epsilon, 1e-12) * count).long(), count - 1).unsqueeze(-1)
         explore = ((legal.cumsum(-1) - 1 == rank) & legal).float().argmax(-1)
-        out.copy_(torch.where(noise[..., 0] < epsilon, explore, q.masked_fill(~legal, MASKED_LOGIT).argmax(-1)))
+        out.copy_(torch.where(noise[..., 0] < epsilon, explore, self.masked(q, obs, legal).argmax(-1)))
 
     def set_collector(self, index: int) -> None:
         """Act as collector ``index`` (0-based): its own exploration rate under Ape-X."""
@@ -473,10 +470,13 @@ class PolicyCriticActor(nn.Module):
     def deterministic(self, obs: torch.Tensor, target: bool = False) -> torch.Tensor:
         """The policy's action in ``[-1, 1]`` without noise (the Gaussian's squashed mean); the
         most probable action of a categorical policy."""
-        out = self._policy_out(obs, target)
+        return self._deterministic(self._policy_out(obs, target))
+
+    def _deterministic(self, params: torch.Tensor) -> torch.Tensor:
+        """:meth:`deterministic` from the policy head's output."""
         if self.discrete:
-            return out.argmax(-1)
-        return torch.tanh(out.chunk(2, dim=-1)[0] if self.gaussian else out)
+            return params.argmax(-1)
+        return torch.tanh(params.chunk(2, dim=-1)[0] if self.gaussian else params)
 
     def scale(self, action: torch.Tensor) -> torch.Tensor:
         """``[-1, 1]`` to the action space's bounds (indices stay as they are)."""
@@ -561,21 +561,18 @@ class PolicyCriticActor(nn.Module):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], Any]:
         """The deterministic action (evaluation) or an exploring one; a recurrent policy carries
         its state in ``rhs`` (None: fresh episodes), zeroed where ``done`` starts an episode."""
+        params = None
         if self.policy_core is not None:
-            state = self.policy_core.initial_state(obs.shape[0], obs.device) if rhs is None else rhs
-            if done is not None:
-                state = state * (~done.bool()).to(state.dtype).view(-1, 1)
+            state = carried_state(rhs, done, obs.shape[0], self.state_size, obs.device)
             features, rhs = self.policy_core.step(self.policy_torso.forward(obs), state)
             params = self._head(features)
-            if deterministic:
-                return self.scale(params.argmax(-1) if self.discrete else torch.tanh(params.chunk(2, dim=-1)[0])), {}, rhs
-            out = torch.empty(obs.shape[0], dtype=torch.long) if self.discrete else torch.empty(obs.shape[0], self.action_dim)
-            self._act(None if bool(self.uniform) else params, self.draw_noise(1, obs.shape[0])[0], out)
-            return out, {}, rhs
         if deterministic:
-            return self.scale(self.deterministic(obs)), {}, rhs
+            return self.scale(self.deterministic(obs) if params is None else self._deterministic(params)), {}, rhs
         out = torch.empty(obs.shape[0], dtype=torch.long) if self.discrete else torch.empty(obs.shape[0], self.action_dim)
-        self.act(obs, self.draw_noise(1, obs.shape[0])[0], out)
+        if params is None:
+            self.act(obs, self.draw_noise(1, obs.shape[0])[0], out)
+        else:
+            self._act(None if bool(self.uniform) else params, self.draw_noise(1, obs.shape[0])[0], out)
         return out, {}, rhs
 
     def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:

@@ -14,7 +14,7 @@ from torch import nn
 from pytorchrl.agent.actors.distributions import ActionHead, CategoricalHead, DiagGaussianHead, make_action_head
 from pytorchrl.agent.actors.networks.encoders import EncoderSpec, ImpalaResNet, NatureCNN
 from pytorchrl.agent.actors.networks.mlp import HIDDEN_GAIN, orthogonal_init
-from pytorchrl.agent.actors.networks.recurrent import RecurrentCore, RecurrentSpec
+from pytorchrl.agent.actors.networks.recurrent import RecurrentCore, RecurrentSpec, carried_state
 
 
 class OnPolicyActor(nn.Module):
@@ -146,9 +146,7 @@ class OnPolicyActor(nn.Module):
         :return: ``action, {"log_prob", "value"}, rhs`` (the next state; None for a memoryless actor).
         """
         if self.is_recurrent:
-            state = self.initial_state(obs.shape[0], obs.device) if rhs is None else rhs
-            if done is not None:
-                state = state * (~done.bool()).to(state.dtype).view(-1, 1)
+            state = carried_state(rhs, done, obs.shape[0], self.state_size, obs.device)
             features, value_features, rhs = self._step_features(obs, state)
             params, value = self._params(features, obs), self._value(value_features)
         else:

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from pytorchrl.agent.actors.off_policy import OffPolicyActor
 from pytorchrl.agent.algorithms.base import Algorithm
-from pytorchrl.agent.algorithms.sequences import window_priorities, window_returns
+from pytorchrl.agent.algorithms.sequences import Window
 from pytorchrl.agent.algorithms.wiring import (
     Wiring,
     action_mask_slice,
@@ -34,7 +34,6 @@ from pytorchrl.agent.algorithms.wiring import (
     num_collectors,
     recurrent_spec,
     replay_storage_factory,
-    sequence_replay_factory,
 )
 from pytorchrl.config import Config, DQNConfig
 
@@ -90,10 +89,7 @@ class DQN(Algorithm):
             exploration_final_eps=explore[1], max_grad_norm=algo.max_grad_norm, adam_eps=algo.adam_eps,
             gamma=algo.gamma, n_step=algo.n_step, burn_in=config.storage.burn_in, priority_eta=algo.priority_eta,
         )
-        if recurrent_spec(config.actor) is None:
-            storage_factory = replay_storage_factory(config, observation_space, action_space, actor_priorities=algo.actor_priorities)
-        else:
-            storage_factory = sequence_replay_factory(config, observation_space, action_space)
+        storage_factory = replay_storage_factory(config, observation_space, action_space, actor_priorities=algo.actor_priorities)
         return Wiring(actor=actor_factory, storage=storage_factory, algorithm=algo_factory)
 
     def __init__(
@@ -173,7 +169,7 @@ class DQN(Algorithm):
         window, the one-step loss per valid step, and eta-mixed window priorities."""
         q_net, target = self.actor.q_net, self.actor.target_q_net
         obs, starts, state = batch["obs"], batch["starts"], batch["states"]
-        burn, length, b = self.burn_in, batch["rewards"].shape[0], batch["rewards"].shape[1]
+        burn = self.burn_in
         online_state = target_state = state
         with torch.no_grad():
             if burn:  # warm both networks' states up on the first steps, without gradient
@@ -181,24 +177,14 @@ class DQN(Algorithm):
                 _, target_state = target.logits_sequence(obs[:burn], state, starts[:burn])
             target_logits, _ = target.logits_sequence(obs[burn:], target_state, starts[burn:])  # [L + 1 - burn, B, A, atoms]
         online_logits, _ = q_net.logits_sequence(obs[burn:], online_state, starts[burn:])
-        steps = length - burn
-        returns, discounts, boot = window_returns(
-            batch["rewards"][burn:], batch["terminated"][burn:], batch["truncated"][burn:], gamma=self.gamma, n_step=self.n_step
-        )
-        cols = torch.arange(b, device=obs.device).expand(steps, b)
-        valid = batch["valid"][burn:]
+        window = Window(batch, burn, gamma=self.gamma, n_step=self.n_step)
         with torch.no_grad():
-            next_obs = obs[burn:][boot, cols]  # [steps, B, ...]: each step's bootstrap observation
             values = q_net.values(online_logits.detach()) if self.double_q else target.values(target_logits)
-            chooser = self.actor.masked(values[boot, cols].reshape(steps * b, -1), next_obs.reshape(steps * b, *obs.shape[2:]))
-            next_out = target_logits[boot, cols].reshape(steps * b, q_net.num_actions, -1)[torch.arange(steps * b), chooser.argmax(-1)]
-        actions = batch["actions"][burn:].long().reshape(-1)
-        out = online_logits[:steps].reshape(steps * b, q_net.num_actions, -1)[torch.arange(steps * b), actions]
-        keep = valid.reshape(-1)
-        weights = batch.get("weights")
-        step_weights = None if weights is None else weights.unsqueeze(0).expand(steps, b).reshape(-1)[keep]
-        loss, info, td = self._loss(out[keep], next_out[keep], returns.reshape(-1)[keep], discounts.reshape(-1)[keep], step_weights)
-        self._priorities = window_priorities(td, valid, self.priority_eta)
+            chooser = self.actor.masked(window.at_boot(values), window.at_boot(obs[burn:]))
+            next_out = window.at_boot(target_logits)[torch.arange(len(chooser)), chooser.argmax(-1)]
+        out = window.now(online_logits)[torch.arange(len(chooser)), window.now(batch["actions"][burn:]).long()]
+        loss, info, td = self._loss(out, next_out, window.returns, window.discounts, window.weights)
+        self._priorities = window.priorities(td, self.priority_eta)
         return loss, info
 
     def pop_priorities(self) -> torch.Tensor | None:

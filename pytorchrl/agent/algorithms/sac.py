@@ -21,14 +21,13 @@ import torch.nn.functional as F
 
 from pytorchrl.agent.actors.off_policy import PolicyCriticActor
 from pytorchrl.agent.algorithms.base import Algorithm
-from pytorchrl.agent.algorithms.sequences import window_priorities, window_returns
+from pytorchrl.agent.algorithms.sequences import Window
 from pytorchrl.agent.algorithms.wiring import (
     Wiring,
     algorithm_kwargs,
     encoder_spec,
     recurrent_spec,
     replay_storage_factory,
-    sequence_replay_factory,
 )
 from pytorchrl.config import Config, DDPGConfig, SACConfig, TD3Config
 from pytorchrl.utils.errors import InputError
@@ -68,11 +67,7 @@ class _PolicyCritic(Algorithm):
         if "burn_in" in params:
             kwargs["burn_in"] = config.storage.burn_in
         algo_factory = cls.create_factory(**kwargs)
-        if recurrent is None:
-            storage = replay_storage_factory(config, observation_space, action_space)
-        else:
-            storage = sequence_replay_factory(config, observation_space, action_space)
-        return Wiring(actor=actor_factory, storage=storage, algorithm=algo_factory)
+        return Wiring(actor=actor_factory, storage=replay_storage_factory(config, observation_space, action_space), algorithm=algo_factory)
 
     def __init__(
         self, actor: Any, device: str | torch.device, *, lr: float, minibatch_size: int, tau: float, max_grad_norm: float | None = None
@@ -142,84 +137,67 @@ class SAC(_PolicyCritic):
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         if "states" in batch:
             return self._sequence_loss(batch)
-        if self.actor.discrete:
-            return self._discrete_loss(batch)
-        # Written for few ops: on 256-wide networks every op and autograd node costs about as
-        # much as the matrix products (ARCHITECTURE.md decision 22).
         actor = self.actor
         obs, next_obs = batch["obs"], batch["next_obs"]
-        alpha = actor.log_alpha.detach().exp()
         with torch.no_grad():
-            next_action, next_log_prob = actor.sample(next_obs)
-            next_v = torch.sub(actor.q_values(next_obs, next_action, target=True).min(0).values, alpha * next_log_prob)
-            y = torch.addcmul(batch["rewards"], batch["discounts"], next_v)
-        q = actor.q_values(obs, actor.normalize(batch["actions"]))
-        critic_loss = self._critic_loss(q, y, batch.get("weights"))
-        new_action, log_prob = actor.sample(obs)
-        policy_loss = torch.sub(alpha * log_prob, actor.q_values(obs, new_action, frozen=True).min(0).values).mean()
-        return self._finish(critic_loss, policy_loss, log_prob, alpha, q)
+            next_params, next_x = actor._policy_out(next_obs), actor.critic_features(next_obs, target=True)
+        return self._losses(
+            actor._policy_out(obs), next_params, actor.critic_features(obs), next_x, batch["actions"], batch["rewards"], batch["discounts"], batch.get("weights")
+        )
 
     def _sequence_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         """Recurrent SAC on replayed windows (as R2D2, :mod:`~pytorchrl.agent.algorithms.dqn`):
         the policy runs from the stored state, the critics from a zero state, both warmed up over
-        the burn-in; n-step returns within the window; then the losses above on the valid steps."""
+        the burn-in; n-step returns within the window; then :meth:`_losses` on the valid steps."""
         actor, burn = self.actor, self.burn_in
         obs, starts = batch["obs"], batch["starts"]
-        steps, b = batch["rewards"].shape[0] - burn, batch["rewards"].shape[1]
         policy = actor.policy_sequence(obs, batch["states"], starts, burn)  # [steps + 1, B, out]
         x = actor.critic_sequence(obs, starts, burn)
         with torch.no_grad():
             target_x = actor.critic_sequence(obs, starts, burn, target=True)
-        returns, discounts, boot = window_returns(batch["rewards"][burn:], batch["terminated"][burn:], batch["truncated"][burn:], gamma=self.gamma, n_step=self.n_step)
-        cols = torch.arange(b, device=obs.device).expand(steps, b)
-        keep = batch["valid"][burn:].reshape(-1)
+        window = Window(batch, burn, gamma=self.gamma, n_step=self.n_step)
+        loss, info = self._losses(
+            window.now(policy), window.at_boot(policy).detach(), window.now(x), window.at_boot(target_x), window.now(batch["actions"][burn:]),
+            window.returns, window.discounts, window.weights,
+        )
+        td = super().pop_priorities()
+        assert td is not None
+        self._window_td = window.priorities(td, self.priority_eta)
+        return loss, info
 
-        def flat(t: torch.Tensor) -> torch.Tensor:
-            return t.reshape(steps * b, *t.shape[2:])[keep]
-
-        params, next_params = flat(policy[:steps]), flat(policy[boot, cols]).detach()
-        x_now, next_x = flat(x[:steps]), flat(target_x[boot, cols])
-        rewards, discounts = flat(returns), flat(discounts)
-        weights = batch.get("weights")
-        weights = None if weights is None else flat(weights.unsqueeze(0).expand(steps, b))
+    def _losses(
+        self, params: torch.Tensor, next_params: torch.Tensor, x: torch.Tensor, next_x: torch.Tensor, actions: torch.Tensor,
+        rewards: torch.Tensor, discounts: torch.Tensor, weights: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The critics', the policy's and the entropy coefficient's losses of a batch of transitions,
+        from the policy head's outputs (``params``; ``next_params`` of the next observations, no
+        gradient) and the critics' input features (``x``; ``next_x`` the target critics' of the next
+        observations). Written for few ops: on 256-wide networks every op and autograd node costs
+        about as much as the matrix products (ARCHITECTURE.md decision 22)."""
+        actor = self.actor
         alpha = actor.log_alpha.detach().exp()
-        actions = flat(batch["actions"][burn:])
-        if actor.discrete:
+        if actor.discrete:  # expectations over every action, exact: critics value them all at once
             with torch.no_grad():
                 next_log_pi = F.log_softmax(next_params, dim=-1)
                 next_v = (next_log_pi.exp() * (actor.q_from_features(next_x, target=True).min(0).values - alpha * next_log_pi)).sum(-1)
                 y = rewards + discounts * next_v
-            q_all = actor.q_from_features(x_now)
+            q_all = actor.q_from_features(x)  # [critics, batch, actions]
             q = q_all.gather(-1, actions.long().view(1, -1, 1).expand(q_all.shape[0], -1, 1)).squeeze(-1)
             critic_loss = self._critic_loss(q, y, weights)
             log_pi = F.log_softmax(params, dim=-1)
-            policy_loss = (log_pi.exp() * (alpha * log_pi - q_all.detach().min(0).values)).sum(-1).mean()
-            log_prob = (log_pi.exp() * log_pi).sum(-1)  # -entropy per step: what the coefficient tunes
+            pi = log_pi.exp()
+            # every action's value is already there: the policy's loss reads it detached
+            policy_loss = (pi * (alpha * log_pi - q_all.detach().min(0).values)).sum(-1).mean()
+            log_prob = (pi * log_pi).sum(-1)  # E[log pi] per row: minus the entropy the coefficient tunes
         else:
             with torch.no_grad():
                 next_action, next_log_prob = actor.sample_params(next_params)
-                next_v = actor.q_from_features(next_x, next_action, target=True).min(0).values - alpha * next_log_prob
-                y = rewards + discounts * next_v
-            q = actor.q_from_features(x_now, actor.normalize(actions))
+                next_v = torch.sub(actor.q_from_features(next_x, next_action, target=True).min(0).values, alpha * next_log_prob)
+                y = torch.addcmul(rewards, discounts, next_v)
+            q = actor.q_from_features(x, actor.normalize(actions))
             critic_loss = self._critic_loss(q, y, weights)
             new_action, log_prob = actor.sample_params(params)
-            policy_loss = (alpha * log_prob - actor.q_from_features(x_now.detach(), new_action, frozen=True).min(0).values).mean()
-        loss, info = self._finish(critic_loss, policy_loss, log_prob, alpha, q)
-        td = (q.detach() - y).abs().mean(0)
-        self._td = None
-        self._window_td = window_priorities(td, keep.view(steps, b), self.priority_eta)
-        return loss, info
-
-    def pop_priorities(self) -> torch.Tensor | None:
-        window = self._window_td
-        if window is not None:
-            self._window_td = None
-            return window
-        return super().pop_priorities()
-
-    def _finish(self, critic_loss: torch.Tensor, policy_loss: torch.Tensor, log_prob: torch.Tensor, alpha: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        """The entropy coefficient's loss added, and the diagnostics."""
-        actor = self.actor
+            policy_loss = torch.sub(alpha * log_prob, actor.q_from_features(x.detach(), new_action, frozen=True).min(0).values).mean()
         loss = critic_loss + policy_loss
         with torch.no_grad():
             log_prob_mean = log_prob.mean()
@@ -233,29 +211,13 @@ class SAC(_PolicyCritic):
             "value_loss": value_loss, "policy_loss": policy_loss_value, "entropy": -log_prob_mean_value, "ent_coef": ent_coef, "q_mean": q_mean,
         }
 
-    def _discrete_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
-        actor = self.actor
-        alpha = actor.log_alpha.detach().exp()
-        with torch.no_grad():
-            next_log_pi = actor.log_policy(batch["next_obs"])
-            next_q = actor.q_values(batch["next_obs"], target=True).min(0).values
-            next_v = (next_log_pi.exp() * (next_q - alpha * next_log_pi)).sum(-1)
-            y = batch["rewards"] + batch["discounts"] * next_v
-        q_all = actor.q_values(batch["obs"])  # [critics, batch, actions]
-        q = q_all.gather(-1, batch["actions"].long().view(1, -1, 1).expand(q_all.shape[0], -1, 1)).squeeze(-1)
-        critic_loss = self._critic_loss(q, y, batch.get("weights"))
-        log_pi = actor.log_policy(batch["obs"])
-        pi = log_pi.exp()
-        # every action's value is already there: the policy's loss reads it detached
-        policy_loss = (pi * (alpha * log_pi - q_all.detach().min(0).values)).sum(-1).mean()
-        entropy = -(pi * log_pi).sum(-1).detach()
-        loss = critic_loss + policy_loss
-        if self.learn_ent_coef:
-            loss = loss + (actor.log_alpha * (entropy - self.target_entropy)).mean()
-        return loss, {
-            "value_loss": float(critic_loss.detach()), "policy_loss": float(policy_loss.detach()),
-            "entropy": float(entropy.mean()), "ent_coef": float(alpha), "q_mean": float(q.detach().mean()),
-        }
+    def pop_priorities(self) -> torch.Tensor | None:
+        """The last minibatch's priorities: its transitions' absolute TD errors, or its windows'."""
+        window = self._window_td
+        if window is not None:
+            self._window_td = None
+            return window
+        return super().pop_priorities()
 
     def apply_gradients(self, gradients: torch.Tensor | None = None) -> bool:
         applied = super().apply_gradients(gradients)

@@ -1,5 +1,6 @@
 """What the recurrent replay losses share (R2D2's DQN, recurrent SAC): n-step returns within a
-replayed window, and window priorities (Kapturowski et al. 2019)."""
+replayed window, the window's valid steps and bootstrap observations (:class:`Window`), and
+window priorities (Kapturowski et al. 2019)."""
 
 from __future__ import annotations
 
@@ -47,3 +48,40 @@ def window_priorities(td: torch.Tensor, valid: torch.Tensor, eta: float) -> torc
     errors[valid.reshape(-1)] = td
     errors = errors.view(valid.shape)
     return eta * errors.max(0).values + (1 - eta) * errors.sum(0) / valid.sum(0).clamp(min=1)
+
+
+class Window:
+    """The steps of a batch of replayed windows (time-major, see
+    :class:`~pytorchrl.agent.storages.off_policy.sequence_replay.SequenceBuffer`) that a loss
+    learns from: those after the burn-in that are valid, each with its n-step return, its
+    bootstrap discount and where its bootstrap observation is. A loss computes its network's
+    outputs over the window once and reads them at the steps (:meth:`now`) and at their
+    bootstrap observations (:meth:`at_boot`), flattened to one row per learning step.
+
+    :param batch: a sampled batch (``rewards``, ``terminated``, ``truncated``, ``valid``, optionally ``weights``).
+    :param burn_in: leading steps that only warm the state up.
+    """
+
+    def __init__(self, batch: dict[str, torch.Tensor], burn_in: int, *, gamma: float, n_step: int) -> None:
+        rewards = batch["rewards"][burn_in:]
+        self.steps, b = rewards.shape
+        returns, discounts, boot = window_returns(rewards, batch["terminated"][burn_in:], batch["truncated"][burn_in:], gamma=gamma, n_step=n_step)
+        self.valid = batch["valid"][burn_in:]
+        self._keep = self.valid.reshape(-1)
+        self._boot = (boot, torch.arange(b, device=rewards.device).expand(self.steps, b))
+        self.returns, self.discounts = self.now(returns), self.now(discounts)
+        weights = batch.get("weights")  # one per window: each of its steps gets it
+        self.weights = None if weights is None else self.now(weights.unsqueeze(0).expand(self.steps, b))
+
+    def now(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [steps (+ 1), B, ...]`` at the learning steps: ``[M, ...]``."""
+        return x[: self.steps].reshape(-1, *x.shape[2:])[self._keep]
+
+    def at_boot(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [steps + 1, B, ...]`` (one row per observation after the burn-in) at each learning
+        step's bootstrap observation: ``[M, ...]``."""
+        return self.now(x[self._boot])
+
+    def priorities(self, td: torch.Tensor, eta: float) -> torch.Tensor:
+        """Each window's priority from its learning steps' absolute TD errors ``td [M]``."""
+        return window_priorities(td, self.valid, eta)

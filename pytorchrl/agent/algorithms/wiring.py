@@ -92,9 +92,7 @@ def recurrent_spec(actor: ActorConfig) -> RecurrentSpec | None:
 def recurrent_state_size(actor: ActorConfig, cores: int = 1) -> int:
     """Width of the flat recurrent state of ``cores`` cores of the ``actor`` section (0: none)."""
     spec = recurrent_spec(actor)
-    if spec is None:
-        return 0
-    return (1 if spec.kind == "gru" else 2) * spec.num_layers * spec.hidden_size * cores
+    return 0 if spec is None else spec.state_size * cores
 
 
 def action_mask_slice(config: Config, observation_space: gym.Space) -> slice | None:
@@ -179,29 +177,21 @@ def actor_critic_wiring(algorithm_class: Any, config: Config, observation_space:
 
 def replay_storage_factory(config: Config, observation_space: gym.Space, action_space: gym.Space, *, actor_priorities: bool = False) -> Callable[..., Any]:
     """The replay storage of a replay algorithm's config: rollouts of ``update_every`` steps in,
-    replayed minibatches out."""
+    replayed minibatches out; with a recurrent core (``actor.recurrent``), rollouts carry the
+    acting state of every step and overlapping windows of ``storage.sequence_length`` come out
+    (R2D2; returns are then the algorithm's, computed within each window)."""
     from pytorchrl.agent.storages.off_policy.replay_storage import ReplayStorage
-
-    algo: Any = config.algorithm
-    rollout = rollout_shapes(config, observation_space, action_space, algo.update_every or config.storage.num_steps)
-    return ReplayStorage.create_factory(
-        capacity=config.storage.capacity, n_step=algo.n_step, gamma=algo.gamma, prioritized=algo.prioritized_replay,
-        alpha=algo.per_alpha, beta0=algo.per_beta0, updates_per_step=algo.updates_per_step, start_steps=algo.start_steps,
-        checkpoint_buffer=config.storage.checkpoint_buffer, actor_priorities=actor_priorities and algo.prioritized_replay,
-        **rollout,
-    )
-
-
-def sequence_replay_factory(config: Config, observation_space: gym.Space, action_space: gym.Space) -> Callable[..., Any]:
-    """The storage of a recurrent replay algorithm (R2D2's DQN, recurrent SAC): rollouts with the
-    acting state of every step in, overlapping windows out (``storage.sequence_length``)."""
     from pytorchrl.agent.storages.off_policy.sequence_replay import SequenceReplayStorage
 
     algo: Any = config.algorithm
     rollout = rollout_shapes(config, observation_space, action_space, algo.update_every or config.storage.num_steps, state_size=recurrent_state_size(config.actor))
-    rollout.pop("state_stride")
-    return SequenceReplayStorage.create_factory(
-        sequence_length=config.storage.sequence_length, capacity=config.storage.capacity, prioritized=algo.prioritized_replay,
-        alpha=algo.per_alpha, beta0=algo.per_beta0, updates_per_step=algo.updates_per_step, start_steps=algo.start_steps,
-        checkpoint_buffer=config.storage.checkpoint_buffer, **rollout,
+    common = {
+        "capacity": config.storage.capacity, "prioritized": algo.prioritized_replay, "alpha": algo.per_alpha, "beta0": algo.per_beta0,
+        "updates_per_step": algo.updates_per_step, "start_steps": algo.start_steps, "checkpoint_buffer": config.storage.checkpoint_buffer,
+    }
+    if rollout["state_size"]:
+        rollout.pop("state_stride")  # every step's state: any step may start a window
+        return SequenceReplayStorage.create_factory(sequence_length=config.storage.sequence_length, **common, **rollout)
+    return ReplayStorage.create_factory(
+        n_step=algo.n_step, gamma=algo.gamma, actor_priorities=actor_priorities and algo.prioritized_replay, **common, **rollout
     )

@@ -21,7 +21,7 @@ from typing import cast
 import torch
 from torch import nn
 
-__all__ = ["RecurrentCore", "RecurrentSpec"]
+__all__ = ["RecurrentCore", "RecurrentSpec", "carried_state"]
 
 CORES = ("gru", "lstm")
 
@@ -39,8 +39,20 @@ class RecurrentSpec:
     hidden_size: int = 128
     num_layers: int = 1
 
+    @property
+    def state_size(self) -> int:
+        """Width of one core's flat state: ``h`` (and an LSTM's ``c``) of every layer."""
+        return (1 if self.kind == "gru" else 2) * self.num_layers * self.hidden_size
+
     def build(self, input_size: int) -> RecurrentCore:
         return RecurrentCore(input_size, kind=self.kind, hidden_size=self.hidden_size, num_layers=self.num_layers)
+
+
+def carried_state(rhs: torch.Tensor | None, done: torch.Tensor | None, batch: int, size: int, device: torch.device) -> torch.Tensor:
+    """The state an actor's ``get_action`` steps from: ``rhs`` (zeros for fresh episodes when
+    None), with the rows where ``done`` says a new episode starts zeroed."""
+    state = torch.zeros(batch, size, device=device) if rhs is None else rhs
+    return state if done is None else state * (~done.bool()).to(state.dtype).view(-1, 1)
 
 
 class RecurrentCore(nn.Module):
@@ -72,7 +84,7 @@ class RecurrentCore(nn.Module):
                     nn.init.ones_(p[hidden_size : 2 * hidden_size])
         self.out_features = hidden_size
         self._parts = 1 if kind == "gru" else 2
-        self.state_size = self._parts * num_layers * hidden_size
+        self.state_size = RecurrentSpec(kind, hidden_size, num_layers).state_size
 
     def initial_state(self, batch: int, device: torch.device | str = "cpu") -> torch.Tensor:
         """The state of fresh episodes: zeros."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -60,10 +59,6 @@ class SequenceBuffer:
         # stream_id -> (last chunk_index, add count when it last grew, the unfinished tail)
         self._tails: dict[int, tuple[int, int, dict[str, np.ndarray]]] = {}
 
-    @classmethod
-    def create_factory(cls, **kwargs: Any) -> Callable[..., SequenceBuffer]:
-        return functools.partial(cls, **kwargs)
-
     @property
     def size(self) -> int:
         """Windows stored."""
@@ -75,16 +70,12 @@ class SequenceBuffer:
         return self._num_ready * self.stride
 
     @property
-    def num_sequences(self) -> int:
-        return self._num_ready
-
-    @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self._arrays.values()) + self.sampler.nbytes
 
-    def _allocate(self, window: dict[str, np.ndarray]) -> None:
+    def _allocate(self, windows: dict[str, np.ndarray]) -> None:
         c = self.num_slots
-        self._arrays = {k: np.zeros((c, *v.shape), dtype=v.dtype) for k, v in window.items()}
+        self._arrays = {k: np.zeros((c, *v.shape[1:]), dtype=v.dtype) for k, v in windows.items()}
         self._arrays["ready"] = np.zeros(c, dtype=bool)
 
     # ------------------------------------------------------------------ adding
@@ -104,39 +95,44 @@ class SequenceBuffer:
         if entry is not None and stream is not None and stream[1] == entry[0] + 1 and entry[2]["rewards"].shape[1] == n:
             tail = entry[2]
             new = {k: np.concatenate([tail[k][:-1] if k in ("obs", "starts") else tail[k], v]) for k, v in new.items()}
-        steps = new["rewards"].shape[0]
-        start = 0
-        windows = []
-        while start + self.length <= steps:
-            windows.append(start)
-            start += self.stride
-        for p in windows:
-            e = p + self.length
-            for i in range(n):
-                self._write({
-                    **{k: new[k][p:e, i] for k in STEP_FIELDS},
-                    "obs": new["obs"][p : e + 1, i],
-                    "starts": new["starts"][p : e + 1, i],
-                    "states": new["states"][p, i],
-                })
+        # window starts every stride steps (the combined data starts at one); all of them at once
+        starts = np.arange(0, new["rewards"].shape[0] - self.length + 1, self.stride)
+        if len(starts):
+            steps = starts[:, None] + np.arange(self.length)  # [W, L]
+            with_bootstrap = starts[:, None] + np.arange(self.length + 1)
+
+            def cut(x: np.ndarray, rows: np.ndarray) -> np.ndarray:  # [W, L, N, ...] -> [W * N, L, ...]
+                return np.swapaxes(x[rows], 1, 2).reshape(len(starts) * n, rows.shape[1], *x.shape[2:])
+
+            windows = {k: cut(new[k], steps) for k in STEP_FIELDS}
+            windows.update(obs=cut(new["obs"], with_bootstrap), starts=cut(new["starts"], with_bootstrap))
+            windows["states"] = new["states"][starts].reshape(len(starts) * n, -1)
+            self._write(windows)
         if stream is not None:
-            tail = {k: v[start:].copy() for k, v in new.items()}
+            first = starts[-1] + self.stride if len(starts) else 0  # the next window's start
+            tail = {k: v[first:].copy() for k, v in new.items()}
             self._tails[stream[0]] = (stream[1], self._adds, tail)
             self._tails = {s: e for s, e in self._tails.items() if self._adds - e[1] <= STALE_ADDS}
 
-    def _write(self, window: dict[str, np.ndarray]) -> None:
+    def _write(self, windows: dict[str, np.ndarray]) -> None:
+        """Write ``K`` windows (``[K, ...]`` each) into the ring's next slots."""
         if not self._arrays:
-            self._allocate(window)
-        slot = self._written % self.num_slots
+            self._allocate(windows)
+        k = len(windows["states"])
+        if k > self.num_slots:  # only the newest fit
+            windows = {name: v[-self.num_slots :] for name, v in windows.items()}
+            self._written += k - self.num_slots
+            k = self.num_slots
+        slots = (self._written + np.arange(k)) % self.num_slots
         a = self._arrays
-        self._num_ready -= int(a["ready"][slot])
-        for k, v in window.items():
-            a[k][slot] = v
-        ready = bool(window["valid"].any())
-        a["ready"][slot] = ready
-        self._num_ready += int(ready)
-        self._written += 1
-        self.sampler.added(np.array([slot]), np.array([ready]), None)
+        self._num_ready -= int(np.count_nonzero(a["ready"][slots]))
+        for name, v in windows.items():
+            a[name][slots] = v
+        ready = np.asarray(windows["valid"].any(axis=1))
+        a["ready"][slots] = ready
+        self._num_ready += int(np.count_nonzero(ready))
+        self._written += k
+        self.sampler.added(slots, ready, None)
 
     # ------------------------------------------------------------------ sampling
 

@@ -56,38 +56,29 @@ class GAEBuffer(RolloutStorage):
         dim = 1 if self._recurrent else 0
         self._flat = parts[0] if len(parts) == 1 else {k: torch.cat([p[k] for p in parts], dim=0 if k == "states" else dim) for k in parts[0]}
 
-    def _sequences(self, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """One recurrent rollout as time-major sequences of ``state_stride`` steps (see the module doc)."""
+    def _steps(self, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One rollout's per-step fields ``[T, N, ...]`` with its advantages and returns."""
         advantages, returns = compute_gae(
             data["rewards"], data["values"], data["terminated"], data["truncated"], data["valid"],
             gamma=self.gamma, gae_lambda=self.gae_lambda,
         )
         t = data["rewards"].shape[0]
-        steps = {
+        return {
             "obs": data["obs"][:t], "actions": data["actions"], "log_probs": data["log_probs"], "values": data["values"][:t],
-            "advantages": advantages, "returns": returns, "valid": data["valid"], "starts": data["starts"][:t],
+            "advantages": advantages, "returns": returns,
         }
+
+    def _sequences(self, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One recurrent rollout as time-major sequences of ``state_stride`` steps (see the module doc)."""
+        steps = {**self._steps(data), "valid": data["valid"], "starts": data["starts"][: data["rewards"].shape[0]]}
         out = {k: to_sequences(v, self.state_stride) for k, v in steps.items()}
         out["states"] = data["states"].reshape(-1, data["states"].shape[-1])  # [chunks * N, S], chunk-major like the sequences
         return {k: v.to(self.device) for k, v in out.items()}
 
     def _flatten(self, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One rollout's valid transitions with their advantages and returns, flattened."""
-        advantages, returns = compute_gae(
-            data["rewards"], data["values"], data["terminated"], data["truncated"], data["valid"],
-            gamma=self.gamma, gae_lambda=self.gae_lambda,
-        )
-        t = data["rewards"].shape[0]
-        flat = {
-            "obs": data["obs"][:t],
-            "actions": data["actions"],
-            "log_probs": data["log_probs"],
-            "values": data["values"][:t],
-            "advantages": advantages,
-            "returns": returns,
-        }
         keep = data["valid"].reshape(-1)
-        return {k: v.reshape(-1, *v.shape[2:])[keep].to(self.device) for k, v in flat.items()}
+        return {k: v.reshape(-1, *v.shape[2:])[keep].to(self.device) for k, v in self._steps(data).items()}
 
     @property
     def num_samples(self) -> int:
