@@ -222,9 +222,12 @@ def test_sequence_buffer_state_dict_round_trip():
     assert buffer.size == twin.size
 
 
-def test_r2d2_loss_trains_only_after_the_burn_in_and_sets_window_priorities():
+@pytest.mark.parametrize("rainbow", [False, True], ids=["plain", "dueling-c51"])
+def test_r2d2_loss_trains_only_after_the_burn_in_and_sets_window_priorities(rainbow):
     torch.manual_seed(0)
-    actor = OffPolicyActor(OBS, ACTIONS, recurrent=RecurrentSpec("lstm", 8))
+    # (noisy nets redraw their noise at every loss, so the loss comparisons below need them off)
+    parts = {"dueling": True, "num_atoms": 11} if rainbow else {}
+    actor = OffPolicyActor(OBS, ACTIONS, recurrent=RecurrentSpec("lstm", 8), **parts)
     algo = DQN(actor, lr=1e-3, minibatch_size=4, double_q=True, n_step=2, burn_in=3, priority_eta=0.9)
     length, b = 8, 4
     batch = {
