@@ -62,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     train.set_defaults(func=_train)
 
-    evaluate = sub.add_parser("evaluate", help="run deterministic episodes of a trained policy")
+    evaluate = sub.add_parser("evaluate", help="run episodes of a trained policy (deterministic unless its config sets run.eval_deterministic: false)")
     evaluate.add_argument("path", metavar="RUN_DIR|CHECKPOINT")
     evaluate.add_argument("--episodes", type=int, default=10)
     evaluate.add_argument("--video", metavar="DIR", help="also record one episode per env as a GIF in DIR")

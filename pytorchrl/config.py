@@ -395,13 +395,16 @@ class RunConfig:
     seed: int = param(0, "Run seed; every random stream is derived from it.", min=0, max=2**64 - 1)
     target_steps: int = param(100_000, "Stop after this many environment steps.", min=1)
     log_every: int = param(2_000, "Write a progress.csv / TensorBoard row every this many env steps.", min=1)
-    eval_every: int = param(4_000, "Evaluate deterministically every this many env steps (0: only at the end).", min=0)
+    eval_every: int = param(4_000, "Evaluate every this many env steps (0: only at the end).", min=0)
     eval_episodes: int = param(10, "Episodes per evaluation.", min=1, max=1_000_000)
+    eval_deterministic: bool = param(
+        True, "Evaluate with the policy's mode (argmax / mean); false samples actions, as rl-zoo does on Atari, where an argmax policy can loop."
+    )
     checkpoint_every: int = param(50_000, "Write a checkpoint every this many env steps (0: only at the end).", min=0)
     keep_checkpoints: int = param(3, "Keep the newest this many checkpoints.", min=1)
     max_time_s: float | None = param(None, "Stop after this many seconds of wall-clock (null or .inf: no limit).", min=0, min_exclusive=True, allow_inf=True)
     stop_at_return: float | None = param(
-        None, "Stop once a deterministic evaluation's mean return reaches this (-.inf: after the first evaluation).", allow_inf=True
+        None, "Stop once an evaluation's mean return reaches this (-.inf: after the first evaluation).", allow_inf=True
     )
     device: str = param("cpu", "Torch device of the learner ('cpu', 'cuda', 'cuda:1', 'auto').")
     torch_threads: int = param(1, "torch.set_num_threads in every process (small nets run fastest on 1).", min=1, max=1_024)

@@ -38,8 +38,9 @@ def evaluate_checkpoint(path: str | Path, *, episodes: int = 10, video_dir: str 
     learner = Learner.from_config(config, progress=False)
     try:
         learner.load_state(state)
-        returns = learner.scheme.evaluate(episodes)
-        video = _record_gif(learner, Path(video_dir)) if video_dir is not None else None
+        deterministic = config.run.eval_deterministic
+        returns = learner.scheme.evaluate(episodes, deterministic)
+        video = _record_gif(learner, Path(video_dir), deterministic) if video_dir is not None else None
     finally:
         learner.close()
     mean = sum(returns) / len(returns)
@@ -60,8 +61,8 @@ def evaluate_checkpoint(path: str | Path, *, episodes: int = 10, video_dir: str 
 MAX_VIDEO_FRAMES = 5_000
 
 
-def _record_gif(learner: Learner, video_dir: Path) -> Path:
-    """One deterministic episode (at most :data:`MAX_VIDEO_FRAMES` frames) rendered to
+def _record_gif(learner: Learner, video_dir: Path, deterministic: bool = True) -> Path:
+    """One episode (``deterministic``: the policy's mode; else sampled) (at most :data:`MAX_VIDEO_FRAMES` frames) rendered to
     ``video_dir/episode.gif`` (needs the env's rgb_array render), preprocessed as in evaluation."""
     import gymnasium as gym
 
@@ -80,7 +81,7 @@ def _record_gif(learner: Learner, video_dir: Path) -> Path:
         raise InputError(f"--video: env {envs.env_id!r} cannot render ({exc}); try pip install 'pytorchrl[video]'") from None
     done, rhs = False, None  # rhs: a recurrent actor's state, carried through the episode
     while not done and len(frames) <= MAX_VIDEO_FRAMES:
-        action, _, rhs = worker.algo.acting_step(envs.single_obs(obs), rhs, deterministic=True)
+        action, _, rhs = worker.algo.acting_step(envs.single_obs(obs), rhs, deterministic=deterministic)
         obs, _, terminated, truncated, _ = env.step(action[0].numpy())
         frames.append(env.render())
         done = terminated or truncated

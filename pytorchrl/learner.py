@@ -276,9 +276,9 @@ class Learner:
     # ---------------------------------------------------------------- eval, logging
 
     def evaluate(self) -> float:
-        """Deterministic mean return over ``run.eval_episodes`` episodes; records solving."""
+        """Mean return over ``run.eval_episodes`` episodes (``run.eval_deterministic``); records solving."""
         start = time.perf_counter()
-        returns = self.scheme.evaluate(self.run.eval_episodes)
+        returns = self.scheme.evaluate(self.run.eval_episodes, self.run.eval_deterministic)
         self.last_eval = sum(returns) / len(returns)
         self._eval_steps = self.env_steps
         self._interval.setdefault("eval_time_s", [0.0])[0] += time.perf_counter() - start

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import torch
 
 from pytorchrl.config import from_dict
 from pytorchrl.learner import Learner
+from pytorchrl.logging.writers import ProgressLine
 from tests.conftest import CONFIGS
 
 TINY = {
@@ -77,3 +79,29 @@ def test_a_local_run_never_imports_ray():
     proc = subprocess.run([sys.executable, "-c", code, str(CONFIGS / "ppo" / "cartpole.yaml")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "False"
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_evaluation_acts_as_run_eval_deterministic_says(deterministic):
+    learner = _learner({"target_steps": 64, "eval_episodes": 2, "eval_deterministic": deterministic})
+    actor = learner.scheme.collection_workers.local_worker.actor
+    asked: list[bool] = []
+    get_action = actor.get_action
+
+    def spy(*args, **kwargs):
+        asked.append(kwargs["deterministic"])
+        return get_action(*args, **kwargs)
+
+    actor.get_action = spy
+    try:
+        assert math.isfinite(learner.evaluate())
+    finally:
+        learner.close()
+    assert asked and set(asked) == {deterministic}
+
+
+def test_progress_line_after_an_overshooting_last_rollout_shows_no_negative_eta():
+    out = io.StringIO()
+    ProgressLine(2_500_000, stream=out).update({"env_steps": 2_500_608, "fps": 600.0, "wall_time_s": 4711.0}, force=True)
+    line = out.getvalue()
+    assert "eta 0:00" in line and "-" not in line.split("eta")[1]

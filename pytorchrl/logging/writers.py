@@ -107,7 +107,7 @@ class ProgressLine:
             return
         self._last = now
         steps, fps = m.get("env_steps", 0), m.get("fps") or 0.0
-        eta = (self.target - steps) / fps if fps > 0 else float("nan")
+        eta = max(self.target - steps, 0) / fps if fps > 0 else float("nan")  # a last rollout may overshoot the target
         text = (
             f"steps {steps:>9,}/{self.target:,} ({100 * steps / self.target:5.1f}%) | fps {fps:8,.0f} | "
             f"train {_num(m.get('train_return_mean'))} | eval {_num(m.get('eval_return_mean'))} | "

@@ -141,11 +141,12 @@ class Scheme:
         else:
             getattr(ws.local_worker, method)(num)
 
-    def evaluate(self, num_episodes: int) -> list[float]:
-        """Deterministic returns of the current policy on the local collection worker's test envs."""
+    def evaluate(self, num_episodes: int, deterministic: bool = True) -> list[float]:
+        """Returns of the current policy on the local collection worker's test envs (``deterministic``:
+        acting with the policy's mode)."""
         col = self.collection_workers
         col.local_worker.set_weights(self.algorithm.get_weights(acting=True), self.algorithm.version)
-        return col.evaluate(num_episodes)
+        return col.evaluate(num_episodes, deterministic)
 
     def state_dict(self) -> dict[str, Any]:
         return self.update_worker.state_dict()
