@@ -20,6 +20,12 @@ LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 MASKED_LOGIT = torch.finfo(torch.float32).min
 
 
+def legal_actions(obs: torch.Tensor, where: slice | None) -> torch.Tensor | None:
+    """The legal-action mask (bool, True = legal) that sits at ``where`` in each observation row
+    (a packed Dict's ``action_mask`` key); None without masking."""
+    return None if where is None else obs.flatten(1)[:, where] > 0.5
+
+
 def gumbel_noise(shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
     """Gumbel(0, 1) noise: ``argmax(logits + G)`` is a sample of ``softmax(logits)`` (Gumbel-max)."""
     return torch.empty(shape, device=device).exponential_().log_().neg_()
@@ -57,6 +63,11 @@ class ActionHead(nn.Module):
         """Write actions sampled for a batch of ``features`` with pre-drawn ``noise`` into ``out``."""
         raise NotImplementedError
 
+    def act_params(self, params: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> None:
+        """:meth:`act` from distribution parameters (:meth:`forward`'s), where they are computed
+        anyway (an actor that scores while it acts, or masks actions)."""
+        raise NotImplementedError
+
     def log_prob(self, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """``log_prob(actions)`` under ``params`` (from :meth:`forward`), one value per row."""
         return self.log_prob_entropy(params, actions)[0]
@@ -87,12 +98,12 @@ class CategoricalHead(ActionHead):
     def draw_noise(self, shape: tuple[int, ...]) -> torch.Tensor:
         return gumbel_noise((*shape, self.linear.out_features), self.linear.weight.device)
 
-    def act(self, features: torch.Tensor, noise: torch.Tensor, out: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+    def act(self, features: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> None:
         # Gumbel-max on the unnormalised logits: the log-softmax does not move the argmax
-        logits = F.linear(features, self.linear.weight, self.linear.bias).add_(noise)
-        if mask is not None:
-            logits.masked_fill_(~mask, MASKED_LOGIT)
-        torch.argmax(logits, dim=-1, out=out)
+        torch.argmax(F.linear(features, self.linear.weight, self.linear.bias).add_(noise), dim=-1, out=out)
+
+    def act_params(self, params: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> None:
+        torch.argmax(params + noise, dim=-1, out=out)  # a masked action's log-probability stays ~finfo.min
 
     def log_prob(self, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         return params.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
@@ -119,8 +130,10 @@ class MultiCategoricalHead(ActionHead):
         return gumbel_noise((*shape, sum(self.nvec)), self.linear.weight.device)
 
     def act(self, features: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> None:
-        logits = F.linear(features, self.linear.weight, self.linear.bias).add_(noise)
-        for i, part in enumerate(logits.split(self.nvec, dim=-1)):
+        self.act_params(self.forward(features), noise, out)
+
+    def act_params(self, params: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> None:
+        for i, part in enumerate((params + noise).split(self.nvec, dim=-1)):
             out[..., i] = part.argmax(dim=-1)
 
     def _split(self, params: torch.Tensor) -> list[torch.Tensor]:
@@ -151,7 +164,10 @@ class DiagGaussianHead(ActionHead):
         return torch.randn(*shape, self.log_std.shape[0], device=self.log_std.device).mul_(self.log_std.exp())
 
     def act(self, features: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> None:
-        torch.add(F.linear(features, self.linear.weight, self.linear.bias), noise, out=out)
+        self.act_params(F.linear(features, self.linear.weight, self.linear.bias), noise, out)
+
+    def act_params(self, params: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> None:
+        torch.add(params, noise, out=out)
 
     def sample(self, params: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
         if deterministic:

@@ -23,10 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pytorchrl.agent.actors.distributions import MASKED_LOGIT
+from pytorchrl.agent.actors.distributions import MASKED_LOGIT, legal_actions
 from pytorchrl.agent.actors.networks.encoders import Encoder, EncoderSpec, feature_width
 from pytorchrl.agent.actors.networks.mlp import ACTIVATIONS, CachedLayers
-from pytorchrl.agent.actors.networks.recurrent import RecurrentCore, RecurrentSpec, carried_state
+from pytorchrl.agent.actors.networks.recurrent import RecurrentCore, RecurrentSpec, carried_state, run_core
 
 
 class NoisyLinear(nn.Module):
@@ -112,14 +112,13 @@ class QNetwork(nn.Module):
         features, state = self.core.step(self.torso.forward(obs), state)
         return self.head_logits(features), state
 
-    def logits_sequence(self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`logits` of ``[T, B]`` steps from ``state`` (the recurrence reset at ``starts``):
-        ``[T, B, actions, atoms]``, and the state after the last step."""
+    def logits_sequence(self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor, burn_in: int = 0) -> torch.Tensor:
+        """:meth:`logits` of ``[T, B]`` steps from ``state`` (the recurrence reset at ``starts``),
+        after ``burn_in`` steps that only warm the state up: ``[T - burn_in, B, actions, atoms]``."""
         assert self.core is not None
-        t, b = obs.shape[:2]
-        features = self.torso.forward(obs.reshape(t * b, *obs.shape[2:])).view(t, b, -1)
-        out, state = self.core.sequence(features, state, starts)
-        return self.head_logits(out.reshape(t * b, -1)).view(t, b, self.num_actions, self.num_atoms), state
+        out = run_core(self.core, self.torso.forward, obs, state, starts, burn_in)
+        t, b = out.shape[:2]
+        return self.head_logits(out.reshape(t * b, -1)).view(t, b, self.num_actions, self.num_atoms)
 
     def head_logits(self, features: torch.Tensor) -> torch.Tensor:
         """The heads' ``[batch, actions, atoms]`` outputs of torso (or core) features."""
@@ -228,7 +227,7 @@ class OffPolicyActor(nn.Module):
 
     def legal(self, obs: torch.Tensor) -> torch.Tensor | None:
         """The legal actions of each observation row (None without masking)."""
-        return None if self.action_mask is None else obs.flatten(1)[:, self.action_mask] > 0.5
+        return legal_actions(obs, self.action_mask)
 
     def masked(self, values: torch.Tensor, obs: torch.Tensor, legal: torch.Tensor | None = None) -> torch.Tensor:
         """``values [batch, actions]`` with illegal actions at -inf in effect (for argmax and max);
@@ -452,14 +451,14 @@ class PolicyCriticActor(nn.Module):
         """The policy head's outputs over a window ``obs [T, B, ...]`` from the stored ``state``,
         after ``burn_in`` steps that only warm the state up (no gradient): ``[T - burn_in, B, out]``."""
         assert self.policy_core is not None
-        return self._head(_run_core(self.policy_core, self.policy_torso.forward, obs, state, starts, burn_in))
+        return self._head(run_core(self.policy_core, self.policy_torso.forward, obs, state, starts, burn_in))
 
     def critic_sequence(self, obs: torch.Tensor, starts: torch.Tensor, burn_in: int = 0, *, target: bool = False) -> torch.Tensor:
         """The critics' input features over a window, from a zero state warmed up over ``burn_in``
         steps (the workers do not run the critics, so no state of theirs is stored): ``[T - burn_in, B, F]``."""
         core = self.target_critic_core if target else self.critic_core
         assert core is not None
-        return _run_core(core, lambda x: self.critic_features(x, target=target), obs, core.initial_state(obs.shape[1], obs.device), starts, burn_in)
+        return run_core(core, lambda x: self.critic_features(x, target=target), obs, core.initial_state(obs.shape[1], obs.device), starts, burn_in)
 
     def q_from_features(self, x: torch.Tensor, action: torch.Tensor | None = None, *, target: bool = False, frozen: bool = False) -> torch.Tensor:
         """:meth:`q_values` from the critics' input features ``x`` (e.g. :meth:`critic_sequence`'s, flattened)."""
@@ -589,23 +588,6 @@ class PolicyCriticActor(nn.Module):
     def update_target(self, tau: float) -> None:
         """Polyak-average the target critics (and target policy) towards the online ones."""
         soft_update(self.target_pairs(), tau)
-
-
-def _run_core(
-    core: RecurrentCore, encode: Callable[[torch.Tensor], torch.Tensor], obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor, burn_in: int
-) -> torch.Tensor:
-    """``core`` over ``encode``'d observations ``[T, B, ...]`` from ``state``: the first ``burn_in``
-    steps without gradient, the outputs of the rest ``[T - burn_in, B, H]``."""
-    b = obs.shape[1]
-
-    def features(part: torch.Tensor) -> torch.Tensor:
-        return encode(part.reshape(-1, *obs.shape[2:])).view(part.shape[0], b, -1)
-
-    if burn_in:
-        with torch.no_grad():
-            _, state = core.sequence(features(obs[:burn_in]), state, starts[:burn_in])
-    out, _ = core.sequence(features(obs[burn_in:]), state, starts[burn_in:])
-    return out
 
 
 @torch.no_grad()

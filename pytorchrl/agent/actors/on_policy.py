@@ -11,10 +11,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pytorchrl.agent.actors.distributions import ActionHead, CategoricalHead, DiagGaussianHead, make_action_head
+from pytorchrl.agent.actors.distributions import ActionHead, CategoricalHead, DiagGaussianHead, legal_actions, make_action_head
 from pytorchrl.agent.actors.networks.encoders import EncoderSpec, ImpalaResNet, NatureCNN
 from pytorchrl.agent.actors.networks.mlp import HIDDEN_GAIN, orthogonal_init
-from pytorchrl.agent.actors.networks.recurrent import RecurrentCore, RecurrentSpec, carried_state
+from pytorchrl.agent.actors.networks.recurrent import RecurrentCore, RecurrentSpec, carried_state, run_core
 
 
 class OnPolicyActor(nn.Module):
@@ -97,7 +97,7 @@ class OnPolicyActor(nn.Module):
 
     def _mask(self, obs: torch.Tensor) -> torch.Tensor | None:
         """The legal actions of each observation row (None without masking)."""
-        return None if self.action_mask is None else obs.flatten(1)[:, self.action_mask] > 0.5
+        return legal_actions(obs, self.action_mask)
 
     def _params(self, features: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
         if self.action_mask is None:
@@ -123,18 +123,15 @@ class OnPolicyActor(nn.Module):
         value_features, value_state = self.value_core.step(self.value_net.forward(obs), state[:, self._policy_state :])
         return features, value_features, torch.cat([policy_state, value_state], dim=1)
 
-    def _sequence_features(self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """:meth:`_step_features` over ``obs [T, B, ...]`` (see :meth:`RecurrentCore.sequence`),
-        features flattened to ``[T * B, H]``."""
+    def _sequence_features(self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Policy and value features over ``obs [T, B, ...]`` from ``state`` (see
+        :func:`~pytorchrl.agent.actors.networks.recurrent.run_core`), flattened to ``[T * B, H]``."""
         assert self.policy_core is not None
-        t, b = obs.shape[:2]
-        flat_obs = obs.reshape(t * b, *obs.shape[2:])
-        features, policy_state = self.policy_core.sequence(self.policy_net.forward(flat_obs).view(t, b, -1), state[:, : self._policy_state], starts)
+        features = run_core(self.policy_core, self.policy_net.forward, obs, state[:, : self._policy_state], starts).flatten(0, 1)
         if self.value_core is None:
-            return features.reshape(t * b, -1), features.reshape(t * b, -1), policy_state
+            return features, features
         assert self.value_net is not None
-        value_features, value_state = self.value_core.sequence(self.value_net.forward(flat_obs).view(t, b, -1), state[:, self._policy_state :], starts)
-        return features.reshape(t * b, -1), value_features.reshape(t * b, -1), torch.cat([policy_state, value_state], dim=1)
+        return features, run_core(self.value_core, self.value_net.forward, obs, state[:, self._policy_state :], starts).flatten(0, 1)
 
     def get_action(
         self, obs: torch.Tensor, rhs: Any = None, done: torch.Tensor | None = None, deterministic: bool = False
@@ -173,10 +170,11 @@ class OnPolicyActor(nn.Module):
         Only the policy half runs per step; log-probabilities and values are computed for the
         whole rollout afterwards by :meth:`score`, in large batches (five times cheaper per row).
         """
+        features = self.policy_net.forward(obs)
         if self.action_mask is None:
-            self.action_head.act(self.policy_net.forward(obs), noise, out)
+            self.action_head.act(features, noise, out)
         else:
-            cast(CategoricalHead, self.action_head).act(self.policy_net.forward(obs), noise, out, self._mask(obs))
+            self.action_head.act_params(self._params(features, obs), noise, out)
 
     def act_scored(self, obs: torch.Tensor, noise: torch.Tensor, out: torch.Tensor, log_prob_out: torch.Tensor, value_out: torch.Tensor) -> None:
         """:meth:`act`, also writing the actions' log-probabilities and the observations' values
@@ -189,10 +187,7 @@ class OnPolicyActor(nn.Module):
         log_prob_out: torch.Tensor, value_out: torch.Tensor,
     ) -> None:
         params = self._params(features, obs)
-        if self.action_mask is None:
-            self.action_head.act(features, noise, out)
-        else:  # sample from the masked log-probabilities (Gumbel-max ignores their normalisation)
-            torch.argmax(params + noise, dim=-1, out=out)
+        self.action_head.act_params(params, noise, out)
         log_prob_out.copy_(self.action_head.log_prob(params, out))
         value_out.copy_(self._value(value_features))
 
@@ -213,7 +208,7 @@ class OnPolicyActor(nn.Module):
     def score_sequence(self, obs: torch.Tensor, actions: torch.Tensor, state: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`score` of a recurrent actor over ``[T, B]`` steps from ``state`` (episode starts
         ``starts``): the recurrence re-run over a rollout; ``[T * B]`` outputs."""
-        features, value_features, _ = self._sequence_features(obs, state, starts)
+        features, value_features = self._sequence_features(obs, state, starts)
         flat_obs = obs.reshape(-1, *obs.shape[2:])
         params = self._params(features, flat_obs)
         return self.action_head.log_prob(params, actions.reshape(-1, *actions.shape[2:])), self._value(value_features)
@@ -228,7 +223,7 @@ class OnPolicyActor(nn.Module):
         """
         if self.is_recurrent:
             assert done is not None, "a recurrent actor evaluates sequences with their episode starts"
-            features, value_features, _ = self._sequence_features(obs, rhs, done)
+            features, value_features = self._sequence_features(obs, rhs, done)
             obs, actions = obs.reshape(-1, *obs.shape[2:]), actions.reshape(-1, *actions.shape[2:])
             params, value = self._params(features, obs), self._value(value_features)
         else:

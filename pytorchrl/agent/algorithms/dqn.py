@@ -169,14 +169,10 @@ class DQN(Algorithm):
         window, the one-step loss per valid step, and eta-mixed window priorities."""
         q_net, target = self.actor.q_net, self.actor.target_q_net
         obs, starts, state = batch["obs"], batch["starts"], batch["states"]
-        burn = self.burn_in
-        online_state = target_state = state
+        burn = self.burn_in  # both networks warm their states up on the first steps, without gradient
         with torch.no_grad():
-            if burn:  # warm both networks' states up on the first steps, without gradient
-                _, online_state = q_net.logits_sequence(obs[:burn], state, starts[:burn])
-                _, target_state = target.logits_sequence(obs[:burn], state, starts[:burn])
-            target_logits, _ = target.logits_sequence(obs[burn:], target_state, starts[burn:])  # [L + 1 - burn, B, A, atoms]
-        online_logits, _ = q_net.logits_sequence(obs[burn:], online_state, starts[burn:])
+            target_logits = target.logits_sequence(obs, state, starts, burn)  # [L + 1 - burn, B, A, atoms]
+        online_logits = q_net.logits_sequence(obs, state, starts, burn)
         window = Window(batch, burn, gamma=self.gamma, n_step=self.n_step)
         with torch.no_grad():
             values = q_net.values(online_logits.detach()) if self.double_q else target.values(target_logits)

@@ -15,13 +15,14 @@ carry it like any other row. Two ways to run a core, which give the same numbers
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
 import torch
 from torch import nn
 
-__all__ = ["RecurrentCore", "RecurrentSpec", "carried_state"]
+__all__ = ["RecurrentCore", "RecurrentSpec", "carried_state", "run_core"]
 
 CORES = ("gru", "lstm")
 
@@ -144,3 +145,21 @@ class RecurrentCore(nn.Module):
             state = self._flatten(hx)
             outs.append(out)
         return torch.cat(outs) if len(outs) > 1 else outs[0], state
+
+
+def run_core(
+    core: RecurrentCore, encode: Callable[[torch.Tensor], torch.Tensor], obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor,
+    burn_in: int = 0,
+) -> torch.Tensor:
+    """``core`` over ``encode``'d observations ``[T, B, ...]`` from ``state`` (reset at ``starts``):
+    the first ``burn_in`` steps only warm the state up, without gradient; the outputs of the rest,
+    ``[T - burn_in, B, H]``. The one sequence path of every learner (R2D2, recurrent SAC, PPO)."""
+    b = obs.shape[1]
+
+    def features(part: torch.Tensor) -> torch.Tensor:
+        return encode(part.reshape(-1, *obs.shape[2:])).view(part.shape[0], b, -1)
+
+    if burn_in:
+        with torch.no_grad():
+            _, state = core.sequence(features(obs[:burn_in]), state, starts[:burn_in])
+    return core.sequence(features(obs[burn_in:]), state, starts[burn_in:])[0]
