@@ -160,6 +160,12 @@ class ActorConfig:
     activation: str = param("tanh", "Hidden-layer activation of the MLP.", choices=("tanh", "relu", "elu", "gelu"))
     cnn_channels: tuple[int, ...] | None = param(None, "impala_resnet: channels of its stacks (null: 16, 32, 32).")
     cnn_features: int | None = param(None, "Width of a CNN encoder's output layer (null: 512 nature_cnn, 256 impala_resnet).", min=1, max=65_536)
+    cnn_precision: str = param(
+        "float32",
+        "What a CNN encoder computes in: 'float32', or 'bfloat16' (autocast: 1.4-1.6x faster CNN steps on CPUs with "
+        "AVX-512 BF16 or AMX and on Ampere+ GPUs; parameters, optimizer state and the heads stay float32).",
+        choices=("float32", "bfloat16"),
+    )
     shared_network: bool = param(
         False, "One encoder for policy and value (else two); SAC/TD3/DDPG: the policy reads the critics' extractor, detached."
     )

@@ -41,10 +41,11 @@ def test_cartpole_reaches_200_within_budget(config, budget, eval_every):
     ("env_id", "overrides"),
     [
         ("pytorchrl/ImageSide-v0", ["actor.encoder=nature_cnn", "actor.hidden_sizes=[]", "actor.shared_network=true"]),
+        ("pytorchrl/ImageSide-v0", ["actor.encoder=nature_cnn", "actor.hidden_sizes=[]", "actor.shared_network=true", "actor.cnn_precision=bfloat16"]),
         ("pytorchrl/ImageSide-v0", ["actor.encoder=impala_resnet", "actor.cnn_channels=[8, 16]", "actor.hidden_sizes=[]"]),
         ("pytorchrl/DictTarget-v0", []),
     ],
-    ids=["nature_cnn", "impala_resnet", "dict"],
+    ids=["nature_cnn", "nature_cnn_bf16", "impala_resnet", "dict"],
 )
 def test_encoders_learn_tasks_they_must_see(env_id, overrides):
     """The image task needs the CNN to see the square's side (chance: 4 of 8); the Dict task

@@ -105,6 +105,7 @@ def encoder_spec(actor: ActorConfig) -> EncoderSpec:
     return EncoderSpec(
         kind=actor.encoder, hidden_sizes=tuple(actor.hidden_sizes), activation=actor.activation,
         cnn_channels=None if actor.cnn_channels is None else tuple(actor.cnn_channels), cnn_features=actor.cnn_features,
+        cnn_precision=actor.cnn_precision,
     )
 
 
