@@ -413,7 +413,9 @@ class RunConfig:
         None, "Stop once an evaluation's mean return reaches this (-.inf: after the first evaluation).", allow_inf=True
     )
     device: str = param("cpu", "Torch device of the learner ('cpu', 'cuda', 'cuda:1', 'auto').")
-    torch_threads: int = param(1, "torch.set_num_threads in every process (small nets run fastest on 1).", min=1, max=1_024)
+    torch_threads: int = param(
+        1, "torch.set_num_threads of the learner's process, and of each remote worker up to its reserved whole CPUs (small nets run fastest on 1).", min=1, max=1_024
+    )
     max_nonfinite_updates: int = param(
         10, "Stop (exit 1) after this many updates in a row with a NaN or infinite gradient; each one is skipped, never applied.", min=1
     )

@@ -120,6 +120,26 @@ def test_mlp_on_a_large_image_warns_once_in_the_driver():
         check_encoder(EncoderSpec(kind="mlp"), IMAGE_CHW, "ALE/Pong-v5")
 
 
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("space", [IMAGE_CHW, MIXED, VECTOR])
+def test_bfloat16_cnn_warns_once_on_a_cpu_that_emulates_bfloat16(monkeypatch, recwarn, native, space):
+    from pytorchrl.agent.actors.networks import encoders
+    from pytorchrl.agent.algorithms.wiring import check_encoder
+
+    monkeypatch.setattr(encoders, "cpu_has_bf16", lambda: native)
+    check_encoder(EncoderSpec(cnn_features=16, cnn_precision="bfloat16"), space, "Game-v0")
+    slow = [w for w in recwarn if "no bfloat16 arithmetic" in str(w.message)]
+    assert len(slow) == (0 if native or space is VECTOR else 1)  # no CNN, nothing emulated
+    if slow:
+        assert "actor.cnn_precision = 'bfloat16'" in str(slow[0].message) and "'float32'" in str(slow[0].message)
+
+
+def test_cpu_bf16_check_answers_a_bool():
+    from pytorchrl.agent.actors.networks.encoders import cpu_has_bf16
+
+    assert isinstance(cpu_has_bf16(), bool)
+
+
 @pytest.mark.parametrize("space", [IMAGE_CHW, MIXED, DISCRETE])
 def test_every_actor_takes_any_encoder(space):
     spec = EncoderSpec(hidden_sizes=(8,), cnn_features=16, activation="relu")

@@ -256,3 +256,28 @@ def test_recurrent_policies_train_in_remote_modes(ray_session, algorithm, scheme
         assert len(returns) == 2 and all(r >= 1 for r in returns)
     finally:
         learner.close()
+
+
+@pytest.mark.parametrize("kind", ["col", "grad"])
+def test_remote_workers_run_no_more_threads_than_their_cpus(ray_session, kind):
+    """run.torch_threads sizes the learner; a remote worker with a 0.1-CPU reservation runs one
+    thread, so that the learner's threads are not fought for."""
+    raw = {**SMALL, "run": {**SMALL["run"], "torch_threads": 2}, "scheme": {**FRACTIONAL, f"num_{kind}_workers": 1}}
+    before = torch.get_num_threads()
+    scheme = build_scheme(from_dict(raw))
+    try:
+        assert torch.get_num_threads() == 2  # the learner's process
+        ws = scheme.collection_workers.workers if kind == "col" else scheme.grad_workers.workers
+        assert len(ws.remote_workers) == 1
+        assert ray_session.get(ws.remote_workers[0].threads.remote()) == 1
+    finally:
+        scheme.close()
+        torch.set_num_threads(before)
+
+def test_remote_threads_from_reserved_cpus():
+    from pytorchrl.scheme.base.worker_set import remote_threads
+
+    assert remote_threads({}) == 1
+    assert remote_threads({"num_cpus": 0.1}) == 1
+    assert remote_threads({"num_cpus": 0}) == 1
+    assert remote_threads({"num_cpus": 3.5}) == 3

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 
+from pytorchrl.agent.actors.networks import encoders
 from pytorchrl.agent.actors.networks.encoders import EncoderError, EncoderSpec
 from pytorchrl.agent.actors.networks.recurrent import RecurrentSpec
 from pytorchrl.envs.masking import check_mask_space, mask_slice
@@ -111,13 +112,16 @@ def encoder_spec(actor: ActorConfig) -> EncoderSpec:
 
 def check_encoder(spec: EncoderSpec, observation_space: gym.Space, env_id: str) -> None:
     """Build the encoder once in the driver: an impossible one is one line here, not a
-    traceback in every worker; an MLP over a large image warns once here."""
+    traceback in every worker; an MLP over a large image, or a bfloat16 CNN on a CPU that
+    emulates bfloat16, warns once here."""
     try:
-        spec.build(observation_space)
+        encoder = spec.build(observation_space)
     except EncoderError as exc:
         raise InputError(f"actor.encoder = {spec.kind!r} on env.env_id = {env_id!r}: {exc}") from None
     for problem in spec.large_mlp_inputs(observation_space):
         warnings.warn(f"actor.encoder = {spec.kind!r}: {problem}", stacklevel=3)
+    if spec.cnn_precision == "bfloat16" and encoders.has_cnn(encoder) and not encoders.cpu_has_bf16():
+        warnings.warn(f"actor.cnn_precision = 'bfloat16': {encoders.SLOW_BF16_CPU}", stacklevel=3)
 
 
 def rollout_shapes(

@@ -56,10 +56,16 @@ class _WorkerHost:
     (see :mod:`.compression`); packed arguments are unpacked before the call.
     """
 
-    def __init__(self, worker_factory: Callable[..., Any], index: int, compress: bool, generation: int, delay_s: float = 0.0) -> None:
+    def __init__(
+        self, worker_factory: Callable[..., Any], index: int, compress: bool, generation: int, delay_s: float = 0.0, max_threads: int | None = None
+    ) -> None:
         time.sleep(delay_s)  # a replacement's back-off, spent here so that the driver never waits for it
         self.worker = worker_factory(index, local=False, generation=generation)
         self.compress = compress
+        if max_threads is not None:  # after the worker's own configure_process(run.torch_threads)
+            import torch
+
+            torch.set_num_threads(min(torch.get_num_threads(), max_threads))
 
     def ready(self) -> bool:
         """Answers once the worker is built (its constructor ran before any call)."""
@@ -69,11 +75,25 @@ class _WorkerHost:
         """The worker's process id (for resource monitoring)."""
         return os.getpid()
 
+    def threads(self) -> int:
+        """The worker's torch intra-op threads."""
+        import torch
+
+        return torch.get_num_threads()
+
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         args = tuple(compression.unpack(a) for a in args)
         kwargs = {k: compression.unpack(v) for k, v in kwargs.items()}
         out = getattr(self.worker, method)(*args, **kwargs)
         return compression.pack(out, self.compress)
+
+
+def remote_threads(resources: dict[str, Any]) -> int:
+    """The most torch threads a remote worker runs: the whole CPUs Ray reserves for it (at least
+    one). ``run.torch_threads`` sizes the driver's learner; a remote worker with the same count
+    beside it oversubscribes the cores: with 2 threads in each of 3 processes on 2 cores, an
+    APPO Pong learner's gradient step took the time of a 1-thread one (measured, 2026-11-23)."""
+    return max(1, math.floor(float(resources.get("num_cpus", 1.0))))
 
 
 class WorkerSet(Generic[W]):
@@ -130,7 +150,7 @@ class WorkerSet(Generic[W]):
             self._await_ready()
 
     def _start(self, index: int, generation: int = 0, delay_s: float = 0.0) -> Any:
-        handle = self._actor_cls.remote(self.worker_factory, index, self.compress, generation, delay_s)
+        handle = self._actor_cls.remote(self.worker_factory, index, self.compress, generation, delay_s, remote_threads(self.resources))
         self._index[handle] = (index, generation)
         self._starting[handle.ready.remote()] = (handle, time.monotonic())
         return handle
