@@ -274,6 +274,7 @@ def test_remote_workers_run_no_more_threads_than_their_cpus(ray_session, kind):
         scheme.close()
         torch.set_num_threads(before)
 
+
 def test_remote_threads_from_reserved_cpus():
     from pytorchrl.scheme.base.worker_set import remote_threads
 
