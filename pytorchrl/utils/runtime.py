@@ -12,11 +12,21 @@ import torch
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _malloc_tuned = False
+#: the most intra-op threads this process may run (a remote worker: the CPUs Ray reserved for it)
+_thread_cap: int | None = None
+
+
+def cap_threads(most: int) -> None:
+    """Hold this process to at most ``most`` torch threads, now and in every later
+    :func:`configure_process` (a remote worker's host calls it before building the worker)."""
+    global _thread_cap
+    _thread_cap = most
+    torch.set_num_threads(min(torch.get_num_threads(), most))
 
 
 def configure_process(torch_threads: int | None = None) -> None:
     """Set up this process for training: ``torch_threads`` intra-op threads (None: as they
-    are), denormal floats flushed to zero, and (glibc) a heap that keeps its freed memory.
+    are; never more than :func:`cap_threads` allows), denormal floats flushed to zero, and (glibc) a heap that keeps its freed memory.
 
     The flush setting is per thread and torch's OpenMP threads copy it when they start, at the
     process's first parallel op: call this before (the CLI does at once, workers when they start).
@@ -32,7 +42,7 @@ def configure_process(torch_threads: int | None = None) -> None:
     """
     torch.set_flush_denormal(True)
     if torch_threads is not None:
-        torch.set_num_threads(torch_threads)
+        torch.set_num_threads(torch_threads if _thread_cap is None else min(torch_threads, _thread_cap))
     _tune_malloc()
 
 

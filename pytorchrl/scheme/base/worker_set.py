@@ -22,6 +22,7 @@ from typing import Any, Generic, TypeVar
 from pytorchrl.scheme.base import compression
 from pytorchrl.scheme.base.ray_runtime import ensure_ray, planned_local_resources
 from pytorchrl.utils.errors import WorkerFailure
+from pytorchrl.utils.runtime import cap_threads
 
 W = TypeVar("W")
 
@@ -60,12 +61,10 @@ class _WorkerHost:
         self, worker_factory: Callable[..., Any], index: int, compress: bool, generation: int, delay_s: float = 0.0, max_threads: int | None = None
     ) -> None:
         time.sleep(delay_s)  # a replacement's back-off, spent here so that the driver never waits for it
+        if max_threads is not None:  # before the worker's own configure_process(run.torch_threads)
+            cap_threads(max_threads)
         self.worker = worker_factory(index, local=False, generation=generation)
         self.compress = compress
-        if max_threads is not None:  # after the worker's own configure_process(run.torch_threads)
-            import torch
-
-            torch.set_num_threads(min(torch.get_num_threads(), max_threads))
 
     def ready(self) -> bool:
         """Answers once the worker is built (its constructor ran before any call)."""
