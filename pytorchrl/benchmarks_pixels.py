@@ -130,8 +130,87 @@ def atari_replay_memory(seeds: list[int], *, capacity: int = 100_000) -> dict[st
     }
 
 
+_GEMMS = ("aten.mm.", "aten.addmm.", "aten.bmm.", "aten.baddbmm.")
+
+
+def _gemm_floor(step: Callable[[], Any], repeats: int) -> tuple[float, float]:
+    """The matrix products one call of ``step`` makes, replayed alone on copies of their inputs:
+    ``(milliseconds per call, MFLOP per call)``. No implementation of the same networks and
+    batch can do less work than these products on this CPU."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    calls: list[tuple[Any, list[Any], dict[str, Any]]] = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if str(func).startswith(_GEMMS):
+                calls.append((func, [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args], kwargs or {}))
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        step()
+    flops = 0
+    for func, args, _ in calls:
+        mat1, mat2 = args[-2:] if "add" in str(func) else args[:2]  # (b)addmm: (bias, m1, m2); (b)mm: (m1, m2)
+        batch = mat1.shape[0] if mat1.dim() == 3 else 1
+        flops += 2 * batch * mat1.shape[-2] * mat1.shape[-1] * mat2.shape[-1]
+
+    def replay() -> None:
+        for func, args, kwargs in calls:
+            func(*args, **kwargs)
+
+    for _ in range(max(1, repeats // 10)):
+        replay()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        replay()
+    return 1e3 * (time.perf_counter() - start) / repeats, flops / 1e6
+
+
+def sac_halfcheetah_step(seeds: list[int], *, steps: int = 1_500, warmup: int = 500) -> dict[str, Any]:
+    """Milliseconds per SAC HalfCheetah-v5 step (``configs/sac/halfcheetah.yaml``: one env step,
+    acting, storage and one gradient step; no evaluation), after ``warmup`` updates, and the floor
+    under it: the time of the same update's matrix products replayed alone. Compare the step with
+    Stable-Baselines3's in one run: ``scripts/sac_step_vs_sb3.py``."""
+    from pytorchrl.benchmarks import _config_path
+    from pytorchrl.config import load_config
+    from pytorchrl.learner import Learner
+    from pytorchrl.utils.runtime import configure_process
+
+    runs = []
+    for seed in seeds:
+        cfg = load_config(_config_path("sac/halfcheetah.yaml"), [
+            f"run.seed={seed}", "run.target_steps=1000000000", "run.eval_every=1000000000", "run.log_every=1000000000",
+            "run.checkpoint_every=1000000000", "run.stop_at_return=null", "algorithm.start_steps=1000",
+        ])
+        configure_process(cfg.run.torch_threads)
+        learner = Learner.from_config(cfg, progress=False)
+        try:
+            while learner.updates < warmup:
+                learner.step()
+            start = time.perf_counter()
+            for _ in range(steps):
+                learner.step()
+            step_ms = 1e3 * (time.perf_counter() - start) / steps
+            gemm_ms, mflop = _gemm_floor(learner.step, repeats=steps // 3)
+        finally:
+            learner.close()
+        runs.append({
+            "seed": seed, "threads": torch.get_num_threads(), "ms_per_step": round(step_ms, 3), "gemm_ms_per_update": round(gemm_ms, 3),
+            "gemm_mflop_per_update": round(mflop, 1), "gemm_gflop_per_s": round(mflop / gemm_ms, 1), "gemm_share": round(gemm_ms / step_ms, 3),
+        })
+        print(f"  sac/halfcheetah.yaml seed {seed}: {step_ms:.2f} ms per step; its matrix products alone {gemm_ms:.2f} ms ({mflop:.0f} MFLOP)", flush=True)
+    return {
+        "steps": steps,
+        "median_ms_per_step": statistics.median(r["ms_per_step"] for r in runs),
+        "median_gemm_ms_per_update": statistics.median(r["gemm_ms_per_update"] for r in runs),
+        "runs": runs,
+    }
+
+
 BENCHMARKS: dict[str, Callable[[list[int]], dict[str, Any]]] = {
     "atari_collection": atari_collection,
+    "sac_halfcheetah_step": sac_halfcheetah_step,
     "atari_replay_memory": atari_replay_memory,
     **{name: _learning_benchmark(*target) for name, target in LEARNING_TARGETS.items()},
 }

@@ -1,0 +1,61 @@
+"""SAC HalfCheetah-v5 time per env step: pytorchrl against Stable-Baselines3, alternating in one run.
+
+    python scripts/sac_step_vs_sb3.py [--repeats 3] [--sb3-python PYTHON]
+
+Both sides take 1,000 random steps, make 500 updates, then time 1,500 env steps with one
+gradient step each (no evaluation): pytorchrl through ``pytorchrl benchmark sac_halfcheetah_step``
+(``configs/sac/halfcheetah.yaml``), SB3 with its SAC defaults, the rl-zoo MuJoCo settings, on
+``torch``'s default threads (this machine's cores, as the config's ``torch_threads``). The
+pytorchrl side also prints the floor under its step: the update's matrix products replayed alone.
+``--sb3-python``: an interpreter with stable-baselines3 (default: this one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SB3_STEP = """
+import sys, time, gymnasium as gym
+from stable_baselines3 import SAC
+steps = int(sys.argv[1])
+model = SAC("MlpPolicy", gym.make("HalfCheetah-v5"), learning_starts=1000, seed=0, device="cpu", verbose=0)
+model.learn(1500)
+start = time.perf_counter()
+model.learn(steps, reset_num_timesteps=False)
+print(1e3 * (time.perf_counter() - start) / steps)
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--sb3-python", default=sys.executable)
+    args = ap.parse_args()
+    out = Path(tempfile.mkdtemp(prefix="sac-step-"))
+    ours, floors, theirs = [], [], []
+    for i in range(args.repeats):
+        path = out / f"ours_{i}.json"
+        subprocess.run([sys.executable, "-m", "pytorchrl.cli", "benchmark", "sac_halfcheetah_step", "--seeds", "0", "--json", str(path)], check=True)
+        result = json.loads(path.read_text())["sac_halfcheetah_step"]
+        run = result["runs"][0]
+        ours.append(run["ms_per_step"])
+        floors.append(run["gemm_ms_per_update"])
+        sb3 = subprocess.run([args.sb3_python, "-c", SB3_STEP, str(result["steps"])], check=True, capture_output=True, text=True)
+        theirs.append(float(sb3.stdout.strip().splitlines()[-1]))
+        print(f"round {i}: pytorchrl {ours[-1]:.2f} ms per step (matrix products alone {floors[-1]:.2f}); SB3 {theirs[-1]:.2f} ms", flush=True)
+    ours_ms, theirs_ms, floor_ms = statistics.median(ours), statistics.median(theirs), statistics.median(floors)
+    print(json.dumps({
+        "pytorchrl_ms_per_step": ours_ms, "sb3_ms_per_step": theirs_ms, "ratio": round(ours_ms / theirs_ms, 3),
+        "gemm_floor_ms": floor_ms, "gemm_floor_ratio": round(floor_ms / theirs_ms, 3),
+        "rounds": [{"pytorchrl": a, "gemm": g, "sb3": b} for a, g, b in zip(ours, floors, theirs)],
+    }))
+
+
+if __name__ == "__main__":
+    main()
