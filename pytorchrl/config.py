@@ -186,7 +186,8 @@ class StorageConfig:
     sequence_length: int | None = param(
         None,
         "Recurrent policies: steps per training sequence. On-policy: rollouts are cut into chunks of this length, each with its stored "
-        "initial state (null: whole rollouts, one sequence per env). DQN/SAC: replayed sequences (R2D2; required), overlapping by half.",
+        "initial state (null: whole rollouts, one sequence per env). DQN/SAC: replayed sequences (R2D2; required), overlapping by half. "
+        "IMPALA/APPO without a recurrent core too: V-trace's unroll length, so minibatches hold more, shorter sequences.",
         min=2,
         max=100_000,
     )
@@ -673,6 +674,10 @@ def _check_cross_field(config: Config) -> None:
             raise ConfigError(f"config key 'actor.{name}' = {list(sizes)!r} is out of range: every width must be in 1..{widest:,}")
 
 
+def _longer_than_rollout(length: int, num_steps: int) -> str:
+    return f"config key 'storage.sequence_length' = {length} is longer than the rollout (storage.num_steps = {num_steps}); sequences are cut from one rollout"
+
+
 def _check_sequences(config: Config) -> None:
     """The recurrent keys against each other: sequences need a core, fit the rollout (on-policy)
     and are longer than their burn-in."""
@@ -680,16 +685,19 @@ def _check_sequences(config: Config) -> None:
     recurrent = config.actor.recurrent.type != "none"
     length, burn_in = storage.sequence_length, storage.burn_in
     if not recurrent:
-        for key, value in (("sequence_length", length), ("burn_in", burn_in or None)):
+        vtrace = isinstance(algo, IMPALAConfig)  # memoryless V-trace: sequence_length is the unroll length
+        for key, value in (("sequence_length", None if vtrace else length), ("burn_in", burn_in or None)):
             if value is not None:
-                raise ConfigError(f"config key 'storage.{key}' = {value} is for recurrent policies; set actor.recurrent.type to 'gru' or 'lstm'")
+                raise ConfigError(
+                    f"config key 'storage.{key}' = {value} is for recurrent policies (or, sequence_length, for IMPALA/APPO); "
+                    "set actor.recurrent.type to 'gru' or 'lstm'"
+                )
+        if vtrace and length is not None and length > storage.num_steps:
+            raise ConfigError(_longer_than_rollout(length, storage.num_steps))
         return
     if isinstance(algo, _OnPolicyConfig):
         if length is not None and length > storage.num_steps:
-            raise ConfigError(
-                f"config key 'storage.sequence_length' = {length} is longer than the rollout (storage.num_steps = {storage.num_steps}); "
-                "sequences are cut from one rollout"
-            )
+            raise ConfigError(_longer_than_rollout(length, storage.num_steps))
         if burn_in:
             raise ConfigError(f"config key 'storage.burn_in' = {burn_in} is for replayed sequences (recurrent DQN/SAC); on-policy sequences start from their stored state")
         return

@@ -111,3 +111,39 @@ def test_losses_on_a_fixed_batch(cls):
     assert math.isclose(info["policy_loss"], policy.item(), rel_tol=1e-5, abs_tol=1e-6)
     assert math.isclose(info["value_loss"], value_loss.item(), rel_tol=1e-5)
     assert math.isclose(loss.item(), (policy + 0.5 * value_loss - 0.01 * ent).item(), rel_tol=1e-5, abs_tol=1e-6)
+
+
+def test_memoryless_rollouts_are_cut_into_unrolls_with_their_bootstrap():
+    """``storage.sequence_length`` on IMPALA/APPO without a recurrent core: V-trace's unroll length."""
+    data = _rollout(8, 6)
+    buf = VTraceBuffer(num_steps=8, num_envs=6, obs_shape=(4,), action_shape=(), discrete=True, state_stride=3)
+    buf.add_data(data)
+    buf.before_gradients()
+    assert buf.num_samples == int(data["valid"].sum())  # every step in exactly one unroll
+    assert buf.num_batches(18) == 3  # one per unroll: round(18 / 18), round(18 / 18), round(12 / 18)
+    unrolls = list(buf.generate_batches(minibatch_size=18))
+    assert [u["rewards"].shape for u in unrolls] == [(3, 6), (3, 6), (2, 6)]
+    for start, u in zip((0, 3, 6), unrolls, strict=True):
+        steps = u["rewards"].shape[0]
+        assert "states" not in u
+        # the bootstrap row is the next unroll's first observation and behaviour value
+        torch.testing.assert_close(u["obs"], data["obs"][start : start + steps + 1])
+        torch.testing.assert_close(u["values"], data["values"][start : start + steps + 1])
+        torch.testing.assert_close(u["rewards"], data["rewards"][start : start + steps])
+
+
+def test_appo_trains_on_memoryless_unrolls_end_to_end():
+    from pytorchrl.config import from_dict
+    from pytorchrl.learner import Learner
+
+    raw = {"env": {"num_envs": 4}, "algorithm": {"name": "appo", "num_epochs": 2, "minibatch_size": 64}, "storage": {"num_steps": 16, "sequence_length": 8},
+           "run": {"target_steps": 128, "eval_every": 10_000, "log_every": 10_000}}
+    learner = Learner.from_config(from_dict(raw), progress=False)
+    try:
+        learner.train()
+    finally:
+        learner.close()
+    # 2 rollouts of 16 x 4, each cut into 2 unrolls of 8 x 4, a minibatch each (whole rollouts:
+    # one 64-transition minibatch each), 2 epochs
+    assert learner.env_steps == 128
+    assert learner.updates == 2 * 2 * 2

@@ -17,8 +17,11 @@ end, bootstraps from the final observation's value on truncation, and ignores re
 where ``done_t = terminated_t or truncated_t`` and ``vs_T = V(x_T)``. On-policy (``pi = mu``,
 ``rho_bar, c_bar >= 1``) ``vs`` equals the GAE(lambda) return, which the tests check.
 
-Recurrent rollouts are cut into sequences of ``state_stride`` steps (each with its stored
-initial state ``states [n, S]`` and its bootstrap observation), and yielded like rollouts.
+Rollouts longer than ``state_stride`` (``storage.sequence_length``) are cut into sequences of that
+many steps, each with its bootstrap observation (recurrent: and its stored initial state
+``states [n, S]``), and yielded like rollouts. Memoryless, that is IMPALA's unroll length apart
+from the rollout's: V-trace runs over each sequence, and a minibatch of ``minibatch_size``
+transitions holds ``minibatch_size / state_stride`` sequences instead of a few whole rollouts.
 """
 
 from __future__ import annotations
@@ -53,15 +56,16 @@ class VTraceBuffer(RolloutStorage):
         self._rollouts = [{k: v.to(self.device) for k, v in d.items()} for d in rollouts]
 
     def _chunks(self, data: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
-        """A recurrent rollout as sequences of ``state_stride`` steps (a memoryless one as it is)."""
-        if "states" not in data:
-            return [data]
+        """A rollout as sequences of ``state_stride`` steps (one that is not longer: as it is)."""
         t, length = data["rewards"].shape[0], self.state_stride
+        if t <= length:
+            return [data]
         out = []
         for c, s in enumerate(range(0, t, length)):
             e = min(s + length, t)
             part = {k: v[s : e + 1] if k in ("obs", "values", "starts") else v[s:e] for k, v in data.items() if k != "states"}
-            part["states"] = data["states"][c]
+            if "states" in data:
+                part["states"] = data["states"][c]
             out.append(part)
         return out
 
