@@ -686,13 +686,14 @@ def _check_sequences(config: Config) -> None:
     length, burn_in = storage.sequence_length, storage.burn_in
     if not recurrent:
         vtrace = isinstance(algo, IMPALAConfig)  # memoryless V-trace: sequence_length is the unroll length
-        for key, value in (("sequence_length", None if vtrace else length), ("burn_in", burn_in or None)):
-            if value is not None:
-                raise ConfigError(
-                    f"config key 'storage.{key}' = {value} is for recurrent policies (or, sequence_length, for IMPALA/APPO); "
-                    "set actor.recurrent.type to 'gru' or 'lstm'"
-                )
-        if vtrace and length is not None and length > storage.num_steps:
+        if length is not None and not vtrace:
+            raise ConfigError(
+                f"config key 'storage.sequence_length' = {length} is for recurrent policies (and IMPALA/APPO's V-trace unrolls); "
+                "set actor.recurrent.type to 'gru' or 'lstm'"
+            )
+        if burn_in:
+            raise ConfigError(f"config key 'storage.burn_in' = {burn_in} is for recurrent policies; set actor.recurrent.type to 'gru' or 'lstm'")
+        if length is not None and length > storage.num_steps:
             raise ConfigError(_longer_than_rollout(length, storage.num_steps))
         return
     if isinstance(algo, _OnPolicyConfig):

@@ -261,6 +261,7 @@ GRU = {"recurrent": {"type": "gru", "hidden_size": 8}}
         ({"actor": GRU, "algorithm": {"name": "dqn"}, "storage": {"sequence_length": 8, "burn_in": 8}},
          r"'storage.burn_in' = 8 must be below storage.sequence_length = 8"),
         ({"storage": {"sequence_length": 8}}, r"'storage.sequence_length' = 8 is for recurrent policies"),
+        ({"algorithm": {"name": "appo"}, "storage": {"burn_in": 4}}, r"'storage.burn_in' = 4 is for recurrent policies"),
         ({"algorithm": {"name": "appo"}, "storage": {"num_steps": 16, "sequence_length": 32}},
          r"'storage.sequence_length' = 32 is longer than the rollout \(storage.num_steps = 16\)"),
         ({"actor": GRU, "storage": {"burn_in": 4}}, r"'storage.burn_in' = 4 is for replayed sequences"),
