@@ -175,7 +175,6 @@ def sac_halfcheetah_step(seeds: list[int], *, steps: int = 1_500, warmup: int = 
     from pytorchrl.benchmarks import _config_path
     from pytorchrl.config import load_config
     from pytorchrl.learner import Learner
-    from pytorchrl.utils.runtime import configure_process
 
     runs = []
     for seed in seeds:
@@ -183,8 +182,7 @@ def sac_halfcheetah_step(seeds: list[int], *, steps: int = 1_500, warmup: int = 
             f"run.seed={seed}", "run.target_steps=1000000000", "run.eval_every=1000000000", "run.log_every=1000000000",
             "run.checkpoint_every=1000000000", "run.stop_at_return=null", "algorithm.start_steps=1000",
         ])
-        configure_process(cfg.run.torch_threads)
-        learner = Learner.from_config(cfg, progress=False)
+        learner = Learner.from_config(cfg, progress=False)  # its workers set the config's torch_threads
         try:
             while learner.updates < warmup:
                 learner.step()

@@ -674,35 +674,31 @@ def _check_cross_field(config: Config) -> None:
             raise ConfigError(f"config key 'actor.{name}' = {list(sizes)!r} is out of range: every width must be in 1..{widest:,}")
 
 
-def _longer_than_rollout(length: int, num_steps: int) -> str:
-    return f"config key 'storage.sequence_length' = {length} is longer than the rollout (storage.num_steps = {num_steps}); sequences are cut from one rollout"
-
-
 def _check_sequences(config: Config) -> None:
-    """The recurrent keys against each other: sequences need a core, fit the rollout (on-policy)
-    and are longer than their burn-in."""
+    """The sequence keys against each other: sequences need a core (or V-trace), fit the rollout
+    (on-policy) and are longer than their burn-in."""
     storage, algo = config.storage, config.algorithm
     recurrent = config.actor.recurrent.type != "none"
     length, burn_in = storage.sequence_length, storage.burn_in
     if not recurrent:
-        vtrace = isinstance(algo, IMPALAConfig)  # memoryless V-trace: sequence_length is the unroll length
-        if length is not None and not vtrace:
+        # memoryless, only V-trace cuts sequences (its unroll length); the on-policy checks below apply to it
+        if length is not None and not isinstance(algo, IMPALAConfig):
             raise ConfigError(
                 f"config key 'storage.sequence_length' = {length} is for recurrent policies (and IMPALA/APPO's V-trace unrolls); "
                 "set actor.recurrent.type to 'gru' or 'lstm'"
             )
         if burn_in:
             raise ConfigError(f"config key 'storage.burn_in' = {burn_in} is for recurrent policies; set actor.recurrent.type to 'gru' or 'lstm'")
-        if length is not None and length > storage.num_steps:
-            raise ConfigError(_longer_than_rollout(length, storage.num_steps))
-        return
     if isinstance(algo, _OnPolicyConfig):
         if length is not None and length > storage.num_steps:
-            raise ConfigError(_longer_than_rollout(length, storage.num_steps))
+            raise ConfigError(
+                f"config key 'storage.sequence_length' = {length} is longer than the rollout (storage.num_steps = {storage.num_steps}); "
+                "sequences are cut from one rollout"
+            )
         if burn_in:
             raise ConfigError(f"config key 'storage.burn_in' = {burn_in} is for replayed sequences (recurrent DQN/SAC); on-policy sequences start from their stored state")
         return
-    if isinstance(algo, _ReplayConfig):
+    if recurrent and isinstance(algo, _ReplayConfig):
         if length is None:
             raise ConfigError(f"config key 'storage.sequence_length' is required for a recurrent {algo.name.upper()} (R2D2-style sequence replay); e.g. 40")
         if burn_in >= length:

@@ -147,3 +147,21 @@ def test_appo_trains_on_memoryless_unrolls_end_to_end():
     # one 64-transition minibatch each), 2 epochs
     assert learner.env_steps == 128
     assert learner.updates == 2 * 2 * 2
+
+
+def test_recurrent_whole_rollouts_yield_one_state_per_env():
+    """Without ``storage.sequence_length`` a recurrent rollout is one sequence: its minibatches
+    carry ``states [n, S]`` for their env columns, as the chunked ones do."""
+    from tests.agent.test_recurrent import _actor, _recurrent_rollout, _storage
+
+    actor = _actor(shared=True)
+    storage = _storage(actor, cls=VTraceBuffer)
+    _recurrent_rollout(actor, storage, torch.ones(12, 3, dtype=torch.bool))
+    storage.add_data(storage.get_data())
+    storage.before_gradients()
+    batches = list(storage.generate_batches(minibatch_size=12, num_epochs=1))
+    assert [b["rewards"].shape for b in batches] == [(12, 1)] * 3
+    for b in batches:
+        assert b["states"].shape == (1, actor.state_size)
+        log_prob, _, _ = actor.evaluate_actions(b["obs"][:-1], b["actions"], b["states"], b["starts"][:-1])
+        torch.testing.assert_close(log_prob, b["log_probs"].reshape(-1), atol=1e-5, rtol=1e-5)

@@ -56,10 +56,8 @@ class VTraceBuffer(RolloutStorage):
         self._rollouts = [{k: v.to(self.device) for k, v in d.items()} for d in rollouts]
 
     def _chunks(self, data: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
-        """A rollout as sequences of ``state_stride`` steps (one that is not longer: as it is)."""
+        """A rollout as sequences of ``state_stride`` steps (views; one sequence when it is not longer)."""
         t, length = data["rewards"].shape[0], self.state_stride
-        if t <= length:
-            return [data]
         out = []
         for c, s in enumerate(range(0, t, length)):
             e = min(s + length, t)
