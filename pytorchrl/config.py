@@ -255,12 +255,18 @@ class IMPALAConfig(_OnPolicyConfig):
 
 @dataclass(frozen=True)
 class APPOConfig(IMPALAConfig):
-    """APPO: PPO's clipped surrogate against the behaviour policy, on V-trace advantages."""
+    """APPO: PPO's clipped surrogate on V-trace advantages, around the behaviour or the learner's policy."""
 
     name: str = param("appo", "The algorithm.", choices=ALGORITHM_NAMES)
     normalize_advantages: bool = param(True, "Normalise advantages per minibatch to zero mean, unit std.")
     num_epochs: int = param(4, "Passes over each batch.", min=1, max=10_000)
-    clip_range: float = param(0.2, "Clip range of the probability ratio to the behaviour policy.", min=0, min_exclusive=True)
+    clip_range: float = param(0.2, "Clip range of the probability ratio to the proximal policy.", min=0, min_exclusive=True)
+    proximal_policy: str = param(
+        "behaviour",
+        "What the ratio is clipped around: 'behaviour' (the policy that collected the rollout) or 'learner' (the learner's policy when the round starts,"
+        " the behaviour's lag weighted by min(rho_bar, pi_learner / mu): Hilton et al. 2021's decoupled objective).",
+        choices=("behaviour", "learner"),
+    )
 
 
 @dataclass(frozen=True)

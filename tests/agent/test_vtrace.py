@@ -113,6 +113,61 @@ def test_losses_on_a_fixed_batch(cls):
     assert math.isclose(loss.item(), (policy + 0.5 * value_loss - 0.01 * ent).item(), rel_tol=1e-5, abs_tol=1e-6)
 
 
+def test_appo_learner_proximal_policy_clips_around_the_round_start_and_weights_the_lag():
+    """``proximal_policy: learner`` (decoupled objective): the ratio is to the policy the round
+    started with, so a lagged rollout's first step clips nothing; the lag is the weight
+    ``min(rho_bar, pi_prox / mu)``. Loss and gradients against the formula written out."""
+    torch.manual_seed(0)
+    actor = OnPolicyActor(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2))
+    batch = _rollout(6, 3)
+    # a lagged behaviour policy: its probabilities of the taken actions far from the learner's
+    batch["log_probs"] = torch.log(torch.rand(6, 3, generator=torch.Generator().manual_seed(1)) * 0.9 + 0.05)
+    storage = VTraceBuffer(num_steps=6, num_envs=3, obs_shape=(4,), action_shape=(), discrete=True)
+    storage.add_data(batch)
+    storage.before_gradients()
+    algo = APPO(actor, gamma=0.9, clip_range=0.1, proximal_policy="learner")
+    algo.prepare_round(storage)
+    (minibatch,) = storage.generate_batches(minibatch_size=18)
+    with torch.no_grad():
+        log_prob, _, _ = actor.evaluate_actions(batch["obs"][:6].reshape(18, 4), batch["actions"].reshape(18))
+    torch.testing.assert_close(minibatch["proximal_log_probs"], log_prob.view(6, 3))
+
+    loss, info = algo.compute_loss(minibatch)
+    assert loss is not None
+    mask = batch["valid"].reshape(-1).float()
+    behaviour_ratio = (log_prob - batch["log_probs"].reshape(-1)).exp()
+    assert ((behaviour_ratio - 1).abs() > 0.1)[mask.bool()].float().mean() > 0.5  # behaviour clipping would drop most of it
+    assert info["clip_fraction"] == 0.0  # the first step is at ratio 1
+    log_prob_now, entropy, value = actor.evaluate_actions(batch["obs"][:6].reshape(18, 4), batch["actions"].reshape(18))
+    bootstrap = actor.get_value(batch["obs"][6]).detach()
+    values = torch.cat([value.detach().view(6, 3), bootstrap.view(1, 3)])
+    vs, adv, _ = compute_vtrace(batch["log_probs"], log_prob.view(6, 3), batch["rewards"], values, batch["terminated"], batch["truncated"], batch["valid"], gamma=0.9)
+    count = mask.sum()
+    keep = mask.bool()
+    adv = adv.reshape(-1)
+    adv = (adv - adv[keep].mean()) / (adv[keep].std() + 1e-8) * mask
+    ratio = (log_prob_now - log_prob).exp()
+    weight = behaviour_ratio.clamp(max=1.0)
+    assert (weight < 1).any() and (behaviour_ratio > 1).any()  # the truncation is exercised
+    policy = -(weight * torch.min(adv * ratio, adv * ratio.clamp(0.9, 1.1)) * mask).sum() / count
+    expected = policy + 0.5 * (0.5 * (((vs.reshape(-1) - value) ** 2) * mask).sum() / count) - 0.01 * (entropy * mask).sum() / count
+    assert math.isclose(info["policy_loss"], policy.item(), rel_tol=1e-5, abs_tol=1e-6)
+    params = list(actor.parameters())
+    for got, want in zip(torch.autograd.grad(loss, params, allow_unused=True), torch.autograd.grad(expected, params, allow_unused=True), strict=True):
+        if want is not None:
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_appo_proximal_policy_is_a_checked_choice():
+    from pytorchrl.config import from_dict
+    from pytorchrl.utils.errors import InputError
+
+    with pytest.raises(InputError, match="algorithm.proximal_policy.*'behaviour', 'learner'"):
+        from_dict({"algorithm": {"name": "appo", "proximal_policy": "target"}})
+    with pytest.raises(ValueError, match="proximal_policy"):
+        APPO(OnPolicyActor(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)), proximal_policy="target")
+
+
 def test_memoryless_rollouts_are_cut_into_unrolls_with_their_bootstrap():
     """``storage.sequence_length`` on IMPALA/APPO without a recurrent core: V-trace's unroll length."""
     data = _rollout(8, 6)
@@ -132,11 +187,16 @@ def test_memoryless_rollouts_are_cut_into_unrolls_with_their_bootstrap():
         torch.testing.assert_close(u["rewards"], data["rewards"][start : start + steps])
 
 
-def test_appo_trains_on_memoryless_unrolls_end_to_end():
+@pytest.mark.parametrize("proximal", ["behaviour", "learner"])
+def test_appo_trains_on_memoryless_unrolls_end_to_end(proximal, monkeypatch):
     from pytorchrl.config import from_dict
     from pytorchrl.learner import Learner
 
-    raw = {"env": {"num_envs": 4}, "algorithm": {"name": "appo", "num_epochs": 2, "minibatch_size": 64}, "storage": {"num_steps": 16, "sequence_length": 8},
+    annotated = []
+    annotate = VTraceBuffer.annotate
+    monkeypatch.setattr(VTraceBuffer, "annotate", lambda self, key, fn: (annotated.append(key), annotate(self, key, fn)))
+
+    raw = {"env": {"num_envs": 4}, "algorithm": {"name": "appo", "num_epochs": 2, "minibatch_size": 64, "proximal_policy": proximal}, "storage": {"num_steps": 16, "sequence_length": 8},
            "run": {"target_steps": 128, "eval_every": 10_000, "log_every": 10_000}}
     learner = Learner.from_config(from_dict(raw), progress=False)
     try:
@@ -147,6 +207,8 @@ def test_appo_trains_on_memoryless_unrolls_end_to_end():
     # one 64-transition minibatch each), 2 epochs
     assert learner.env_steps == 128
     assert learner.updates == 2 * 2 * 2
+    # the learner's policy scores each round's actions once, before its minibatches
+    assert annotated == (["proximal_log_probs"] * 2 if proximal == "learner" else [])
 
 
 def test_recurrent_whole_rollouts_yield_one_state_per_env():

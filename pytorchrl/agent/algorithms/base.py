@@ -243,6 +243,11 @@ class Algorithm:
     def set_warmup(self, warming_up: bool) -> None:
         """Told before each collection whether the storage is still filling up (off-policy ``start_steps``)."""
 
+    def prepare_round(self, storage: Any) -> None:
+        """Told once per round, after the round's data reached ``storage`` (``before_gradients``) and
+        before its minibatches are drawn: a place to annotate the data with the learner's current
+        policy (APPO's proximal policy)."""
+
     def pop_priorities(self) -> torch.Tensor | None:
         """New replay priorities of the last minibatch's transitions (prioritized replay), if any."""
         return None

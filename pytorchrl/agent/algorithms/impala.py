@@ -5,8 +5,10 @@ with the current policy inside the loss, on time-major minibatches from a
 :class:`~pytorchrl.agent.storages.on_policy.vtrace_buffer.VTraceBuffer`:
 
 * IMPALA: ``-rho_t * A_t * log pi(a_t|x_t) + vf_coef * (vs_t - V(x_t))^2 / 2 - ent_coef * H``;
-* APPO: PPO's clipped surrogate on the ratio to the *behaviour* policy, with the V-trace
-  advantages, so several epochs over a lagged batch stay in a trust region.
+* APPO: PPO's clipped surrogate on the V-trace advantages, so several epochs over a lagged
+  batch stay in a trust region; the ratio is to the behaviour policy, or (``proximal_policy:
+  learner``) to the learner's policy at the start of the round, with the behaviour's lag
+  weighted off (:class:`APPO`).
 """
 
 from __future__ import annotations
@@ -80,21 +82,26 @@ class IMPALA(Algorithm):
         self.vf_coef = vf_coef
         self.normalize_advantages = normalize_advantages
 
-    def _evaluate(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Current-policy log-probs, entropies and values of a time-major batch, and its V-trace targets."""
-        rewards = batch["rewards"]
-        t, n = rewards.shape
+    def _forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Current-policy log-probs, entropies and values ``[T * n]`` of a time-major batch, and the
+        bootstrap values ``[n]`` (no gradient)."""
+        t, n = batch["rewards"].shape
         obs = batch["obs"]
         actions = batch["actions"]
         if "states" in batch:  # a recurrent actor: one pass over the sequence, the bootstrap step included
             padded = torch.cat([actions, actions[-1:]])  # the bootstrap step's action is never scored
             log_prob, entropy, value = self.actor.evaluate_actions(obs, padded, batch["states"], batch["starts"])
-            log_prob, entropy, bootstrap = log_prob[: t * n], entropy[: t * n], value[t * n :].detach()
-            value = value[: t * n]
-        else:
-            log_prob, entropy, value = self.actor.evaluate_actions(obs[:t].reshape(t * n, *obs.shape[2:]), actions.reshape(t * n, *actions.shape[2:]))
-            with torch.no_grad():
-                bootstrap = self.actor.get_value(obs[t])
+            return log_prob[: t * n], entropy[: t * n], value[: t * n], value[t * n :].detach()
+        log_prob, entropy, value = self.actor.evaluate_actions(obs[:t].reshape(t * n, *obs.shape[2:]), actions.reshape(t * n, *actions.shape[2:]))
+        with torch.no_grad():
+            bootstrap = self.actor.get_value(obs[t])
+        return log_prob, entropy, value, bootstrap
+
+    def _evaluate(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Current-policy log-probs, entropies and values of a time-major batch, and its V-trace targets."""
+        rewards = batch["rewards"]
+        t, n = rewards.shape
+        log_prob, entropy, value, bootstrap = self._forward(batch)
         values = torch.cat([value.detach().view(t, n), bootstrap.view(1, n)])
         vs, advantages, rho = compute_vtrace(
             batch["log_probs"], log_prob.view(t, n), rewards, values, batch["terminated"], batch["truncated"], batch["valid"],
@@ -104,14 +111,17 @@ class IMPALA(Algorithm):
         advantages = advantages.reshape(-1)
         if self.normalize_advantages:
             advantages = normalized(advantages, mask.bool())
-        return {
+        e = {
             "log_prob": log_prob, "entropy": entropy, "value": value, "vs": vs.reshape(-1), "advantages": advantages,
             "rho": rho.reshape(-1), "mask": mask, "count": mask.sum().clamp(min=1.0), "behaviour_log_prob": batch["log_probs"].reshape(-1),
         }
+        if "proximal_log_probs" in batch:
+            e["proximal_log_prob"] = batch["proximal_log_probs"].reshape(-1)
+        return e
 
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor | None, dict[str, float]]:
         e = self._evaluate(batch)
-        policy_loss = self._policy_loss(e)
+        policy_loss, extra = self._policy_loss(e)
         value_loss = 0.5 * (((e["vs"] - e["value"]) ** 2) * e["mask"]).sum() / e["count"]
         entropy_mean = (e["entropy"] * e["mask"]).sum() / e["count"]
         loss = policy_loss + self.vf_coef * value_loss - self.ent_coef * entropy_mean
@@ -119,33 +129,64 @@ class IMPALA(Algorithm):
             log_ratio = (e["log_prob"] - e["behaviour_log_prob"]) * e["mask"]
             approx_kl = (((log_ratio.exp() - 1) - log_ratio) * e["mask"]).sum() / e["count"]
             rho_mean = e["rho"].sum() / e["count"]
-            stats = torch.stack([policy_loss, value_loss, entropy_mean, approx_kl, rho_mean]).tolist()
-        info: dict[str, Any] = dict(zip(("policy_loss", "value_loss", "entropy", "approx_kl", "rho_mean"), stats))
+            stats = torch.stack([policy_loss, value_loss, entropy_mean, approx_kl, rho_mean, *extra.values()]).tolist()
+        info: dict[str, Any] = dict(zip(("policy_loss", "value_loss", "entropy", "approx_kl", "rho_mean", *extra), stats))
         info["lr"] = self.lr
         return loss, info
 
-    def _policy_loss(self, e: dict[str, torch.Tensor]) -> torch.Tensor:
-        return -(e["rho"] * e["advantages"] * e["log_prob"] * e["mask"]).sum() / e["count"]
+    def _policy_loss(self, e: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The policy-gradient loss, and any statistics of it to log."""
+        return -(e["rho"] * e["advantages"] * e["log_prob"] * e["mask"]).sum() / e["count"], {}
 
 
 class APPO(IMPALA):
-    """Asynchronous PPO: the clipped surrogate against the behaviour policy, on V-trace advantages.
+    """Asynchronous PPO: PPO's clipped surrogate on V-trace advantages.
+
+    The ratio is clipped around a *proximal* policy. ``proximal_policy="behaviour"``: the policy
+    that collected the rollout, as in PPO. A lagged rollout then starts its epochs with ratios
+    already off 1, and the clip drops their gradient. ``"learner"``: the decoupled objective of
+    Hilton et al. (2021, "Batch size-invariance for policy optimization"; IMPACT, Luo et al. 2020,
+    with a target network): the proximal policy is the learner's own when the round starts (one
+    no-gradient forward pass over the round's rollouts, :meth:`prepare_round`), so each round's
+    first step is unclipped however old the rollout, and the behaviour's lag is corrected by the
+    weight ``min(rho_bar, pi_prox / mu)`` instead:
+    ``min(rho_bar, pi_prox/mu) * min(r A, clip(r, 1 - eps, 1 + eps) A)``, ``r = pi / pi_prox``.
 
     :param clip_range: epsilon of the ratio clip.
+    :param proximal_policy: ``behaviour`` or ``learner`` (see above).
     :param kwargs: see :class:`IMPALA`.
     """
 
     config_class = APPOConfig
     tunable = (*IMPALA.tunable, "clip_range")
 
-    def __init__(self, actor: nn.Module, device: str | torch.device = "cpu", *, clip_range: float = 0.2, **kwargs: Any) -> None:
+    def __init__(
+        self, actor: nn.Module, device: str | torch.device = "cpu", *, clip_range: float = 0.2, proximal_policy: str = "behaviour", **kwargs: Any
+    ) -> None:
+        if proximal_policy not in ("behaviour", "learner"):
+            raise ValueError(f"proximal_policy must be 'behaviour' or 'learner', got {proximal_policy!r}")
         kwargs.setdefault("num_epochs", 4)
         kwargs.setdefault("normalize_advantages", True)
         super().__init__(actor, device, **kwargs)
         self.clip_range = clip_range
+        self.proximal_policy = proximal_policy
 
-    def _policy_loss(self, e: dict[str, torch.Tensor]) -> torch.Tensor:
-        ratio = (e["log_prob"] - e["behaviour_log_prob"]).exp()
+    def prepare_round(self, storage: Any) -> None:
+        """``proximal_policy="learner"``: score the round's actions with the policy as it is now."""
+        if self.proximal_policy == "learner":
+            with torch.no_grad():
+                storage.annotate("proximal_log_probs", lambda rollout: self._forward(rollout)[0].view_as(rollout["log_probs"]))
+
+    def _policy_loss(self, e: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The clipped surrogate, and ``clip_fraction``: the share of valid steps whose ratio is
+        outside the clip (no gradient from the surrogate there, half the time)."""
+        proximal = e.get("proximal_log_prob")
+        anchor = e["behaviour_log_prob"] if proximal is None else proximal
+        ratio = (e["log_prob"] - anchor).exp()
         clip = self.clip_range
         surrogate = torch.min(e["advantages"] * ratio, e["advantages"] * ratio.clamp(1 - clip, 1 + clip))
-        return -(surrogate * e["mask"]).sum() / e["count"]
+        if proximal is not None:  # the behaviour's lag, as a truncated importance weight
+            surrogate = surrogate * (proximal - e["behaviour_log_prob"]).exp().clamp(max=self.rho_bar)
+        with torch.no_grad():
+            clip_fraction = (((ratio - 1).abs() > clip).float() * e["mask"]).sum() / e["count"]
+        return -(surrogate * e["mask"]).sum() / e["count"], {"clip_fraction": clip_fraction}

@@ -128,6 +128,7 @@ class GradientWorker:
             self.storage.add_data(data)
         self.storage.set_progress(self.algo.progress)  # e.g. prioritized replay's importance-sampling exponent
         self.storage.before_gradients()
+        self.algo.prepare_round(self.storage)
         size = self.algo.minibatch_size or self.storage.num_samples
         self._remaining = self.storage.num_batches(size) * self.algo.num_epochs
         self._batches = self.storage.generate_batches(minibatch_size=size, num_epochs=self.algo.num_epochs)

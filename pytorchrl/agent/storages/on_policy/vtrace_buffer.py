@@ -26,7 +26,7 @@ transitions holds ``minibatch_size / state_stride`` sequences instead of a few w
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -66,6 +66,12 @@ class VTraceBuffer(RolloutStorage):
                 part["states"] = data["states"][c]
             out.append(part)
         return out
+
+    def annotate(self, key: str, fn: Callable[[dict[str, torch.Tensor]], torch.Tensor]) -> None:
+        """Store ``fn(rollout)`` (``[T, n]``) in every received rollout (or sequence) under ``key``;
+        the minibatches carry it, sliced like ``rewards``. Call after :meth:`before_gradients`."""
+        for rollout in self._rollouts:
+            rollout[key] = fn(rollout)
 
     @property
     def num_samples(self) -> int:
