@@ -227,3 +227,22 @@ def test_recurrent_whole_rollouts_yield_one_state_per_env():
         assert b["states"].shape == (1, actor.state_size)
         log_prob, _, _ = actor.evaluate_actions(b["obs"][:-1], b["actions"], b["states"], b["starts"][:-1])
         torch.testing.assert_close(log_prob, b["log_probs"].reshape(-1), atol=1e-5, rtol=1e-5)
+
+
+def test_learner_proximal_policy_scores_recurrent_rollouts_from_their_states():
+    """The round-start scoring runs a recurrent core from each sequence's stored state: with the
+    collecting weights unchanged it reproduces the behaviour log-probs."""
+    from tests.agent.test_recurrent import _actor, _recurrent_rollout, _storage
+
+    actor = _actor(shared=True)
+    storage = _storage(actor, cls=VTraceBuffer, stride=4)  # later sequences start from a carried state
+    valid = torch.ones(12, 3, dtype=torch.bool)
+    valid[5, 1] = False  # and one episode starts inside a sequence
+    _recurrent_rollout(actor, storage, valid)
+    storage.add_data(storage.get_data())
+    storage.before_gradients()
+    APPO(actor, proximal_policy="learner").prepare_round(storage)
+    batches = list(storage.generate_batches(minibatch_size=12, num_epochs=1))
+    assert len(batches) == 3 and batches[1]["states"].abs().sum() > 0
+    for batch in batches:
+        torch.testing.assert_close(batch["proximal_log_probs"], batch["log_probs"], atol=1e-5, rtol=1e-5)
