@@ -250,7 +250,15 @@ class IMPALAConfig(_OnPolicyConfig):
     rho_bar: float = param(1.0, "Truncation of the V-trace importance weights rho_t.", min=0, min_exclusive=True)
     c_bar: float = param(1.0, "Truncation of the V-trace trace weights c_t.", min=0, min_exclusive=True)
     num_epochs: int = param(1, "Passes over each batch.", min=1, max=10_000)
-    minibatch_size: int | None = param(None, "Transitions per gradient step, as whole env sequences (null: the whole batch).", min=1, max=10_000_000)
+    minibatch_size: int | None = param(
+        None, "Transitions per gradient step: whole env sequences, or shuffled transitions with targets: round (null: the whole batch).", min=1, max=10_000_000
+    )
+    targets: str = param(
+        "minibatch",
+        "When the V-trace targets are computed: 'minibatch' (in each minibatch's loss, with the current network, on whole sequences: IMPALA)"
+        " or 'round' (once per round, with the network as the round starts, as PPO computes GAE; memoryless minibatches are then shuffled transitions).",
+        choices=("minibatch", "round"),
+    )
 
 
 @dataclass(frozen=True)

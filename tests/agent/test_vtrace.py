@@ -130,7 +130,7 @@ def test_appo_learner_proximal_policy_clips_around_the_round_start_and_weights_t
     (minibatch,) = storage.generate_batches(minibatch_size=18)
     with torch.no_grad():
         log_prob, _, _ = actor.evaluate_actions(batch["obs"][:6].reshape(18, 4), batch["actions"].reshape(18))
-    torch.testing.assert_close(minibatch["proximal_log_probs"], log_prob.view(6, 3))
+    torch.testing.assert_close(minibatch["round_log_probs"], log_prob.view(6, 3))
 
     loss, info = algo.compute_loss(minibatch)
     assert loss is not None
@@ -162,10 +162,14 @@ def test_appo_proximal_policy_is_a_checked_choice():
     from pytorchrl.config import from_dict
     from pytorchrl.utils.errors import InputError
 
-    with pytest.raises(InputError, match="algorithm.proximal_policy.*'behaviour', 'learner'"):
+    with pytest.raises(InputError, match=r"algorithm\.proximal_policy.*'behaviour', 'learner'"):
         from_dict({"algorithm": {"name": "appo", "proximal_policy": "target"}})
     with pytest.raises(ValueError, match="proximal_policy"):
         APPO(OnPolicyActor(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)), proximal_policy="target")
+    with pytest.raises(InputError, match=r"algorithm\.targets.*'minibatch', 'round'"):
+        from_dict({"algorithm": {"name": "impala", "targets": "epoch"}})
+    with pytest.raises(ValueError, match="targets"):
+        IMPALA(OnPolicyActor(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)), targets="epoch")
 
 
 def test_memoryless_rollouts_are_cut_into_unrolls_with_their_bootstrap():
@@ -187,16 +191,16 @@ def test_memoryless_rollouts_are_cut_into_unrolls_with_their_bootstrap():
         torch.testing.assert_close(u["rewards"], data["rewards"][start : start + steps])
 
 
-@pytest.mark.parametrize("proximal", ["behaviour", "learner"])
-def test_appo_trains_on_memoryless_unrolls_end_to_end(proximal, monkeypatch):
+@pytest.mark.parametrize(("proximal", "targets"), [("behaviour", "minibatch"), ("learner", "minibatch"), ("learner", "round")])
+def test_appo_trains_on_memoryless_unrolls_end_to_end(proximal, targets, monkeypatch):
     from pytorchrl.config import from_dict
     from pytorchrl.learner import Learner
 
     annotated = []
     annotate = VTraceBuffer.annotate
-    monkeypatch.setattr(VTraceBuffer, "annotate", lambda self, key, fn: (annotated.append(key), annotate(self, key, fn)))
+    monkeypatch.setattr(VTraceBuffer, "annotate", lambda self, fn: (annotated.append(1), annotate(self, fn)))
 
-    raw = {"env": {"num_envs": 4}, "algorithm": {"name": "appo", "num_epochs": 2, "minibatch_size": 64, "proximal_policy": proximal}, "storage": {"num_steps": 16, "sequence_length": 8},
+    raw = {"env": {"num_envs": 4}, "algorithm": {"name": "appo", "num_epochs": 2, "minibatch_size": 64, "proximal_policy": proximal, "targets": targets}, "storage": {"num_steps": 16, "sequence_length": 8},
            "run": {"target_steps": 128, "eval_every": 10_000, "log_every": 10_000}}
     learner = Learner.from_config(from_dict(raw), progress=False)
     try:
@@ -204,11 +208,12 @@ def test_appo_trains_on_memoryless_unrolls_end_to_end(proximal, monkeypatch):
     finally:
         learner.close()
     # 2 rollouts of 16 x 4, each cut into 2 unrolls of 8 x 4, a minibatch each (whole rollouts:
-    # one 64-transition minibatch each), 2 epochs
+    # one 64-transition minibatch each), 2 epochs; round targets pool each round's 64 steps (less
+    # its reset steps) into one minibatch of transitions
     assert learner.env_steps == 128
-    assert learner.updates == 2 * 2 * 2
+    assert learner.updates == 2 * (2 if targets == "minibatch" else 1) * 2
     # the learner's policy scores each round's actions once, before its minibatches
-    assert annotated == (["proximal_log_probs"] * 2 if proximal == "learner" else [])
+    assert len(annotated) == (2 if proximal == "learner" else 0)
 
 
 def test_recurrent_whole_rollouts_yield_one_state_per_env():
@@ -245,4 +250,87 @@ def test_learner_proximal_policy_scores_recurrent_rollouts_from_their_states():
     batches = list(storage.generate_batches(minibatch_size=12, num_epochs=1))
     assert len(batches) == 3 and batches[1]["states"].abs().sum() > 0
     for batch in batches:
-        torch.testing.assert_close(batch["proximal_log_probs"], batch["log_probs"], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(batch["round_log_probs"], batch["log_probs"], atol=1e-5, rtol=1e-5)
+
+
+def test_round_targets_turn_the_round_into_shuffled_valid_transitions():
+    """After :meth:`VTraceBuffer.use_transitions` a memoryless round is a pool of its valid
+    transitions (reset steps and bootstrap rows dropped; uint8 images stay uint8), each used once
+    per pass, with the annotated fields riding along."""
+    buf = VTraceBuffer(num_steps=8, num_envs=6, obs_shape=(2, 2), action_shape=(), discrete=True)
+    for seed, t in ((0, 8), (1, 5)):
+        data = _rollout(t, 6, seed)
+        data["obs"] = torch.randint(0, 256, (t + 1, 6, 2, 2), dtype=torch.uint8, generator=torch.Generator().manual_seed(seed))
+        buf.add_data(data)
+    buf.before_gradients()
+    next_id = iter(range(10_000))
+    buf.annotate(lambda r: {"step_id": torch.tensor([next(next_id) for _ in range(r["rewards"].numel())]).view_as(r["rewards"])})
+    valid_ids = {int(i) for r in buf._rollouts for i in r["step_id"][r["valid"]]}
+    buf.use_transitions()
+    assert buf.num_samples == len(valid_ids) == 7 * 6 + 4 * 6
+    assert buf.num_batches(16) == 4  # round(66 / 16)
+    batches = list(buf.generate_batches(minibatch_size=16, num_epochs=2))
+    assert len(batches) == 8 and {b["obs"].shape[0] for b in batches} <= {16, 17}
+    for b in batches:
+        assert b["obs"].dtype == torch.uint8 and b["obs"].shape[1:] == (2, 2) and bool(b["valid"].all())
+    for epoch in (batches[:4], batches[4:]):
+        ids = [int(i) for b in epoch for i in b["step_id"]]
+        assert sorted(ids) == sorted(valid_ids)  # every valid transition exactly once per pass
+    buf.after_gradients()
+    buf.add_data(_rollout(8, 6))
+    buf.before_gradients()
+    assert buf.num_batches(16) == 3  # the next round is sequences again until it asks
+
+
+@pytest.mark.parametrize(("cls", "proximal"), [(IMPALA, None), (APPO, "behaviour"), (APPO, "learner")])
+def test_round_targets_are_the_minibatch_targets_of_the_round_start_network(cls, proximal):
+    """``targets: round`` computes at the round's start what ``minibatch`` computes in the first
+    step's loss: the same loss and gradients there. Later steps keep the stored targets while
+    the network moves."""
+    torch.manual_seed(0)
+    actor = OnPolicyActor(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2))
+    batch = _rollout(6, 3)
+    batch["log_probs"] = torch.log(torch.rand(6, 3, generator=torch.Generator().manual_seed(1)) * 0.9 + 0.05)  # lagged
+    kwargs = {} if proximal is None else {"proximal_policy": proximal}
+    losses = {}
+    for targets in ("minibatch", "round"):
+        storage = VTraceBuffer(num_steps=6, num_envs=3, obs_shape=(4,), action_shape=(), discrete=True)
+        storage.add_data(batch)
+        storage.before_gradients()
+        algo = cls(actor, gamma=0.9, targets=targets, **kwargs)
+        algo.prepare_round(storage)
+        (minibatch,) = storage.generate_batches(minibatch_size=18)
+        assert ("vs" in minibatch) == (targets == "round") and (minibatch["rewards"].dim() == 1) == (targets == "round")
+        loss, info = algo.compute_loss(minibatch)
+        assert loss is not None
+        losses[targets] = (loss, info, torch.autograd.grad(loss, list(actor.parameters()), allow_unused=True), minibatch)
+    (_, info_m, grads_m, _), (_, info_r, grads_r, stored) = losses["minibatch"], losses["round"]
+    for key in ("policy_loss", "value_loss", "entropy", "rho_mean"):
+        assert math.isclose(info_r[key], info_m[key], rel_tol=1e-5, abs_tol=1e-6), key
+    for got, want in zip(grads_r, grads_m, strict=True):
+        if want is not None:
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+    with torch.no_grad():  # the network moves; the stored targets do not
+        for p in actor.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    _, info = algo.compute_loss(stored)
+    _, _, value = actor.evaluate_actions(stored["obs"], stored["actions"])
+    assert math.isclose(info["value_loss"], (0.5 * (stored["vs"] - value) ** 2).mean().item(), rel_tol=1e-5)
+
+
+def test_round_targets_keep_recurrent_sequences():
+    from tests.agent.test_recurrent import _actor, _recurrent_rollout, _storage
+
+    actor = _actor(shared=True)
+    storage = _storage(actor, cls=VTraceBuffer, stride=4)
+    _recurrent_rollout(actor, storage, torch.ones(12, 3, dtype=torch.bool))
+    storage.add_data(storage.get_data())
+    storage.before_gradients()
+    algo = APPO(actor, targets="round", proximal_policy="learner")
+    algo.prepare_round(storage)
+    batches = list(storage.generate_batches(minibatch_size=12, num_epochs=1))
+    assert len(batches) == 3
+    for batch in batches:  # sequences with their states, and the targets of their steps
+        assert batch["states"].shape[0] == batch["vs"].shape[1] and batch["vs"].shape == batch["rewards"].shape
+        loss, _ = algo.compute_loss(batch)
+        assert loss is not None and torch.isfinite(loss)

@@ -1,8 +1,16 @@
 """IMPALA (Espeholt et al. 2018) and APPO: actor-critic learning from lagged rollouts with V-trace.
 
 Both compute V-trace targets (:func:`~pytorchrl.agent.storages.on_policy.vtrace_buffer.compute_vtrace`)
-with the current policy inside the loss, on time-major minibatches from a
-:class:`~pytorchrl.agent.storages.on_policy.vtrace_buffer.VTraceBuffer`:
+on the time-major sequences of a :class:`~pytorchrl.agent.storages.on_policy.vtrace_buffer.VTraceBuffer`,
+at one of two times (``targets``):
+
+* ``minibatch`` (IMPALA): inside each minibatch's loss, with the current network; minibatches are
+  whole sequences of a group of envs, as the recursion needs;
+* ``round``: once per round, with the network as the round starts (one no-gradient forward pass,
+  :meth:`IMPALA.prepare_round`), as PPO computes GAE once per rollout; the targets are then fixed
+  numbers per transition, so memoryless minibatches are shuffled transitions, as PPO's.
+
+The losses:
 
 * IMPALA: ``-rho_t * A_t * log pi(a_t|x_t) + vf_coef * (vs_t - V(x_t))^2 / 2 - ent_coef * H``;
 * APPO: PPO's clipped surrogate on the V-trace advantages, so several epochs over a lagged
@@ -41,6 +49,7 @@ class IMPALA(Algorithm):
     :param max_grad_norm: global gradient-norm clip.
     :param normalize_advantages: normalise advantages per minibatch.
     :param anneal_lr: decay lr linearly to 0 over training.
+    :param targets: when the V-trace targets are computed: ``minibatch`` or ``round`` (module doc).
     """
 
     config_class = IMPALAConfig
@@ -70,7 +79,10 @@ class IMPALA(Algorithm):
         normalize_advantages: bool = False,
         anneal_lr: bool = False,
         adam_eps: float = 1e-5,
+        targets: str = "minibatch",
     ) -> None:
+        if targets not in ("minibatch", "round"):
+            raise ValueError(f"targets must be 'minibatch' or 'round', got {targets!r}")
         super().__init__(actor, device, lr=lr, adam_eps=adam_eps, max_grad_norm=max_grad_norm, anneal_lr=anneal_lr)
         self.gamma = gamma
         self.gae_lambda = gae_lambda
@@ -81,6 +93,39 @@ class IMPALA(Algorithm):
         self.ent_coef = ent_coef
         self.vf_coef = vf_coef
         self.normalize_advantages = normalize_advantages
+        self.targets = targets
+
+    def prepare_round(self, storage: Any) -> None:
+        """Score the round's rollouts once with the network as it is now, where the configuration
+        asks for it (:meth:`_round_fields`), and with ``targets: round`` shuffle transitions."""
+        if self._scores_round():
+            with torch.no_grad():
+                storage.annotate(self._round_fields)
+        if self.targets == "round":
+            storage.use_transitions()
+
+    def _scores_round(self) -> bool:
+        return self.targets == "round"
+
+    def _round_fields(self, rollout: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """What a round-start pass over one rollout stores in it (``[T, n]`` each): ``round``
+        targets' ``vs``, ``advantages`` and ``rho``, with the policy's log-probs ``log_prob`` now."""
+        t, n = rollout["rewards"].shape
+        log_prob, _, value, bootstrap = self._forward(rollout)
+        fields = {"round_log_probs": log_prob.view(t, n)}
+        if self.targets == "round":
+            vs, advantages, rho = self._vtrace(rollout, log_prob, value, bootstrap)
+            fields.update(vs=vs, advantages=advantages, rho=rho)
+        return fields
+
+    def _vtrace(self, batch: dict[str, torch.Tensor], log_prob: torch.Tensor, value: torch.Tensor, bootstrap: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """V-trace ``vs``, advantages and ``rho`` ``[T, n]`` of a time-major batch scored by ``log_prob`` and ``value`` ``[T * n]``."""
+        t, n = batch["rewards"].shape
+        values = torch.cat([value.detach().view(t, n), bootstrap.view(1, n)])
+        return compute_vtrace(
+            batch["log_probs"], log_prob.view(t, n), batch["rewards"], values, batch["terminated"], batch["truncated"], batch["valid"],
+            gamma=self.gamma, lambda_=self.gae_lambda, rho_bar=self.rho_bar, c_bar=self.c_bar,
+        )
 
     def _forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Current-policy log-probs, entropies and values ``[T * n]`` of a time-major batch, and the
@@ -98,15 +143,15 @@ class IMPALA(Algorithm):
         return log_prob, entropy, value, bootstrap
 
     def _evaluate(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Current-policy log-probs, entropies and values of a time-major batch, and its V-trace targets."""
-        rewards = batch["rewards"]
-        t, n = rewards.shape
-        log_prob, entropy, value, bootstrap = self._forward(batch)
-        values = torch.cat([value.detach().view(t, n), bootstrap.view(1, n)])
-        vs, advantages, rho = compute_vtrace(
-            batch["log_probs"], log_prob.view(t, n), rewards, values, batch["terminated"], batch["truncated"], batch["valid"],
-            gamma=self.gamma, lambda_=self.gae_lambda, rho_bar=self.rho_bar, c_bar=self.c_bar,
-        )
+        """Current-policy log-probs, entropies and values of a minibatch, and its V-trace targets:
+        computed here on a time-major batch, or stored at the round's start (``targets: round``;
+        the minibatch is then transitions, or sequences when recurrent)."""
+        stored = "vs" in batch
+        if stored and "states" not in batch:  # transitions
+            log_prob, entropy, value = self.actor.evaluate_actions(batch["obs"], batch["actions"])
+        else:
+            log_prob, entropy, value, bootstrap = self._forward(batch)
+        vs, advantages, rho = (batch["vs"], batch["advantages"], batch["rho"]) if stored else self._vtrace(batch, log_prob, value, bootstrap)
         mask = batch["valid"].reshape(-1).float()
         advantages = advantages.reshape(-1)
         if self.normalize_advantages:
@@ -115,8 +160,8 @@ class IMPALA(Algorithm):
             "log_prob": log_prob, "entropy": entropy, "value": value, "vs": vs.reshape(-1), "advantages": advantages,
             "rho": rho.reshape(-1), "mask": mask, "count": mask.sum().clamp(min=1.0), "behaviour_log_prob": batch["log_probs"].reshape(-1),
         }
-        if "proximal_log_probs" in batch:
-            e["proximal_log_prob"] = batch["proximal_log_probs"].reshape(-1)
+        if "round_log_probs" in batch:
+            e["round_log_prob"] = batch["round_log_probs"].reshape(-1)
         return e
 
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor | None, dict[str, float]]:
@@ -171,16 +216,14 @@ class APPO(IMPALA):
         self.clip_range = clip_range
         self.proximal_policy = proximal_policy
 
-    def prepare_round(self, storage: Any) -> None:
-        """``proximal_policy="learner"``: score the round's actions with the policy as it is now."""
-        if self.proximal_policy == "learner":
-            with torch.no_grad():
-                storage.annotate("proximal_log_probs", lambda rollout: self._forward(rollout)[0].view_as(rollout["log_probs"]))
+    def _scores_round(self) -> bool:
+        """``proximal_policy="learner"`` scores the round's actions with the policy as it is now."""
+        return self.proximal_policy == "learner" or super()._scores_round()
 
     def _policy_loss(self, e: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The clipped surrogate, and ``clip_fraction``: the share of valid steps whose ratio is
         outside the clip (no gradient from the surrogate there, half the time)."""
-        proximal = e.get("proximal_log_prob")
+        proximal = e.get("round_log_prob") if self.proximal_policy == "learner" else None
         anchor = e["behaviour_log_prob"] if proximal is None else proximal
         ratio = (e["log_prob"] - anchor).exp()
         clip = self.clip_range

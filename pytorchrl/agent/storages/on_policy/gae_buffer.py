@@ -77,8 +77,7 @@ class GAEBuffer(RolloutStorage):
 
     def _flatten(self, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One rollout's valid transitions with their advantages and returns, flattened."""
-        keep = data["valid"].reshape(-1)
-        return {k: v.reshape(-1, *v.shape[2:])[keep].to(self.device) for k, v in self._steps(data).items()}
+        return valid_transitions(self._steps(data), data["valid"], self.device)
 
     @property
     def num_samples(self) -> int:
@@ -114,26 +113,39 @@ class GAEBuffer(RolloutStorage):
         """
         if self._flat is None:
             raise RuntimeError("generate_batches() called before before_gradients()")
-        n = self.num_samples
-        num_batches = self.num_batches(minibatch_size)
-        if num_batches == 1:  # one minibatch holds everything: its order cannot matter
-            for _ in range(num_epochs):
-                yield self._flat
-            return
-        if self._recurrent:  # whole sequences: index dim 1 of the time-major fields
-            n = self._flat["states"].shape[0]
-        for _ in range(num_epochs):
-            order = torch.randperm(n, device=self.device) if shuffle else torch.arange(n, device=self.device)
-            for idx in torch.tensor_split(order, num_batches):
-                if self._recurrent:
-                    yield {k: v[idx] if k == "states" else v[:, idx] for k, v in self._flat.items()}
-                else:
-                    yield {k: v[idx] for k, v in self._flat.items()}
+        yield from minibatches(self._flat, self.num_batches(minibatch_size), num_epochs, shuffle=shuffle, sequences=self._recurrent)
 
     def after_gradients(self) -> None:
         """Drop the data used for this round of gradients."""
         super().after_gradients()
         self._flat = None
+
+
+def valid_transitions(steps: dict[str, torch.Tensor], valid: torch.Tensor, device: str | torch.device) -> dict[str, torch.Tensor]:
+    """The valid steps of ``[T, N, ...]`` per-step fields as ``[B, ...]`` transitions on ``device``."""
+    keep = valid.reshape(-1)
+    return {k: v.reshape(-1, *v.shape[2:])[keep.to(v.device)].to(device) for k, v in steps.items()}
+
+
+def minibatches(
+    data: dict[str, torch.Tensor], num_batches: int, num_epochs: int, *, shuffle: bool = True, sequences: bool = False
+) -> Iterator[dict[str, torch.Tensor]]:
+    """``num_epochs`` passes over ``data``, each a fresh permutation split into ``num_batches``
+    near-equal minibatches, so every item is used exactly once per pass. Items are transitions
+    (dim 0), or with ``sequences`` the time-major sequences of dim 1 (``states`` on dim 0)."""
+    if num_batches == 1:  # one minibatch holds everything: its order cannot matter
+        for _ in range(num_epochs):
+            yield data
+        return
+    n = data["states"].shape[0] if sequences else next(iter(data.values())).shape[0]
+    device = next(iter(data.values())).device
+    for _ in range(num_epochs):
+        order = torch.randperm(n, device=device) if shuffle else torch.arange(n, device=device)
+        for idx in torch.tensor_split(order, num_batches):
+            if sequences:
+                yield {k: v[idx] if k == "states" else v[:, idx] for k, v in data.items()}
+            else:
+                yield {k: v[idx] for k, v in data.items()}
 
 
 def to_sequences(x: torch.Tensor, length: int) -> torch.Tensor:

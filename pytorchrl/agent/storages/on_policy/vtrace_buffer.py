@@ -22,6 +22,11 @@ many steps, each with its bootstrap observation (recurrent: and its stored initi
 ``states [n, S]``), and yielded like rollouts. Memoryless, that is IMPALA's unroll length apart
 from the rollout's: V-trace runs over each sequence, and a minibatch of ``minibatch_size``
 transitions holds ``minibatch_size / state_stride`` sequences instead of a few whole rollouts.
+
+An algorithm that computes its targets once per round (``algorithm.targets: round``) stores
+them in the sequences first (:meth:`VTraceBuffer.annotate`), then calls
+:meth:`VTraceBuffer.use_transitions`: memoryless, the round's minibatches are then shuffled valid
+transitions, as PPO's are; recurrent sequences stay sequences (they need their states).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pytorchrl.agent.storages.on_policy.gae_buffer import compute_gae
+from pytorchrl.agent.storages.on_policy.gae_buffer import compute_gae, minibatches, valid_transitions
 from pytorchrl.agent.storages.on_policy.rollout import RolloutStorage
 
 
@@ -47,6 +52,7 @@ class VTraceBuffer(RolloutStorage):
         super().__init__(**kwargs)
         self.gamma = gamma
         self._rollouts: list[dict[str, torch.Tensor]] = []
+        self._flat: dict[str, torch.Tensor] | None = None  # the round's transitions, after use_transitions()
 
     def before_gradients(self) -> None:
         """Move the received rollouts to the learner's device, as they are."""
@@ -67,15 +73,29 @@ class VTraceBuffer(RolloutStorage):
             out.append(part)
         return out
 
-    def annotate(self, key: str, fn: Callable[[dict[str, torch.Tensor]], torch.Tensor]) -> None:
-        """Store ``fn(rollout)`` (``[T, n]``) in every received rollout (or sequence) under ``key``;
-        the minibatches carry it, sliced like ``rewards``. Call after :meth:`before_gradients`."""
+    def annotate(self, fn: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]) -> None:
+        """Add the fields ``fn(rollout)`` (each ``[T, n]``) to every received rollout (or sequence);
+        the minibatches carry them, sliced like ``rewards``. Call after :meth:`before_gradients`."""
         for rollout in self._rollouts:
-            rollout[key] = fn(rollout)
+            rollout.update(fn(rollout))
+
+    def use_transitions(self) -> None:
+        """Yield this round's minibatches as shuffled valid transitions (``[B, ...]`` fields: the
+        per-step ones, ``obs`` without its bootstrap row), as PPO's: for targets already computed
+        over the whole sequences. Recurrent rollouts keep their sequences."""
+        if not self._rollouts or "states" in self._rollouts[0]:
+            return
+        parts = []
+        for r in self._rollouts:
+            t = r["rewards"].shape[0]
+            parts.append(valid_transitions({k: v[:t] for k, v in r.items()}, r["valid"], self.device))
+        self._flat = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
 
     @property
     def num_samples(self) -> int:
         """Valid transitions in the received rollouts."""
+        if self._flat is not None:
+            return int(self._flat["valid"].shape[0])
         return int(sum(int(r["valid"].sum()) for r in self._rollouts))
 
     def explained_variance(self) -> float:
@@ -97,18 +117,25 @@ class VTraceBuffer(RolloutStorage):
         return [max(1, min(r["rewards"].shape[1], round(r["rewards"].numel() / minibatch_size))) for r in self._rollouts]
 
     def num_batches(self, minibatch_size: int) -> int:
-        """Minibatches per pass over the received rollouts."""
+        """Minibatches per pass over the received rollouts (transitions: ``round(num_samples /
+        minibatch_size)``, at least one)."""
+        if self._flat is not None:
+            return max(1, round(self.num_samples / minibatch_size))
         return sum(self._splits(minibatch_size))
 
     def generate_batches(self, *, minibatch_size: int, num_epochs: int = 1, shuffle: bool = True) -> Iterator[dict[str, torch.Tensor]]:
-        """Yield time-major minibatches: all steps of a group of envs of one rollout.
+        """Yield time-major minibatches: all steps of a group of envs of one rollout (after
+        :meth:`use_transitions`: shuffled transitions).
 
         Keys: ``obs`` and ``values`` ``[T + 1, n, ...]`` (behaviour values), ``actions``,
         ``log_probs`` (behaviour), ``rewards``, ``terminated``, ``truncated``, ``valid`` ``[T, n]``;
-        recurrent: ``starts [T + 1, n]`` and ``states [n, S]``.
+        recurrent: ``starts [T + 1, n]`` and ``states [n, S]``; and the annotated fields.
         """
         if not self._rollouts:
             raise RuntimeError("generate_batches() called before before_gradients()")
+        if self._flat is not None:
+            yield from minibatches(self._flat, self.num_batches(minibatch_size), num_epochs, shuffle=shuffle)
+            return
         splits = self._splits(minibatch_size)
         for _ in range(num_epochs):
             for rollout, parts in zip(self._rollouts, splits, strict=True):
@@ -123,6 +150,7 @@ class VTraceBuffer(RolloutStorage):
     def after_gradients(self) -> None:
         super().after_gradients()
         self._rollouts = []
+        self._flat = None
 
 
 def compute_vtrace(
