@@ -108,8 +108,9 @@ class IMPALA(Algorithm):
         return self.targets == "round"
 
     def _round_fields(self, rollout: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """What a round-start pass over one rollout stores in it (``[T, n]`` each): ``round``
-        targets' ``vs``, ``advantages`` and ``rho``, with the policy's log-probs ``log_prob`` now."""
+        """What a round-start pass over one rollout stores in it (``[T, n]`` each): the policy's
+        log-probs of the actions now, ``round_log_probs``, and with ``targets: round`` the V-trace
+        ``vs``, ``advantages`` and ``rho``."""
         t, n = rollout["rewards"].shape
         log_prob, _, value, bootstrap = self._forward(rollout)
         fields = {"round_log_probs": log_prob.view(t, n)}
