@@ -64,6 +64,10 @@ def _parser() -> argparse.ArgumentParser:
 
     evaluate = sub.add_parser("evaluate", help="run episodes of a trained policy (deterministic unless its config sets run.eval_deterministic: false)")
     evaluate.add_argument("path", metavar="RUN_DIR|CHECKPOINT")
+    evaluate.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE",
+        help="changes to the run's config, e.g. env.atari.repeat_action_probability=0.25 or run.eval_deterministic=true",
+    )
     evaluate.add_argument("--episodes", type=int, default=10)
     evaluate.add_argument("--video", metavar="DIR", help="also record one episode per env as a GIF in DIR")
     evaluate.set_defaults(func=_evaluate)
@@ -149,7 +153,8 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     if args.episodes < 1:
         raise InputError(f"--episodes = {args.episodes} is out of range: must be >= 1")
-    result = evaluate_checkpoint(args.path, episodes=args.episodes, video_dir=args.video)
+    _check_overrides(args.overrides)
+    result = evaluate_checkpoint(args.path, episodes=args.episodes, video_dir=args.video, overrides=args.overrides)
     print(json.dumps(result))
     return EXIT_OK
 

@@ -510,6 +510,17 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def load_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """The config a run directory was started with (its ``config.yaml``, which the caller has
+    checked is there), plus ``overrides``; a bad override is one :class:`ConfigError` line naming
+    the file."""
+    config_path = Path(run_dir) / "config.yaml"
+    try:
+        return from_dict(apply_overrides(yaml.safe_load(config_path.read_text()) or {}, overrides))
+    except ConfigError as exc:
+        raise ConfigError(f"{config_path}: {exc}") from None
+
+
 def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...]) -> dict:
     """Return a copy of the nested dict ``raw`` with dotted ``key=value`` overrides applied."""
     out = _deep_copy(raw)

@@ -7,20 +7,25 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
-from pytorchrl.config import from_dict
+from pytorchrl.config import load_run_config
 from pytorchrl.learner import Learner
 from pytorchrl.utils.checkpoint import META_FILE, load_checkpoint, load_newest_checkpoint
 from pytorchrl.utils.errors import CheckpointError, InputError
 
 
-def evaluate_checkpoint(path: str | Path, *, episodes: int = 10, video_dir: str | Path | None = None) -> dict[str, Any]:
-    """Deterministic returns of the policy in a run directory (newest checkpoint) or checkpoint.
+def evaluate_checkpoint(
+    path: str | Path, *, episodes: int = 10, video_dir: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Returns of the policy in a run directory (newest checkpoint) or checkpoint, deterministic
+    unless the run's config sets ``run.eval_deterministic: false``.
 
     :param path: a run directory or one of its ``checkpoints/step_N`` directories.
     :param episodes: number of episodes.
     :param video_dir: if given, record one episode as an animated GIF there.
+    :param overrides: dotted ``key=value`` changes to the run's config, e.g. the same policy on
+        sticky actions (``env.atari.repeat_action_probability=0.25``) or with argmax actions
+        (``run.eval_deterministic=true``); the policy's shapes must stay the same.
     """
     path = Path(path)
     if (path / META_FILE).is_file():
@@ -34,7 +39,7 @@ def evaluate_checkpoint(path: str | Path, *, episodes: int = 10, video_dir: str 
     config_path = run_dir / "config.yaml"
     if not config_path.is_file():
         raise CheckpointError(f"{str(config_path)!r} is missing: cannot rebuild the policy of {str(checkpoint)!r}")
-    config = from_dict(yaml.safe_load(config_path.read_text()) or {})
+    config = load_run_config(run_dir, overrides)
     learner = Learner.from_config(config, progress=False)
     try:
         learner.load_state(state)

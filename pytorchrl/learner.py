@@ -16,11 +16,11 @@ from typing import Any
 import torch
 import yaml
 
-from pytorchrl.config import Config, RunConfig, apply_overrides, config_to_dict, from_dict
+from pytorchrl.config import Config, RunConfig, config_to_dict, load_run_config
 from pytorchrl.logging.writers import CSVWriter, ProgressLine, TensorBoardWriter, Writer
 from pytorchrl.scheme.scheme import Scheme, build_scheme
 from pytorchrl.utils.checkpoint import load_checkpoint, load_newest_checkpoint, prune_checkpoints, save_checkpoint
-from pytorchrl.utils.errors import CheckpointError, ConfigError, TrainingDiverged
+from pytorchrl.utils.errors import CheckpointError, TrainingDiverged
 from pytorchrl.utils.seeding import get_rng_state, seed_everything, set_rng_state
 
 #: interval means of these per-update diagnostics go into each log row
@@ -111,15 +111,10 @@ class Learner:
         :raises CheckpointError: when the directory has no config or no readable checkpoint.
         """
         run_dir = Path(run_dir)
-        config_path = run_dir / "config.yaml"
-        if not config_path.is_file():
+        if not (run_dir / "config.yaml").is_file():
             raise CheckpointError(f"--resume {str(run_dir)!r}: no config.yaml there (not a pytorchrl run directory)")
         _, state, _ = load_newest_checkpoint(run_dir / "checkpoints")
-        raw = yaml.safe_load(config_path.read_text()) or {}
-        try:
-            config = from_dict(apply_overrides(raw, overrides))
-        except ConfigError as exc:
-            raise ConfigError(f"{config_path}: {exc}") from None
+        config = load_run_config(run_dir, overrides)
         learner = cls.from_config(config, run_dir=run_dir, progress=progress)
         learner.load_state(state)
         truncate_progress(run_dir / "progress.csv", learner.env_steps)

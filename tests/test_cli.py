@@ -94,6 +94,17 @@ def test_evaluate_checkpoint_and_run_dir(trained_run, capsys):
 
 
 @pytest.mark.slow
+def test_evaluate_overrides_the_runs_config(trained_run, capsys):
+    """The same checkpoint under a changed env (here a 7-step time limit) and a bad override."""
+    run_dir, _ = trained_run
+    assert main(["evaluate", str(run_dir), "env.max_episode_steps=7", "--episodes", "2"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["returns"] == [7.0, 7.0]
+    err = _bad(capsys, ["evaluate", str(run_dir), "env.max_episode_stepz=7"])
+    assert "config.yaml" in err and "did you mean 'env.max_episode_steps'" in err
+
+
+@pytest.mark.slow
 def test_evaluate_records_a_gif(trained_run, capsys, tmp_path, monkeypatch):
     pytest.importorskip("pygame")
     from PIL import Image

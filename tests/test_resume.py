@@ -70,6 +70,29 @@ def test_env_snapshot_restores_episodes_in_progress(make, tmp_path):
         restore(gym.make("CartPole-v1"), snapshot(twin))
 
 
+def test_env_snapshot_goes_only_into_envs_made_the_same_way():
+    """A snapshot holds settings as well as state (CartPole's time limit): a resume or an evaluation
+    that changes how the envs are made resets them instead of restoring the old settings."""
+    from pytorchrl.envs.vec_env import VecEnv
+
+    def make(limit: int | None) -> VecEnv:
+        return VecEnv.create_factory("CartPole-v1", num_envs=2, max_episode_steps=limit)[0]()
+
+    old = make(None)
+    old.reset()
+    old.step(torch.zeros(2, dtype=torch.long))
+    state = old.state_dict()
+    assert make(None).load_state_dict(state)  # made the same way: restored
+    short = make(7)
+    assert not short.load_state_dict(state)
+    short.reset_from_state()
+    lengths = []
+    for _ in range(8):
+        short.step(torch.zeros(2, dtype=torch.long))
+        lengths += [length for _, _, length in short.pop_episodes()]
+    assert lengths == [7, 7]  # the new time limit holds
+
+
 TINY = {
     "env": {"num_envs": 4, "num_test_envs": 2},
     "storage": {"num_steps": 32},

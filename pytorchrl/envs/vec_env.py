@@ -161,6 +161,9 @@ class VecEnv:
         self._native = not isinstance(self.env, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv))
         # env state in plain Python attributes can be snapshot; subprocesses and ALE's C++ state cannot
         self._snapshots = not isinstance(self.env, gym.vector.AsyncVectorEnv) and self._atari is None
+        # what the envs were made with: a snapshot holds settings too (a time limit's length), so
+        # it goes back only into envs made the same way, not into a resume or evaluation that changed them
+        self._made_with = repr((env_id, sorted((env_kwargs or {}).items()), max_episode_steps, action_mask, vectorization))
         if normalize_obs and not (isinstance(self.observation_space, gym.spaces.Box) and not self._layout.is_uint8):
             raise InputError(
                 f"env.normalize_obs = true needs a Box observation space of floats; env.env_id = {env_id!r} has "
@@ -355,6 +358,7 @@ class VecEnv:
             state["scaler_returns"] = torch.from_numpy(self.reward_scaler.returns.copy())
         if self._snapshots:
             state["snapshot"] = snapshot(self.env)
+            state["made_with"] = self._made_with
             state["episodes"] = {
                 "return": torch.from_numpy(self._episode_return.copy()),
                 "length": torch.from_numpy(self._episode_length.copy()),
@@ -364,8 +368,8 @@ class VecEnv:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
-        """Take the statistics of :meth:`state_dict` and, where it holds a snapshot, put the envs
-        back where they were.
+        """Take the statistics of :meth:`state_dict` and, where it holds a snapshot of envs made
+        the same way (id, kwargs, time limit, vectorization), put the envs back where they were.
 
         :return: whether the envs were restored; if not, call :meth:`reset_from_state` (a reset
             with fresh seeds).
@@ -377,7 +381,7 @@ class VecEnv:
             if "scaler_returns" in state:
                 self.reward_scaler.returns = state["scaler_returns"].numpy().copy()
         self._pending_reseeds = int(state.get("reseeds", 0))
-        if "snapshot" not in state or not self._snapshots:
+        if "snapshot" not in state or not self._snapshots or state.get("made_with", self._made_with) != self._made_with:
             return False
         restore(self.env, state["snapshot"])
         episodes = state["episodes"]
