@@ -233,6 +233,8 @@ DQN_TINY = {
     "run": {"target_steps": 1_536, "log_every": 128, "eval_every": 512, "eval_episodes": 2, "checkpoint_every": 512,
             "keep_checkpoints": 5, "stop_at_return": None},
 }
+# every Rainbow part: noisy nets draw fresh noise from the torch generator each step, C51, dueling
+RAINBOW_TINY = {**DQN_TINY, "algorithm": {**DQN_TINY["algorithm"], "rainbow": True, "num_atoms": 11, "v_min": -10.0, "v_max": 10.0}}
 R2D2_TINY = {
     **DQN_TINY,
     "env": {"env_id": "pytorchrl/CartPoleNoVelocity-v1", "num_envs": 4, "num_test_envs": 2},
@@ -249,7 +251,7 @@ PPO_GRU_TINY = {
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("raw", [DQN_TINY, R2D2_TINY, PPO_GRU_TINY], ids=["dqn", "r2d2", "ppo-gru"])
+@pytest.mark.parametrize("raw", [DQN_TINY, RAINBOW_TINY, R2D2_TINY, PPO_GRU_TINY], ids=["dqn", "rainbow", "r2d2", "ppo-gru"])
 def test_a_run_resumed_mid_way_equals_the_whole_run(tmp_path, raw):
     """Replay buffers (R2D2's windows and stream tails included), recurrent states carried by the
     workers between rollouts, random streams: a run resumed from its middle checkpoint ends
