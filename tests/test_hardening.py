@@ -160,6 +160,22 @@ def test_nan_rewards_stop_the_run_naming_the_good_checkpoint(tmp_path, capsys):
     assert summary["stop_reason"] == "nonfinite_updates" and summary["nonfinite_updates"] == 3
 
 
+
+@pytest.mark.timeout(120)
+def test_nan_rewards_stop_a_rainbow_run_in_one_line(tmp_path, capsys):
+    """C51's projection and prioritized replay's sum tree take NaN returns without a traceback:
+    the updates are skipped and counted like PPO's."""
+    code = main([
+        "train", str(CONFIGS / "dqn" / "rainbow_cartpole.yaml"), "env.env_id=tests.test_hardening:nan_reward_cartpole",
+        "env.env_kwargs={after: 64}", "env.num_envs=4", "actor.hidden_sizes=[32]", "algorithm.start_steps=128", "algorithm.update_every=16",
+        "run.max_nonfinite_updates=3", "run.stop_at_return=null", "run.eval_every=0", "--run-dir", str(tmp_path / "run"), "--quiet",
+    ])
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if line.startswith("pytorchrl: error")]
+    assert code == 1 and len(err) == 1
+    assert re.search(r"DQN: 3 updates in a row had a non-finite gradient \(first: .*= nan\) and were skipped", err[0]), err[0]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["stop_reason"] == "nonfinite_updates"
+
+
 def test_a_checkpoint_with_non_finite_weights_is_refused(tmp_path):
     learner = Learner.from_config(load_config(CARTPOLE, ["env.num_envs=2", "env.num_test_envs=1"]), run_dir=tmp_path / "run", progress=False)
     try:

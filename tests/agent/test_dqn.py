@@ -32,6 +32,15 @@ def test_c51_projection_by_hand():
     torch.testing.assert_close(m.sum(-1), torch.ones(3))
 
 
+
+def test_c51_projection_of_a_nan_return_is_a_nan_row_not_an_index_error():
+    support = torch.tensor([-1.0, 0.0, 1.0])
+    next_probs = torch.full((2, 3), 1 / 3)
+    m = project_distribution(next_probs, torch.tensor([float("nan"), 0.5]), torch.tensor([1.0, 0.0]), support)
+    assert m[0].isnan().all()
+    torch.testing.assert_close(m[1], torch.tensor([0.0, 0.5, 0.5]))
+
+
 def _linear_actor(**kwargs) -> OffPolicyActor:
     """A Q-network without hidden layers: Q(s) = W s + b, with weights set by hand."""
     actor = OffPolicyActor(OBS, ACTIONS, encoder=EncoderSpec(hidden_sizes=(), activation="relu"), **kwargs)

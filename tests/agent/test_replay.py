@@ -94,6 +94,18 @@ def test_stratified_sampling_is_proportional():
     np.testing.assert_allclose(counts / counts.sum(), priorities / priorities.sum(), atol=0.005)
 
 
+
+def test_a_non_finite_td_error_gets_the_highest_priority_instead_of_breaking_the_tree():
+    """A NaN loss (its gradient is skipped) must not stop the run inside the sum tree."""
+    sampler = PrioritizedSampler(alpha=1.0, eps=0.0)
+    sampler.bind(4)
+    sampler.added(np.arange(4), np.ones(4, dtype=bool), np.array([1.0, 2.0, 3.0, float("nan")]))  # the highest so far: 1
+    sampler.update_priorities(np.array([0, 1]), np.array([float("nan"), float("inf")]))  # now 3
+    assert sampler.max_priority == 3.0
+    np.testing.assert_array_equal(sampler.tree.get(np.arange(4)), [3.0, 3.0, 3.0, 1.0])
+    assert sampler.tree.total == 10.0
+
+
 # ---------------------------------------------------------------------------- n-step returns
 
 

@@ -216,6 +216,10 @@ def project_distribution(next_probs: torch.Tensor, rewards: torch.Tensor, discou
     delta = (v_max - v_min) / (atoms - 1)
     tz = (rewards.unsqueeze(-1) + discounts.unsqueeze(-1) * support).clamp(v_min, v_max)
     b = (tz - v_min) / delta
+    # a NaN return (a broken env) makes its row NaN, so the loss is NaN and the update is skipped,
+    # instead of an out-of-range atom index (clamp maps infinities to the ends; NaN stays)
+    broken = b.isnan()
+    b = b.masked_fill(broken, 0.0)
     lower, upper = b.floor().long(), b.ceil().long()
     # an atom that lands exactly on the support goes wholly to it (lower == upper)
     same = lower == upper
@@ -224,4 +228,4 @@ def project_distribution(next_probs: torch.Tensor, rewards: torch.Tensor, discou
     out = torch.zeros_like(next_probs)
     out.scatter_add_(-1, lower, next_probs * w_lower)
     out.scatter_add_(-1, upper, next_probs * w_upper)
-    return out
+    return out.masked_fill(broken.any(-1, keepdim=True), float("nan"))

@@ -161,7 +161,10 @@ class PrioritizedSampler(Sampler):
         return self.tree
 
     def _priority(self, td_errors: np.ndarray) -> np.ndarray:
-        return (np.abs(td_errors.astype(np.float64)) + self.eps) ** self.alpha
+        """Tree priorities of TD errors; a non-finite one (a NaN loss, whose gradient is not
+        applied) gets the highest priority so far instead of breaking the tree."""
+        values = (np.abs(td_errors.astype(np.float64)) + self.eps) ** self.alpha
+        return np.where(np.isfinite(values), values, self.max_priority)
 
     def added(self, rows: np.ndarray, ready: np.ndarray, priorities: np.ndarray | None) -> None:
         if priorities is None:
