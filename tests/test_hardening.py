@@ -160,7 +160,6 @@ def test_nan_rewards_stop_the_run_naming_the_good_checkpoint(tmp_path, capsys):
     assert summary["stop_reason"] == "nonfinite_updates" and summary["nonfinite_updates"] == 3
 
 
-
 @pytest.mark.timeout(120)
 def test_nan_rewards_stop_a_rainbow_run_in_one_line(tmp_path, capsys):
     """C51's projection and prioritized replay's sum tree take NaN returns without a traceback:

@@ -32,7 +32,6 @@ def test_c51_projection_by_hand():
     torch.testing.assert_close(m.sum(-1), torch.ones(3))
 
 
-
 def test_c51_projection_of_a_nan_return_is_a_nan_row_not_an_index_error():
     support = torch.tensor([-1.0, 0.0, 1.0])
     next_probs = torch.full((2, 3), 1 / 3)

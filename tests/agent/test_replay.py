@@ -94,7 +94,6 @@ def test_stratified_sampling_is_proportional():
     np.testing.assert_allclose(counts / counts.sum(), priorities / priorities.sum(), atol=0.005)
 
 
-
 def test_a_non_finite_td_error_gets_the_highest_priority_instead_of_breaking_the_tree():
     """A NaN loss (its gradient is skipped) must not stop the run inside the sum tree."""
     sampler = PrioritizedSampler(alpha=1.0, eps=0.0)
