@@ -26,8 +26,8 @@ EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT = 0, 1, 2
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
-    if extra:  # KEY=VALUE overrides may follow options (`train c.yaml --quiet k=v`)
-        if args.command not in ("train", "tune") or any(a.startswith("-") or "=" not in a for a in extra):
+    if extra:  # KEY=VALUE overrides may follow options (`train c.yaml --quiet k=v`), in every command that takes them
+        if not hasattr(args, "overrides") or any(a.startswith("-") or "=" not in a for a in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = [*args.overrides, *extra]
     os.environ.setdefault("OMP_NUM_THREADS", "1")

@@ -100,6 +100,8 @@ def test_evaluate_overrides_the_runs_config(trained_run, capsys):
     assert main(["evaluate", str(run_dir), "env.max_episode_steps=7", "--episodes", "2"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["returns"] == [7.0, 7.0]
+    assert main(["evaluate", str(run_dir), "--episodes", "1", "env.max_episode_steps=5"]) == 0  # after the options too
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["returns"] == [5.0]
     err = _bad(capsys, ["evaluate", str(run_dir), "env.max_episode_stepz=7"])
     assert "config.yaml" in err and "did you mean 'env.max_episode_steps'" in err
 
