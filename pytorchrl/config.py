@@ -159,7 +159,9 @@ class ActorConfig:
     hidden_sizes: tuple[int, ...] = param((64, 64), "Widths of the MLP after the encoder's extractor (the whole encoder for vector observations).")
     activation: str = param("tanh", "Hidden-layer activation of the MLP.", choices=("tanh", "relu", "elu", "gelu"))
     cnn_channels: tuple[int, ...] | None = param(None, "impala_resnet: channels of its stacks (null: 16, 32, 32).")
-    cnn_features: int | None = param(None, "Width of a CNN encoder's output layer (null: 512 nature_cnn, 256 impala_resnet).", min=1, max=65_536)
+    cnn_features: int | None = param(
+        None, "Width of a CNN encoder's output layer (null: 512 nature_cnn, 256 impala_resnet; 0: none, the flattened convolutions are the features).", min=0, max=65_536
+    )
     cnn_precision: str = param(
         "float32",
         "What a CNN encoder computes in: 'float32', or 'bfloat16' (autocast: 1.4-1.6x faster CNN steps on CPUs with "
@@ -325,6 +327,9 @@ class DQNConfig(_ReplayConfig):
     actor_priorities: bool = param(False, "Ape-X: collection workers score their transitions' TD errors as initial priorities (with prioritized_replay).")
     apex_epsilon_alpha: float | None = param(
         None, "Ape-X: collector i of N explores with epsilon ** (1 + alpha * i / (N - 1)) (Horgan et al. 2018 use 7 with epsilon 0.4); null: off.", min=0
+    )
+    head_hidden_sizes: tuple[int, ...] = param(
+        (), "Hidden layers of each Q head stream (the advantage's, and the value's with dueling), noisy with noisy_nets; Hessel et al.'s Rainbow network: [512] with actor.cnn_features=0."
     )
     rainbow: bool = param(False, "Turn every Rainbow component on (double_q, dueling, n_step >= 3, prioritized_replay, noisy_nets, distributional).")
 
@@ -693,10 +698,13 @@ def _check_cross_field(config: Config) -> None:
         if isinstance(algo, DQNConfig) and algo.v_min >= algo.v_max:
             raise ConfigError(f"config key 'algorithm.v_min' = {algo.v_min} must be below algorithm.v_max = {algo.v_max}")
     _check_sequences(config)
-    for name, widest in (("hidden_sizes", MAX_WIDTH), ("cnn_channels", MAX_CHANNELS)):
-        sizes = getattr(config.actor, name) or ()
+    widths = [("actor", config.actor, "hidden_sizes", MAX_WIDTH), ("actor", config.actor, "cnn_channels", MAX_CHANNELS)]
+    if isinstance(config.algorithm, DQNConfig):
+        widths.append(("algorithm", config.algorithm, "head_hidden_sizes", MAX_WIDTH))
+    for section, values, name, widest in widths:
+        sizes = getattr(values, name) or ()
         if any(s < 1 or s > widest for s in sizes):
-            raise ConfigError(f"config key 'actor.{name}' = {list(sizes)!r} is out of range: every width must be in 1..{widest:,}")
+            raise ConfigError(f"config key '{section}.{name}' = {list(sizes)!r} is out of range: every width must be in 1..{widest:,}")
 
 
 def _check_sequences(config: Config) -> None:

@@ -59,6 +59,19 @@ def test_encoders_learn_tasks_they_must_see(env_id, overrides):
 
 @pytest.mark.learning
 @pytest.mark.timeout(300)
+def test_rainbow_with_hessels_network_learns_the_image_task():
+    """Rainbow on Hessel et al.'s network: the convolutions straight into a noisy hidden layer
+    per dueling stream (``actor.cnn_features=0``, ``algorithm.head_hidden_sizes``)."""
+    summary = _train(
+        "dqn/cartpole.yaml", "env.env_id=pytorchrl/ImageSide-v0", "algorithm.rainbow=true", "algorithm.lr=1e-3", "actor.encoder=nature_cnn",
+        "actor.cnn_features=0", "actor.hidden_sizes=[]", "algorithm.head_hidden_sizes=[512]", "run.target_steps=8192", "run.stop_at_return=7.5",
+        "run.eval_every=1024",
+    )
+    assert summary["solved_at_env_steps"] is not None and summary["solved_at_env_steps"] <= 8192, summary
+
+
+@pytest.mark.learning
+@pytest.mark.timeout(300)
 def test_a_gru_learns_cartpole_without_velocities():
     """Only the cart position and pole angle are observed: the memoryless policy of the same
     config plateaus near 47 over 300k steps (BENCHMARKS.md); the GRU must pass 150 within 40k."""

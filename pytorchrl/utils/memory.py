@@ -34,7 +34,7 @@ def estimate_bytes(config: Config, observation_space: gym.Space) -> dict[str, tu
     actor = config.actor
     cnn = actor.encoder in ("nature_cnn", "impala_resnet") or (actor.encoder == "auto" and is_image_space(observation_space))
     if cnn:
-        inputs = actor.cnn_features or (512 if actor.encoder != "impala_resnet" else 256)
+        inputs = (512 if actor.encoder != "impala_resnet" else 256) if actor.cnn_features is None else actor.cnn_features  # 0: uncounted
     else:
         inputs = math.prod(layout.shape)
     widths = [inputs, *actor.hidden_sizes]

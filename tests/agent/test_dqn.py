@@ -128,6 +128,30 @@ def test_noisy_linear_uses_its_mean_when_evaluating():
     torch.testing.assert_close(layer(x), x @ layer.weight_mu.T + layer.bias_mu)
 
 
+def test_head_hidden_layers_give_each_stream_its_own_noisy_layers():
+    image = gym.spaces.Box(0, 255, (4, 36, 36), np.uint8)
+    hessel = EncoderSpec(kind="nature_cnn", hidden_sizes=(), activation="relu", cnn_features=0)
+    actor = OffPolicyActor(image, gym.spaces.Discrete(3), encoder=hessel, dueling=True, noisy=True, num_atoms=5, head_hidden_sizes=(16,))
+    q_net = actor.q_net
+    convs = q_net.torso.out_features  # 64 x 1 x 1 on 36x36
+    for hidden, out, width in ((q_net.advantage_hidden, q_net.advantage, 3 * 5), (q_net.value_hidden, q_net.value, 5)):
+        assert isinstance(hidden[0], NoisyLinear) and (hidden[0].in_features, hidden[0].out_features) == (convs, 16)
+        assert isinstance(out, NoisyLinear) and (out.in_features, out.out_features) == (16, width)
+    obs = torch.randint(0, 256, (4, 4, 36, 36), dtype=torch.uint8)
+    before = q_net.logits(obs)
+    assert before.shape == (4, 3, 5)
+    hidden_layer = q_net.value_hidden[0]
+    eps = hidden_layer.eps_in.clone()
+    q_net.reset_noise()  # the hidden layers' noise is redrawn too
+    assert not torch.equal(eps, hidden_layer.eps_in) and not torch.equal(before, q_net.logits(obs))
+    # the streams take gradients through their hidden layers
+    q_net.logits(obs)[:, 0].sum().backward()  # one action's: a sum over actions cancels the advantages
+    assert hidden_layer.weight_sigma.grad is not None and q_net.advantage_hidden[0].weight_mu.grad.abs().sum() > 0
+    # without hidden layers the parameter names are those of checkpoints written before the option
+    plain = OffPolicyActor(OBS, ACTIONS, encoder=EncoderSpec(hidden_sizes=(8,)), dueling=True, noisy=True).q_net
+    assert {k.split(".")[0] for k in plain.state_dict()} == {"torso", "advantage", "value", "support"}
+
+
 def test_rainbow_preset_turns_every_component_on_and_trains():
     raw = {
         "env": {"num_envs": 2, "num_test_envs": 1},
@@ -158,6 +182,7 @@ def test_rainbow_preset_turns_every_component_on_and_trains():
         (["env.env_id=Pendulum-v1"], "algorithm.name = 'dqn' needs a Discrete action space; env.env_id = 'Pendulum-v1' has Box"),
         (["algorithm.minibatch_size=128", "algorithm.start_steps=64"], "'algorithm.minibatch_size' = 128 is larger than algorithm.start_steps = 64"),
         (["algorithm.noisy=true"], "unknown config key 'algorithm.noisy'; did you mean 'algorithm.noisy_nets'?"),
+        (["algorithm.head_hidden_sizes=[64,0]"], "'algorithm.head_hidden_sizes' = [64, 0] is out of range: every width must be in 1.."),
     ],
 )
 def test_bad_off_policy_input_exits_2_with_one_line(capsys, tmp_path, args, needle):

@@ -55,6 +55,21 @@ def test_encoder_output_shape_and_dtype(space, kind, width):
         assert encoder.out_features == width
 
 
+@pytest.mark.parametrize("kind", ["nature_cnn", "impala_resnet"])
+def test_cnn_features_0_hands_on_the_flattened_convolutions(kind):
+    encoder = EncoderSpec(kind=kind, hidden_sizes=(), cnn_features=0).build(IMAGE_CHW)
+    cnn = encoder.extractor
+    assert cnn.linear is None and not any("linear" in k for k in encoder.state_dict())
+    convs = {"nature_cnn": 64 * 7 * 7, "impala_resnet": 32 * 11 * 11}[kind]  # 84 -> 20 -> 9 -> 7; 84 -> 42 -> 21 -> 11
+    obs = _batch(IMAGE_CHW)
+    out = encoder(obs)
+    assert encoder.out_features == convs and out.shape == (3, convs) and (out >= 0).all()
+    with_linear = EncoderSpec(kind=kind, hidden_sizes=(), cnn_features=8).build(IMAGE_CHW)
+    with_linear.load_state_dict(encoder.state_dict(), strict=False)  # the same convolutions
+    lin = with_linear.extractor.linear
+    torch.testing.assert_close(with_linear(obs), torch.relu(lin(out)))
+
+
 def test_auto_picks_a_cnn_for_images_and_none_for_vectors():
     assert isinstance(EncoderSpec().extractor(IMAGE_CHW), NatureCNN)
     assert isinstance(EncoderSpec(kind="impala_resnet").extractor(IMAGE_CHW), ImpalaResNet)

@@ -76,6 +76,9 @@ class QNetwork(nn.Module):
     :param encoder: the torso.
     :param dueling: separate value and advantage streams, ``Q = V + A - mean(A)``.
     :param noisy: noisy linear layers in the heads (exploration without epsilon).
+    :param head_hidden_sizes: hidden layers (ReLU) of each head stream, before its output layer;
+        noisy with ``noisy``. Hessel et al.'s Rainbow network is ``(512,)`` on a CNN without
+        its own linear layer (``cnn_features=0``): each stream then has a noisy 512-unit layer.
     :param num_atoms: atoms of the C51 return distribution (1: plain expected values).
     :param v_min: smallest support value (C51).
     :param v_max: largest support value (C51).
@@ -88,7 +91,7 @@ class QNetwork(nn.Module):
     def __init__(
         self, observation_space: gym.Space, num_actions: int, *, encoder: EncoderSpec = EncoderSpec(activation="relu"),
         dueling: bool = False, noisy: bool = False, num_atoms: int = 1, v_min: float = -10.0, v_max: float = 10.0,
-        recurrent: RecurrentSpec | None = None,
+        recurrent: RecurrentSpec | None = None, head_hidden_sizes: tuple[int, ...] = (),
     ) -> None:
         super().__init__()
         self.num_actions, self.num_atoms = num_actions, num_atoms
@@ -98,8 +101,16 @@ class QNetwork(nn.Module):
         if self.core is not None:
             width = self.core.out_features
         linear: Callable[[int, int], nn.Module] = NoisyLinear if noisy else nn.Linear
-        self.advantage = linear(width, num_actions * num_atoms)
-        self.value = linear(width, num_atoms) if dueling else None
+
+        def stream(out_features: int) -> tuple[nn.Module | None, nn.Module]:
+            """A head stream's hidden layers (None: none; so a network without them keeps
+            its parameter names) and its output layer."""
+            widths = (width, *head_hidden_sizes)
+            layers = [m for a, b in itertools.pairwise(widths) for m in (linear(a, b), nn.ReLU())]
+            return nn.Sequential(*layers) if layers else None, linear(widths[-1], out_features)
+
+        self.advantage_hidden, self.advantage = stream(num_actions * num_atoms)
+        self.value_hidden, self.value = stream(num_atoms) if dueling else (None, None)
         self.register_buffer("support", torch.linspace(v_min, v_max, num_atoms) if num_atoms > 1 else torch.zeros(1))
 
     def logits(self, obs: torch.Tensor) -> torch.Tensor:
@@ -122,10 +133,13 @@ class QNetwork(nn.Module):
 
     def head_logits(self, features: torch.Tensor) -> torch.Tensor:
         """The heads' ``[batch, actions, atoms]`` outputs of torso (or core) features."""
-        adv = self.advantage(features).view(-1, self.num_actions, self.num_atoms)
+        hidden = self.advantage_hidden
+        adv = self.advantage(features if hidden is None else hidden(features)).view(-1, self.num_actions, self.num_atoms)
         if self.value is None:
             return adv
-        return self.value(features).view(-1, 1, self.num_atoms) + adv - adv.mean(dim=1, keepdim=True)
+        hidden = self.value_hidden
+        value = self.value(features if hidden is None else hidden(features))
+        return value.view(-1, 1, self.num_atoms) + adv - adv.mean(dim=1, keepdim=True)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Expected action values ``[batch, actions]``."""

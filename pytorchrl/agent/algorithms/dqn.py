@@ -80,7 +80,7 @@ class DQN(Algorithm):
             observation_space, action_space, encoder=encoder_spec(config.actor), dueling=algo.dueling, noisy=algo.noisy_nets,
             num_atoms=algo.num_atoms if algo.distributional else 1, v_min=algo.v_min, v_max=algo.v_max,
             apex_alpha=algo.apex_epsilon_alpha, num_collectors=num_collectors(config), recurrent=recurrent_spec(config.actor),
-            action_mask=action_mask_slice(config, observation_space),
+            action_mask=action_mask_slice(config, observation_space), head_hidden_sizes=tuple(algo.head_hidden_sizes),
         )
         explore = (0.0, 0.0) if algo.noisy_nets else (algo.exploration_initial_eps, algo.exploration_final_eps)
         algo_factory = cls.create_factory(

@@ -60,7 +60,8 @@ class EncoderSpec:
     :param hidden_sizes: widths of the MLP after the extractor (the whole network of a flat Box).
     :param activation: the MLP's activation.
     :param cnn_channels: channels of the IMPALA ResNet's stacks (None: 16, 32, 32).
-    :param cnn_features: width of a CNN's final linear layer (None: 512 Nature, 256 IMPALA).
+    :param cnn_features: width of a CNN's final linear layer (None: 512 Nature, 256 IMPALA; 0:
+        none, the features are the flattened convolutions).
     :param cnn_precision: what a CNN computes in: ``float32``, or ``bfloat16`` (autocast; its
         parameters, gradients and optimizer state stay float32, and its features are float32).
     """
@@ -93,9 +94,9 @@ class EncoderSpec:
             raise EncoderError(f"unknown CNN precision {self.cnn_precision!r}; allowed: {', '.join(PRECISIONS)}")
         net: _ImageNet
         if self.kind == "impala_resnet":
-            net = ImpalaResNet(space, channels=self.cnn_channels or (16, 32, 32), features=self.cnn_features or 256, where=where)
+            net = ImpalaResNet(space, channels=self.cnn_channels or (16, 32, 32), features=_default(self.cnn_features, 256), where=where)
         else:
-            net = NatureCNN(space, features=self.cnn_features or 512, where=where)
+            net = NatureCNN(space, features=_default(self.cnn_features, 512), where=where)
         net.dtype = PRECISIONS[self.cnn_precision]
         return net
 
@@ -206,15 +207,20 @@ def _to_float_image(obs: torch.Tensor, shape: tuple[int, ...], channels_last: bo
     return x.to(dtype).mul_(1.0 / 255.0)
 
 
+def _default(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
 class _ImageNet(CachedLayers):
-    """What the CNNs share: the image's layout, ``convs`` then one ``linear`` layer as cached
-    ``(weight, bias)`` pairs, ``out_features``, and the precision they compute in: ``dtype``
+    """What the CNNs share: the image's layout, ``convs`` then one ``linear`` layer (None: the
+    flattened convolutions are the features) as cached ``(weight, bias)`` pairs,
+    ``out_features``, and the precision they compute in: ``dtype``
     bfloat16 runs :meth:`features` under autocast (measured: a Nature CNN step of 256, forward
     and backward, 1.4-1.6x faster on the 2-core VM's AVX-512 BF16 cores) and returns float32
     features, so the heads, losses and log-probabilities stay float32."""
 
     convs: nn.ModuleList
-    linear: nn.Linear
+    linear: nn.Linear | None
     dtype: torch.dtype = torch.float32
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -233,12 +239,20 @@ class _ImageNet(CachedLayers):
         return c, h, w
 
     def _finish(self, in_features: int, features: int) -> None:
-        self.linear = nn.Linear(in_features, features)
-        self.out_features = features
+        self.linear = nn.Linear(in_features, features) if features else None
+        self.out_features = features or in_features
         self._cache_parameters()
 
     def _layer_parameters(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        return [(m.weight, m.bias) for m in (*self.convs, self.linear)]  # type: ignore[misc]
+        linear = [] if self.linear is None else [self.linear]
+        return [(m.weight, m.bias) for m in (*self.convs, *linear)]  # type: ignore[misc]
+
+    def _output(self, x: torch.Tensor) -> torch.Tensor:
+        """The linear layer and its ReLU on the flattened (ReLU'd) convolutions."""
+        if self.linear is None:
+            return x.flatten(1)
+        weight, bias = self._layers[-1]
+        return F.relu(F.linear(x.flatten(1), weight, bias))
 
 
 class NatureCNN(_ImageNet):
@@ -247,7 +261,7 @@ class NatureCNN(_ImageNet):
     channels first or last, of at least 36x36.
 
     :param space: the image space.
-    :param features: width of the output.
+    :param features: width of the output (0: no linear layer; the flattened convolutions).
     :param where: what the space is, for error messages.
     """
 
@@ -266,10 +280,9 @@ class NatureCNN(_ImageNet):
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         x = _to_float_image(obs, self.shape, self.channels_last, self.dtype)
-        *convs, (weight, bias) = self._layers
-        for (w, b), stride in zip(convs, self.strides):
+        for (w, b), stride in zip(self._layers, self.strides):
             x = F.relu(F.conv2d(x, w, b, stride))
-        return F.relu(F.linear(x.flatten(1), weight, bias))
+        return self._output(x)
 
 
 class ImpalaResNet(_ImageNet):
@@ -279,7 +292,7 @@ class ImpalaResNet(_ImageNet):
 
     :param space: the image space.
     :param channels: output channels of each stack (the paper: 16, 32, 32).
-    :param features: width of the output.
+    :param features: width of the output (0: no linear layer; the flattened convolutions).
     :param where: what the space is, for error messages.
     """
 
@@ -304,8 +317,7 @@ class ImpalaResNet(_ImageNet):
             for block in range(2):
                 (w1, b1), (w2, b2) = layers[5 * s + 1 + 2 * block], layers[5 * s + 2 + 2 * block]
                 x = x + F.conv2d(F.relu(F.conv2d(F.relu(x), w1, b1, padding=1)), w2, b2, padding=1)
-        weight, bias = layers[-1]
-        return F.relu(F.linear(F.relu(x).flatten(1), weight, bias))
+        return self._output(F.relu(x))
 
 
 class DictExtractor(nn.Module):
