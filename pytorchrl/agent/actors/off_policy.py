@@ -78,7 +78,8 @@ class QNetwork(nn.Module):
     :param noisy: noisy linear layers in the heads (exploration without epsilon).
     :param head_hidden_sizes: hidden layers (ReLU) of each head stream, before its output layer;
         noisy with ``noisy``. Hessel et al.'s Rainbow network is ``(512,)`` on a CNN without
-        its own linear layer (``cnn_features=0``): each stream then has a noisy 512-unit layer.
+        its own linear layer (``cnn_features=0``) and no MLP after it (``hidden_sizes=()``): each
+        stream then has a noisy 512-unit layer.
     :param num_atoms: atoms of the C51 return distribution (1: plain expected values).
     :param v_min: smallest support value (C51).
     :param v_max: largest support value (C51).
