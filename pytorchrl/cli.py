@@ -119,6 +119,10 @@ def _train(args: argparse.Namespace) -> int:
             raise InputError("train needs a CONFIG.yaml (or --resume RUN_DIR)")
         config = load_config(args.config, args.overrides)
         run_dir = Path(args.run_dir) if args.run_dir else _default_run_dir(args.config)
+        if (run_dir / "config.yaml").exists():  # a new run there would mix its logs and checkpoints with the old one's
+            raise InputError(
+                f"--run-dir {str(run_dir)!r} already holds a run (its config.yaml); continue it with `pytorchrl train --resume {run_dir}`, or choose a new directory"
+            )
         learner = Learner.from_config(config, run_dir=run_dir, progress=not args.quiet)
     print(f"pytorchrl: run directory {learner.run_dir}", file=sys.stderr)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)

@@ -119,6 +119,15 @@ def test_evaluate_records_a_gif(trained_run, capsys, tmp_path, monkeypatch):
         assert gif.n_frames > 5 and gif.size == (600, 400)
 
 
+@pytest.mark.slow
+def test_train_refuses_a_run_dir_that_holds_a_run(trained_run, capsys):
+    run_dir, _ = trained_run
+    before = {p: p.stat().st_mtime_ns for p in run_dir.rglob("*") if p.is_file()}
+    err = _bad(capsys, ["train", CARTPOLE, "--run-dir", str(run_dir), "--quiet"])
+    assert f"--run-dir {str(run_dir)!r} already holds a run" in err and "--resume" in err
+    assert {p: p.stat().st_mtime_ns for p in run_dir.rglob("*") if p.is_file()} == before  # nothing written there
+
+
 def _bad(capsys, argv):
     code = main(argv)
     err = capsys.readouterr().err.strip()
