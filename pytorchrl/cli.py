@@ -69,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
         help="changes to the run's config, e.g. env.atari.repeat_action_probability=0.25 or run.eval_deterministic=true",
     )
     evaluate.add_argument("--episodes", type=int, default=10)
-    evaluate.add_argument("--video", metavar="DIR", help="also record one episode per env as a GIF in DIR")
+    evaluate.add_argument("--video", metavar="DIR", help="also record one episode as DIR/episode.gif")
     evaluate.set_defaults(func=_evaluate)
 
     plot = sub.add_parser("plot", help="learning curves of run directories (seeds of one config: mean and min-max band)")

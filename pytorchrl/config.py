@@ -174,7 +174,7 @@ class ActorConfig:
     log_std_init: float = param(0.0, "Initial log standard deviation of Gaussian policies (state independent).")
     ortho_init: bool = param(True, "Orthogonal initialisation (gain sqrt(2) hidden, 0.01 policy, 1 value).")
     recurrent: RecurrentConfig = param(
-        RecurrentConfig(), "Recurrent core (GRU/LSTM) after the encoder: PPO, A2C, IMPALA, APPO and DQN (R2D2-style sequence replay)."
+        RecurrentConfig(), "Recurrent core (GRU/LSTM) after the encoder: PPO, A2C, IMPALA, APPO, DQN and SAC (R2D2-style sequence replay); not TD3/DDPG."
     )
 
 
