@@ -167,11 +167,12 @@ def _gemm_floor(step: Callable[[], Any], repeats: int) -> tuple[float, float]:
     return 1e3 * (time.perf_counter() - start) / repeats, flops / 1e6
 
 
-def sac_halfcheetah_step(seeds: list[int], *, steps: int = 1_500, warmup: int = 500) -> dict[str, Any]:
+def sac_halfcheetah_step(seeds: list[int], *, steps: int = 1_500, warmup: int = 500, precision: str = "float32") -> dict[str, Any]:
     """Milliseconds per SAC HalfCheetah-v5 step (``configs/sac/halfcheetah.yaml``: one env step,
     acting, storage and one gradient step; no evaluation), after ``warmup`` updates, and the floor
-    under it: the time of the same update's matrix products replayed alone. Compare the step with
-    Stable-Baselines3's in one run: ``scripts/sac_step_vs_sb3.py``."""
+    under it: the time of the same update's matrix products replayed alone. ``precision``: the
+    config's ``actor.mlp_precision``. Compare the step with Stable-Baselines3's in one run:
+    ``scripts/sac_step_vs_sb3.py``."""
     from pytorchrl.benchmarks import _config_path
     from pytorchrl.config import load_config
     from pytorchrl.learner import Learner
@@ -180,7 +181,7 @@ def sac_halfcheetah_step(seeds: list[int], *, steps: int = 1_500, warmup: int = 
     for seed in seeds:
         cfg = load_config(_config_path("sac/halfcheetah.yaml"), [
             f"run.seed={seed}", "run.target_steps=1000000000", "run.eval_every=1000000000", "run.log_every=1000000000",
-            "run.checkpoint_every=1000000000", "run.stop_at_return=null", "algorithm.start_steps=1000",
+            "run.checkpoint_every=1000000000", "run.stop_at_return=null", "algorithm.start_steps=1000", f"actor.mlp_precision={precision}",
         ])
         learner = Learner.from_config(cfg, progress=False)  # its workers set the config's torch_threads
         try:
@@ -197,18 +198,27 @@ def sac_halfcheetah_step(seeds: list[int], *, steps: int = 1_500, warmup: int = 
             "seed": seed, "threads": torch.get_num_threads(), "ms_per_step": round(step_ms, 3), "gemm_ms_per_update": round(gemm_ms, 3),
             "gemm_mflop_per_update": round(mflop, 1), "gemm_gflop_per_s": round(mflop / gemm_ms, 1), "gemm_share": round(gemm_ms / step_ms, 3),
         })
-        print(f"  sac/halfcheetah.yaml seed {seed}: {step_ms:.2f} ms per step; its matrix products alone {gemm_ms:.2f} ms ({mflop:.0f} MFLOP)", flush=True)
+        print(f"  sac/halfcheetah.yaml ({precision}) seed {seed}: {step_ms:.2f} ms per step; its matrix products alone {gemm_ms:.2f} ms "
+              f"({mflop:.0f} MFLOP)", flush=True)
     return {
         "steps": steps,
+        "precision": precision,
         "median_ms_per_step": statistics.median(r["ms_per_step"] for r in runs),
         "median_gemm_ms_per_update": statistics.median(r["gemm_ms_per_update"] for r in runs),
         "runs": runs,
     }
 
 
+def sac_halfcheetah_step_bf16(seeds: list[int]) -> dict[str, Any]:
+    """:func:`sac_halfcheetah_step` with ``actor.mlp_precision: bfloat16`` (hidden layers in
+    bfloat16: for CPUs with AVX-512 BF16 or AMX)."""
+    return sac_halfcheetah_step(seeds, precision="bfloat16")
+
+
 BENCHMARKS: dict[str, Callable[[list[int]], dict[str, Any]]] = {
     "atari_collection": atari_collection,
     "sac_halfcheetah_step": sac_halfcheetah_step,
+    "sac_halfcheetah_step_bf16": sac_halfcheetah_step_bf16,
     "atari_replay_memory": atari_replay_memory,
     **{name: _learning_benchmark(*target) for name, target in LEARNING_TARGETS.items()},
 }

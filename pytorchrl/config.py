@@ -168,6 +168,13 @@ class ActorConfig:
         "AVX-512 BF16 or AMX and on Ampere+ GPUs; parameters, optimizer state and the heads stay float32).",
         choices=("float32", "bfloat16"),
     )
+    mlp_precision: str = param(
+        "float32",
+        "What the hidden layers of the MLPs (after the extractor; the critics' but their output layer) compute in: "
+        "'float32', or 'bfloat16' (2.5-3.5x faster matrix products on CPUs with AVX-512 BF16 or AMX; parameters, "
+        "gradients, optimizer state, output layers and losses stay float32).",
+        choices=("float32", "bfloat16"),
+    )
     shared_network: bool = param(
         False, "One encoder for policy and value (else two); SAC/TD3/DDPG: the policy reads the critics' extractor, detached."
     )
@@ -698,7 +705,7 @@ def _check_cross_field(config: Config) -> None:
         if isinstance(algo, DQNConfig) and algo.v_min >= algo.v_max:
             raise ConfigError(f"config key 'algorithm.v_min' = {algo.v_min} must be below algorithm.v_max = {algo.v_max}")
     _check_sequences(config)
-    widths = [("actor", config.actor, "hidden_sizes", MAX_WIDTH), ("actor", config.actor, "cnn_channels", MAX_CHANNELS)]
+    widths: list[tuple[str, object, str, int]] = [("actor", config.actor, "hidden_sizes", MAX_WIDTH), ("actor", config.actor, "cnn_channels", MAX_CHANNELS)]
     if isinstance(config.algorithm, DQNConfig):
         widths.append(("algorithm", config.algorithm, "head_hidden_sizes", MAX_WIDTH))
     for section, values, name, widest in widths:

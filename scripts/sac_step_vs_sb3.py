@@ -1,13 +1,14 @@
 """SAC HalfCheetah-v5 time per env step: pytorchrl against Stable-Baselines3, alternating in one run.
 
-    python scripts/sac_step_vs_sb3.py [--repeats 3] [--sb3-python PYTHON]
+    python scripts/sac_step_vs_sb3.py [--repeats 3] [--precision float32 bfloat16] [--sb3-python PYTHON]
 
 Both sides take 1,000 random steps, make 500 updates, then time 1,500 env steps with one
 gradient step each (no evaluation): pytorchrl through ``pytorchrl benchmark sac_halfcheetah_step``
-(``configs/sac/halfcheetah.yaml``), SB3 with its SAC defaults, the rl-zoo MuJoCo settings, on
-``torch``'s default threads (this machine's cores, as the config's ``torch_threads``). The
-pytorchrl side also prints the floor under its step: the update's matrix products replayed alone.
-``--sb3-python``: an interpreter with stable-baselines3 (default: this one).
+(``configs/sac/halfcheetah.yaml``), once per ``--precision`` (its ``actor.mlp_precision``:
+``sac_halfcheetah_step_bf16`` for bfloat16), SB3 with its SAC defaults, the rl-zoo MuJoCo
+settings, on ``torch``'s default threads (this machine's cores, as the config's
+``torch_threads``). The pytorchrl side also prints the floor under its step: the update's matrix
+products replayed alone. ``--sb3-python``: an interpreter with stable-baselines3 (default: this one).
 """
 
 from __future__ import annotations
@@ -32,29 +33,41 @@ print(1e3 * (time.perf_counter() - start) / steps)
 """
 
 
+BENCHMARK = {"float32": "sac_halfcheetah_step", "bfloat16": "sac_halfcheetah_step_bf16"}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--precision", nargs="+", choices=list(BENCHMARK), default=["float32"], help="pytorchrl's actor.mlp_precision, each measured per round")
     ap.add_argument("--sb3-python", default=sys.executable)
     args = ap.parse_args()
     out = Path(tempfile.mkdtemp(prefix="sac-step-"))
-    ours, floors, theirs = [], [], []
+    ours: dict[str, list[float]] = {p: [] for p in args.precision}
+    floors: dict[str, list[float]] = {p: [] for p in args.precision}
+    theirs: list[float] = []
     for i in range(args.repeats):
-        path = out / f"ours_{i}.json"
-        subprocess.run([sys.executable, "-m", "pytorchrl.cli", "benchmark", "sac_halfcheetah_step", "--seeds", "0", "--json", str(path)], check=True)
-        result = json.loads(path.read_text())["sac_halfcheetah_step"]
-        run = result["runs"][0]
-        ours.append(run["ms_per_step"])
-        floors.append(run["gemm_ms_per_update"])
-        sb3 = subprocess.run([args.sb3_python, "-c", SB3_STEP, str(result["steps"])], check=True, capture_output=True, text=True)
+        steps = 0
+        for precision in args.precision:
+            name, path = BENCHMARK[precision], out / f"ours_{precision}_{i}.json"
+            subprocess.run([sys.executable, "-m", "pytorchrl.cli", "benchmark", name, "--seeds", "0", "--json", str(path)], check=True)
+            result = json.loads(path.read_text())[name]
+            ours[precision].append(result["runs"][0]["ms_per_step"])
+            floors[precision].append(result["runs"][0]["gemm_ms_per_update"])
+            steps = result["steps"]
+        sb3 = subprocess.run([args.sb3_python, "-c", SB3_STEP, str(steps)], check=True, capture_output=True, text=True)
         theirs.append(float(sb3.stdout.strip().splitlines()[-1]))
-        print(f"round {i}: pytorchrl {ours[-1]:.2f} ms per step (matrix products alone {floors[-1]:.2f}); SB3 {theirs[-1]:.2f} ms", flush=True)
-    ours_ms, theirs_ms, floor_ms = statistics.median(ours), statistics.median(theirs), statistics.median(floors)
-    print(json.dumps({
-        "pytorchrl_ms_per_step": ours_ms, "sb3_ms_per_step": theirs_ms, "ratio": round(ours_ms / theirs_ms, 3),
-        "gemm_floor_ms": floor_ms, "gemm_floor_ratio": round(floor_ms / theirs_ms, 3),
-        "rounds": [{"pytorchrl": a, "gemm": g, "sb3": b} for a, g, b in zip(ours, floors, theirs)],
-    }))
+        mine = "; ".join(f"pytorchrl {p} {ours[p][-1]:.2f} ms per step (matrix products alone {floors[p][-1]:.2f})" for p in args.precision)
+        print(f"round {i}: {mine}; SB3 {theirs[-1]:.2f} ms", flush=True)
+    theirs_ms = statistics.median(theirs)
+    summary: dict[str, object] = {"sb3_ms_per_step": theirs_ms, "sb3_rounds": theirs}
+    for precision in args.precision:
+        ours_ms, floor_ms = statistics.median(ours[precision]), statistics.median(floors[precision])
+        summary[precision] = {
+            "pytorchrl_ms_per_step": ours_ms, "ratio": round(ours_ms / theirs_ms, 3), "gemm_floor_ms": floor_ms,
+            "gemm_floor_ratio": round(floor_ms / theirs_ms, 3), "rounds": ours[precision], "gemm_rounds": floors[precision],
+        }
+    print(json.dumps(summary))
 
 
 if __name__ == "__main__":

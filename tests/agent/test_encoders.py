@@ -106,6 +106,23 @@ def test_bfloat16_cnns_compute_in_bf16_and_keep_float32_parameters_and_features(
         assert torch.nn.functional.cosine_similarity(p_half.grad.flatten(), p_full.grad.flatten(), dim=0) > 0.99
 
 
+@pytest.mark.parametrize("space", [VECTOR, MIXED])
+def test_bfloat16_mlps_compute_in_bf16_and_keep_float32_parameters_and_features(space):
+    full = EncoderSpec(hidden_sizes=(64, 64), cnn_features=16).build(space)
+    half = EncoderSpec(hidden_sizes=(64, 64), cnn_features=16, mlp_precision="bfloat16").build(space)
+    assert half.dtype == torch.bfloat16 and full.dtype == torch.float32
+    half.load_state_dict(full.state_dict())
+    obs = torch.as_tensor(np.stack([space.sample() for _ in range(16)]), dtype=torch.float32) if space is VECTOR else _batch(space, 16)
+    out_full, out_half = full(obs), half(obs)
+    assert out_half.dtype == torch.float32 and not torch.equal(out_full, out_half)  # bf16 rounding shows
+    assert torch.allclose(out_half, out_full, atol=0.02 * out_full.abs().max().item())
+    out_half.square().sum().backward()
+    out_full.square().sum().backward()
+    for p_half, p_full in zip(half.parameters(), full.parameters()):
+        assert p_half.dtype == p_half.grad.dtype == torch.float32
+        assert torch.nn.functional.cosine_similarity(p_half.grad.flatten(), p_full.grad.flatten(), dim=0) > 0.99
+
+
 def test_dict_encoder_one_hots_discrete_keys_and_keeps_vectors():
     space = gym.spaces.Dict({"goal": gym.spaces.Discrete(3), "pose": gym.spaces.Box(-1, 1, (2,), np.float32)})
     extractor = EncoderSpec().extractor(space)
@@ -147,6 +164,17 @@ def test_bfloat16_cnn_warns_once_on_a_cpu_that_emulates_bfloat16(monkeypatch, re
     assert len(slow) == (0 if native or space is VECTOR else 1)  # no CNN, nothing emulated
     if slow:
         assert "actor.cnn_precision = 'bfloat16'" in str(slow[0].message) and "'float32'" in str(slow[0].message)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bfloat16_mlp_warns_once_on_a_cpu_that_emulates_bfloat16(monkeypatch, recwarn, native):
+    from pytorchrl.agent.actors.networks import encoders
+    from pytorchrl.agent.algorithms.wiring import check_encoder
+
+    monkeypatch.setattr(encoders, "cpu_has_bf16", lambda: native)
+    check_encoder(EncoderSpec(mlp_precision="bfloat16"), VECTOR, "Game-v0")
+    slow = [str(w.message) for w in recwarn if "no bfloat16 arithmetic" in str(w.message)]
+    assert slow == ([] if native else [slow[0]]) and all("actor.mlp_precision = 'bfloat16'" in m for m in slow)
 
 
 def test_cpu_bf16_check_answers_a_bool():
@@ -241,6 +269,7 @@ def test_every_registered_algorithm_declares_its_config_and_wiring():
     [
         (["actor.encoder=nature_cnns"], "config key 'actor.encoder' = 'nature_cnns' is not allowed (did you mean 'nature_cnn'?)"),
         (["actor.cnn_precision=float16"], "config key 'actor.cnn_precision' = 'float16' is not allowed"),
+        (["actor.mlp_precision=half"], "config key 'actor.mlp_precision' = 'half' is not allowed"),
         (["actor.encoder=nature_cnn"], "actor.encoder = 'nature_cnn' on env.env_id = 'CartPole-v1': encoder 'nature_cnn' needs image observations"),
         (["env.env_id=pytorchrl/DictTarget-v0", "env.normalize_obs=true"], "env.normalize_obs = true needs a Box observation space of floats"),
     ],

@@ -120,6 +120,53 @@ def test_the_critic_ensemble_is_independent_mlps():
     assert not torch.equal(ensemble(x)[0], ensemble(x)[1])
 
 
+def test_bfloat16_critics_keep_float32_q_values_parameters_and_gradients():
+    """Hidden layers in bf16, the output layer in float32: a Q-value near 500 keeps float32's
+    resolution (bf16's spacing there is 2), and gradients reach the float32 parameters."""
+    from pytorchrl.agent.actors.off_policy import CriticEnsemble
+
+    full = CriticEnsemble(2, 4, (32, 32), "relu")
+    half = CriticEnsemble(2, 4, (32, 32), "relu", dtype=torch.bfloat16)
+    half.load_state_dict(full.state_dict())
+    with torch.no_grad():
+        for net in (full, half):
+            net.biases[-1].fill_(500.3)
+    x = torch.randn(64, 4, requires_grad=True)
+    q_full, q_half = full(x), half(x)
+    assert q_half.dtype == torch.float32 and not torch.equal(q_full, q_half)  # bf16 rounding shows
+    assert (q_half - q_full).abs().max() < 0.2  # not rounded to bf16's grid of 2 near 500
+    q_half.sum().backward()
+    q_full.sum().backward()
+    for p_half, p_full in zip(half.parameters(), full.parameters()):
+        assert p_half.dtype == p_half.grad.dtype == torch.float32
+        assert torch.nn.functional.cosine_similarity(p_half.grad.flatten(), p_full.grad.flatten(), dim=0) > 0.99
+    x.grad = None
+    half.zero_grad()
+    half(x, frozen=True).sum().backward()
+    assert x.grad is not None and x.grad.abs().sum() > 0 and all(p.grad is None or not p.grad.any() for p in half.parameters())
+
+
+def test_bfloat16_sac_update_moves_the_parameters_as_float32_does():
+    """``actor.mlp_precision: bfloat16``: one SAC update from the same weights and batch changes
+    every float32 parameter in nearly the same direction (bf16 rounds, Adam's steps agree)."""
+    torch.manual_seed(0)
+    actors = [PolicyCriticActor(OBS, ACTIONS, encoder=EncoderSpec(hidden_sizes=(64, 64), activation="relu", mlp_precision=p))
+              for p in ("float32", "bfloat16")]
+    actors[1].load_state_dict(actors[0].state_dict())
+    assert actors[1].policy_torso.dtype == actors[1].critics.dtype == torch.bfloat16
+    batch, moves = _batch(), []
+    for actor in actors:
+        algo = SAC(actor, lr=1e-3)
+        before = [p.detach().clone() for p in actor.parameters()]
+        torch.manual_seed(1)  # the same policy noise
+        algo.compute_gradients(batch)
+        algo.apply_gradients()
+        moves.append(torch.cat([(p.detach() - b).flatten() for p, b in zip(actor.parameters(), before)]))
+        assert all(p.dtype == torch.float32 for p in actor.parameters())
+    assert moves[1].abs().sum() > 0
+    assert torch.nn.functional.cosine_similarity(moves[0], moves[1], dim=0) > 0.9
+
+
 def test_the_policy_loss_never_moves_the_critics():
     actor = PolicyCriticActor(OBS, ACTIONS, policy="deterministic", encoder=EncoderSpec(hidden_sizes=(8,), activation="relu"))
     obs = torch.randn(5, 3)

@@ -111,6 +111,8 @@ class QNetwork(nn.Module):
             return nn.Sequential(*layers) if layers else None, linear(widths[-1], out_features)
 
         self.advantage_hidden, self.advantage = stream(num_actions * num_atoms)
+        self.value_hidden: nn.Module | None
+        self.value: nn.Module | None
         self.value_hidden, self.value = stream(num_atoms) if dueling else (None, None)
         self.register_buffer("support", torch.linspace(v_min, v_max, num_atoms) if num_atoms > 1 else torch.zeros(1))
 
@@ -375,6 +377,7 @@ class PolicyCriticActor(nn.Module):
         self.shared_network = shared_network and critic_extractor is not None
         if self.shared_network:  # the policy's MLP over the critics' (detached) features
             self.policy_torso = Encoder(gym.spaces.Box(-np.inf, np.inf, (features,)), None, encoder.hidden_sizes, activation=encoder.activation)
+            self.policy_torso.dtype = encoder.mlp_dtype
         else:
             self.policy_torso = encoder.build(observation_space)
         if recurrent is not None and (self.shared_network or policy == "deterministic"):
@@ -393,7 +396,9 @@ class PolicyCriticActor(nn.Module):
             features = self.critic_core.out_features
         self.target_critic_core = None if self.critic_core is None else copy.deepcopy(self.critic_core).requires_grad_(False)
         critic_in, critic_out = (features, self.action_dim) if self.discrete else (features + self.action_dim, 1)
-        self.critics = CriticEnsemble(num_critics, critic_in, tuple(encoder.hidden_sizes), encoder.activation, out_features=critic_out)
+        self.critics = CriticEnsemble(
+            num_critics, critic_in, tuple(encoder.hidden_sizes), encoder.activation, out_features=critic_out, dtype=encoder.mlp_dtype
+        )
         self.target_critics = copy.deepcopy(self.critics).requires_grad_(False)
         self.target_critic_extractor = copy.deepcopy(self.critic_extractor)
         if self.target_critic_extractor is not None:
@@ -634,9 +639,16 @@ class CriticEnsemble(CachedLayers):
     :param hidden_sizes: hidden widths.
     :param activation: hidden activation name.
     :param out_features: outputs per critic (1 for ``Q(s, a)``; the number of actions for ``Q(s, .)``).
+    :param dtype: what the hidden layers compute in (``actor.mlp_precision``): bfloat16 casts the
+        input and their parameters, and the output layer computes in float32 from the last hidden
+        layer's features cast back, so Q-values (hundreds, on MuJoCo) keep float32's resolution
+        where bfloat16's 8-bit mantissa would round them by whole units.
     """
 
-    def __init__(self, num: int, in_features: int, hidden_sizes: tuple[int, ...], activation: str, out_features: int = 1) -> None:
+    def __init__(
+        self, num: int, in_features: int, hidden_sizes: tuple[int, ...], activation: str, out_features: int = 1,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
         super().__init__()
         widths = (in_features, *hidden_sizes, out_features)
         self.weights = nn.ParameterList()
@@ -647,6 +659,7 @@ class CriticEnsemble(CachedLayers):
             self.biases.append(nn.Parameter(torch.empty(num, 1, fan_out).uniform_(-bound, bound)))
         self._act = ACTIVATIONS[activation]
         self.num = num
+        self.dtype = dtype
         self._cache_parameters()
 
     def _layer_parameters(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -656,12 +669,21 @@ class CriticEnsemble(CachedLayers):
         """``[num, batch, out_features]`` outputs for ``x`` (``[batch, in_features]``)."""
         h = x.unsqueeze(0).expand(self.num, *x.shape)
         layers = self._layers
+        last = len(layers) - 1
+        low = self.dtype is not torch.float32 and last > 0
+        if low:
+            h = h.to(self.dtype)
         for i, (weight, bias) in enumerate(layers):
             if frozen:
                 weight, bias = weight.detach(), bias.detach()
-            h = torch.baddbmm(bias, h, weight)
-            if i < len(layers) - 1:
-                h = self._act(h)
+            if i == last:
+                if low:
+                    h = h.float()
+                h = torch.baddbmm(bias, h, weight)
+            else:
+                if low:
+                    weight, bias = weight.to(self.dtype), bias.to(self.dtype)
+                h = self._act(torch.baddbmm(bias, h, weight))
         return h
 
 

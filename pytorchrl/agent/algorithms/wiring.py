@@ -106,7 +106,7 @@ def encoder_spec(actor: ActorConfig) -> EncoderSpec:
     return EncoderSpec(
         kind=actor.encoder, hidden_sizes=tuple(actor.hidden_sizes), activation=actor.activation,
         cnn_channels=None if actor.cnn_channels is None else tuple(actor.cnn_channels), cnn_features=actor.cnn_features,
-        cnn_precision=actor.cnn_precision,
+        cnn_precision=actor.cnn_precision, mlp_precision=actor.mlp_precision,
     )
 
 
@@ -120,8 +120,10 @@ def check_encoder(spec: EncoderSpec, observation_space: gym.Space, env_id: str) 
         raise InputError(f"actor.encoder = {spec.kind!r} on env.env_id = {env_id!r}: {exc}") from None
     for problem in spec.large_mlp_inputs(observation_space):
         warnings.warn(f"actor.encoder = {spec.kind!r}: {problem}", stacklevel=3)
-    if spec.cnn_precision == "bfloat16" and encoders.has_cnn(encoder) and not encoders.cpu_has_bf16():
-        warnings.warn(f"actor.cnn_precision = 'bfloat16': {encoders.SLOW_BF16_CPU}", stacklevel=3)
+    slow = [key for key, on in (("cnn_precision", spec.cnn_precision == "bfloat16" and encoders.has_cnn(encoder)),
+                                 ("mlp_precision", spec.mlp_precision == "bfloat16" and bool(spec.hidden_sizes))) if on]
+    if slow and not encoders.cpu_has_bf16():
+        warnings.warn(f"{' and '.join(f'actor.{key}' for key in slow)} = 'bfloat16': {encoders.SLOW_BF16_CPU}", stacklevel=3)
 
 
 def rollout_shapes(

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pytorchrl.agent.actors.networks.mlp import MLP, CachedLayers
+from pytorchrl.agent.actors.networks.mlp import MLP, CachedLayers, run_layers
 from pytorchrl.utils.spaces import dict_slices, is_image_space
 
 __all__ = ["ENCODERS", "DictExtractor", "Encoder", "EncoderSpec", "ImpalaResNet", "NatureCNN", "OneHot"]
@@ -34,13 +34,13 @@ __all__ = ["ENCODERS", "DictExtractor", "Encoder", "EncoderSpec", "ImpalaResNet"
 #: the ``actor.encoder`` names
 ENCODERS = ("auto", "mlp", "nature_cnn", "impala_resnet")
 CNN_ENCODERS = ("nature_cnn", "impala_resnet")
-#: ``actor.cnn_precision``: the dtype a CNN computes in
+#: ``actor.cnn_precision`` and ``actor.mlp_precision``: the dtype a CNN or an MLP computes in
 PRECISIONS = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 #: a CPU without bfloat16 arithmetic emulates it: a Nature CNN step of 256, forward and backward,
 #: took 2.3 s in bf16 against 0.25 s in float32 (1 thread, AMD EPYC with AVX2 only, 2026-11-23)
 SLOW_BF16_CPU = (
-    "this CPU has no bfloat16 arithmetic (AVX-512 BF16 or AMX), so torch emulates it and a CNN runs ~10x slower "
-    "than in float32 (collection workers act on the CPU); use 'float32' here"
+    "this CPU has no bfloat16 arithmetic (AVX-512 BF16 or AMX), so torch emulates it and the network runs several "
+    "times slower than in float32 (a CNN ~10x; collection workers act on the CPU); use 'float32' here"
 )
 #: flattened inputs above this many features warn once when they go into an MLP
 LARGE_MLP_INPUT = 10_000
@@ -64,6 +64,9 @@ class EncoderSpec:
         none, the features are the flattened convolutions).
     :param cnn_precision: what a CNN computes in: ``float32``, or ``bfloat16`` (autocast; its
         parameters, gradients and optimizer state stay float32, and its features are float32).
+    :param mlp_precision: what the hidden layers of the MLP after the extractor, and of a critic
+        ensemble, compute in: ``float32`` or ``bfloat16`` (explicit casts, :func:`run_layers`;
+        parameters, gradients and optimizer state stay float32, output layers and losses too).
     """
 
     kind: str = "auto"
@@ -72,6 +75,7 @@ class EncoderSpec:
     cnn_channels: tuple[int, ...] | None = None
     cnn_features: int | None = None
     cnn_precision: str = "float32"
+    mlp_precision: str = "float32"
 
     def extractor(self, space: gym.Space) -> nn.Module | None:
         """The space-specific part alone (None: a flat Box, read as it is)."""
@@ -111,9 +115,18 @@ class EncoderSpec:
             if self.kind == "mlp" and isinstance(sub, gym.spaces.Box) and sub.shape and _flat_size(sub) > LARGE_MLP_INPUT
         ]
 
+    @property
+    def mlp_dtype(self) -> torch.dtype:
+        """What the MLP layers compute in (``mlp_precision``)."""
+        if self.mlp_precision not in PRECISIONS:
+            raise EncoderError(f"unknown MLP precision {self.mlp_precision!r}; allowed: {', '.join(PRECISIONS)}")
+        return PRECISIONS[self.mlp_precision]
+
     def build(self, space: gym.Space) -> Encoder:
         """The whole encoder: extractor, then the MLP."""
-        return Encoder(space, self.extractor(space), self.hidden_sizes, activation=self.activation)
+        encoder = Encoder(space, self.extractor(space), self.hidden_sizes, activation=self.activation)
+        encoder.dtype = self.mlp_dtype
+        return encoder
 
 
 def cpu_has_bf16() -> bool:
@@ -156,9 +169,7 @@ class Encoder(MLP):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs.flatten(1) if self._extract is None else self._extract(obs)
-        for weight, bias in self._layers:
-            x = self._act(F.linear(x, weight, bias))
-        return x
+        return run_layers(x, self._layers, self._act, self.dtype)
 
 
 class ScaledFlatten(nn.Module):

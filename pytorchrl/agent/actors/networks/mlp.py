@@ -38,12 +38,33 @@ class CachedLayers(nn.Module):
         return out
 
 
+def run_layers(
+    x: torch.Tensor, layers: list[tuple[torch.Tensor, torch.Tensor]], act: Callable[[torch.Tensor], torch.Tensor], dtype: torch.dtype
+) -> torch.Tensor:
+    """``act(linear(x))`` through ``layers``, computed in ``dtype``: bfloat16 casts the input and
+    each layer's parameters (differentiably, so gradients reach the float32 parameters in float32)
+    and returns float32, so what reads the result (heads, losses) stays float32. Explicit casts
+    rather than autocast: autocast dispatches every op through its cast policy, which costs more
+    than these few casts on a small network."""
+    if dtype is torch.float32 or not layers:
+        for weight, bias in layers:
+            x = act(F.linear(x, weight, bias))
+        return x
+    x = x.to(dtype)
+    for weight, bias in layers:
+        x = act(F.linear(x, weight.to(dtype), bias.to(dtype)))
+    return x.float()
+
+
 class MLP(CachedLayers):
     """``Linear -> activation`` blocks; ``out_features`` is the last hidden width (input width if none).
 
     ``forward`` calls the functional ops directly instead of each submodule: on small networks
-    the per-module call overhead costs more than the matrix products.
+    the per-module call overhead costs more than the matrix products. ``dtype`` is what the
+    layers compute in (``actor.mlp_precision``; see :func:`run_layers`).
     """
+
+    dtype: torch.dtype = torch.float32
 
     def __init__(self, in_features: int, hidden_sizes: tuple[int, ...], *, activation: str = "tanh") -> None:
         super().__init__()
@@ -58,9 +79,7 @@ class MLP(CachedLayers):
         return [(lin.weight, lin.bias) for lin in self.layers if isinstance(lin, nn.Linear)]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for weight, bias in self._layers:
-            x = self._act(F.linear(x, weight, bias))
-        return x
+        return run_layers(x, self._layers, self._act, self.dtype)
 
 
 def orthogonal_init(module: nn.Module, gain: float) -> None:
