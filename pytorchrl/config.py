@@ -170,9 +170,9 @@ class ActorConfig:
     )
     mlp_precision: str = param(
         "float32",
-        "What the hidden layers of the MLPs (after the extractor; the critics' but their output layer) compute in: "
-        "'float32', or 'bfloat16' (2.5-3.5x faster matrix products on CPUs with AVX-512 BF16 or AMX; parameters, "
-        "gradients, optimizer state, output layers and losses stay float32).",
+        "What the hidden layers of the MLPs (after the extractor; the critics' but their output layer; not DQN's "
+        "head_hidden_sizes) compute in: 'float32', or 'bfloat16' (2-3.5x faster matrix products on CPUs with AVX-512 BF16 "
+        "or AMX; parameters, optimizer state, output layers and losses stay float32).",
         choices=("float32", "bfloat16"),
     )
     shared_network: bool = param(

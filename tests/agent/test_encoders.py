@@ -174,7 +174,26 @@ def test_bfloat16_mlp_warns_once_on_a_cpu_that_emulates_bfloat16(monkeypatch, re
     monkeypatch.setattr(encoders, "cpu_has_bf16", lambda: native)
     check_encoder(EncoderSpec(mlp_precision="bfloat16"), VECTOR, "Game-v0")
     slow = [str(w.message) for w in recwarn if "no bfloat16 arithmetic" in str(w.message)]
-    assert slow == ([] if native else [slow[0]]) and all("actor.mlp_precision = 'bfloat16'" in m for m in slow)
+    assert len(slow) == (0 if native else 1)
+    assert all("actor.mlp_precision = 'bfloat16'" in m and "'float32'" in m for m in slow)
+
+
+@pytest.mark.parametrize(("config", "extra"), [
+    ("ppo/cartpole.yaml", []), ("ppo/cartpole.yaml", ["actor.shared_network=true"]), ("dqn/cartpole.yaml", ["algorithm.rainbow=true"]),
+    ("sac/pendulum.yaml", []), ("td3/pendulum.yaml", []),
+    ("sac/pendulum.yaml", ["env.env_id=pytorchrl/ImageSide-v0", "algorithm.name=sac", "actor.shared_network=true", "actor.cnn_features=16"]),
+])
+def test_mlp_precision_reaches_every_mlp_of_every_actor(config, extra):
+    """From the config key to each MLP and critic ensemble the wiring builds, target copies included."""
+    from pytorchrl.agent.actors.networks.mlp import MLP
+    from pytorchrl.agent.actors.off_policy import CriticEnsemble
+    from pytorchrl.agent.algorithms import wire
+
+    cfg = load_config(CONFIGS / config, ["actor.mlp_precision=bfloat16", *extra])
+    _, obs_space, act_space = VecEnv.create_factory(cfg.env.env_id, num_envs=1)
+    actor = wire(ALGORITHMS[cfg.algorithm.name], cfg, obs_space, act_space).actor()
+    nets = [m for m in actor.modules() if isinstance(m, (MLP, CriticEnsemble))]
+    assert nets and all(net.dtype == torch.bfloat16 for net in nets), [(type(n).__name__, n.dtype) for n in nets]
 
 
 def test_cpu_bf16_check_answers_a_bool():

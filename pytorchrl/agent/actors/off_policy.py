@@ -667,12 +667,12 @@ class CriticEnsemble(CachedLayers):
 
     def forward(self, x: torch.Tensor, frozen: bool = False) -> torch.Tensor:
         """``[num, batch, out_features]`` outputs for ``x`` (``[batch, in_features]``)."""
-        h = x.unsqueeze(0).expand(self.num, *x.shape)
         layers = self._layers
         last = len(layers) - 1
         low = self.dtype is not torch.float32 and last > 0
         if low:
-            h = h.to(self.dtype)
+            x = x.to(self.dtype)  # before the expand, which stays a view
+        h = x.unsqueeze(0).expand(self.num, *x.shape)
         for i, (weight, bias) in enumerate(layers):
             if frozen:
                 weight, bias = weight.detach(), bias.detach()
