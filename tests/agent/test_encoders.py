@@ -90,12 +90,9 @@ def test_images_are_scaled_on_the_encoders_device():
     assert torch.allclose(channels_last(img), torch.relu(channels_last.linear(third.flatten(1))), atol=1e-6)
 
 
-@pytest.mark.parametrize("kind", ["nature_cnn", "impala_resnet"])
-def test_bfloat16_cnns_compute_in_bf16_and_keep_float32_parameters_and_features(kind):
-    full = EncoderSpec(kind=kind, hidden_sizes=(), cnn_features=32).build(IMAGE_CHW)
-    half = EncoderSpec(kind=kind, hidden_sizes=(), cnn_features=32, cnn_precision="bfloat16").build(IMAGE_CHW)
-    half.load_state_dict(full.state_dict())
-    obs = _batch(IMAGE_CHW, 8)
+def _assert_bf16_tracks_float32(full: torch.nn.Module, half: torch.nn.Module, obs: torch.Tensor) -> None:
+    """``half`` (bf16 inside, same weights as ``full``) returns float32 features close to
+    ``full``'s but not equal, and its float32 parameters get float32 gradients in the same direction."""
     out_full, out_half = full(obs), half(obs)
     assert out_half.dtype == torch.float32 and not torch.equal(out_full, out_half)  # bf16 rounding shows
     assert torch.allclose(out_half, out_full, atol=0.02 * out_full.abs().max().item())
@@ -104,6 +101,15 @@ def test_bfloat16_cnns_compute_in_bf16_and_keep_float32_parameters_and_features(
     for p_half, p_full in zip(half.parameters(), full.parameters()):
         assert p_half.dtype == p_half.grad.dtype == torch.float32
         assert torch.nn.functional.cosine_similarity(p_half.grad.flatten(), p_full.grad.flatten(), dim=0) > 0.99
+
+
+@pytest.mark.parametrize("kind", ["nature_cnn", "impala_resnet"])
+def test_bfloat16_cnns_compute_in_bf16_and_keep_float32_parameters_and_features(kind):
+    full = EncoderSpec(kind=kind, hidden_sizes=(), cnn_features=32).build(IMAGE_CHW)
+    half = EncoderSpec(kind=kind, hidden_sizes=(), cnn_features=32, cnn_precision="bfloat16").build(IMAGE_CHW)
+    half.load_state_dict(full.state_dict())
+    obs = _batch(IMAGE_CHW, 8)
+    _assert_bf16_tracks_float32(full, half, obs)
 
 
 @pytest.mark.parametrize("space", [VECTOR, MIXED])
@@ -113,14 +119,7 @@ def test_bfloat16_mlps_compute_in_bf16_and_keep_float32_parameters_and_features(
     assert half.dtype == torch.bfloat16 and full.dtype == torch.float32
     half.load_state_dict(full.state_dict())
     obs = torch.as_tensor(np.stack([space.sample() for _ in range(16)]), dtype=torch.float32) if space is VECTOR else _batch(space, 16)
-    out_full, out_half = full(obs), half(obs)
-    assert out_half.dtype == torch.float32 and not torch.equal(out_full, out_half)  # bf16 rounding shows
-    assert torch.allclose(out_half, out_full, atol=0.02 * out_full.abs().max().item())
-    out_half.square().sum().backward()
-    out_full.square().sum().backward()
-    for p_half, p_full in zip(half.parameters(), full.parameters()):
-        assert p_half.dtype == p_half.grad.dtype == torch.float32
-        assert torch.nn.functional.cosine_similarity(p_half.grad.flatten(), p_full.grad.flatten(), dim=0) > 0.99
+    _assert_bf16_tracks_float32(full, half, obs)
 
 
 def test_dict_encoder_one_hots_discrete_keys_and_keeps_vectors():

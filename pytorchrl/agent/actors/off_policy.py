@@ -376,8 +376,9 @@ class PolicyCriticActor(nn.Module):
         features = int(np.prod(observation_space.shape or ())) if critic_extractor is None else feature_width(critic_extractor)
         self.shared_network = shared_network and critic_extractor is not None
         if self.shared_network:  # the policy's MLP over the critics' (detached) features
-            self.policy_torso = Encoder(gym.spaces.Box(-np.inf, np.inf, (features,)), None, encoder.hidden_sizes, activation=encoder.activation)
-            self.policy_torso.dtype = encoder.mlp_dtype
+            self.policy_torso = Encoder(
+                gym.spaces.Box(-np.inf, np.inf, (features,)), None, encoder.hidden_sizes, activation=encoder.activation, dtype=encoder.mlp_dtype
+            )
         else:
             self.policy_torso = encoder.build(observation_space)
         if recurrent is not None and (self.shared_network or policy == "deterministic"):

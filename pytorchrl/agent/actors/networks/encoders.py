@@ -125,9 +125,7 @@ class EncoderSpec:
 
     def build(self, space: gym.Space) -> Encoder:
         """The whole encoder: extractor, then the MLP."""
-        encoder = Encoder(space, self.extractor(space), self.hidden_sizes, activation=self.activation)
-        encoder.dtype = self.mlp_dtype
-        return encoder
+        return Encoder(space, self.extractor(space), self.hidden_sizes, activation=self.activation, dtype=self.mlp_dtype)
 
 
 def cpu_has_bf16() -> bool:
@@ -160,11 +158,16 @@ class Encoder(MLP):
     :param extractor: the space-specific part (None: flatten the observation).
     :param hidden_sizes: the MLP's widths.
     :param activation: the MLP's activation.
+    :param dtype: what the MLP computes in (``actor.mlp_precision``).
     """
 
-    def __init__(self, space: gym.Space, extractor: nn.Module | None, hidden_sizes: tuple[int, ...], *, activation: str = "tanh") -> None:
+    def __init__(
+        self, space: gym.Space, extractor: nn.Module | None, hidden_sizes: tuple[int, ...], *, activation: str = "tanh",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
         in_features = _flat_size(space) if extractor is None else feature_width(extractor)
         super().__init__(in_features, tuple(hidden_sizes), activation=activation)
+        self.dtype = dtype
         self.extractor = extractor
         self._extract = None if extractor is None else extractor.forward
 
