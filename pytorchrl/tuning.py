@@ -314,6 +314,7 @@ def tune(
 
     configure_ray(address=address or base_config.scheme.ray.address, num_cpus=base_config.scheme.ray.num_cpus)
     ensure_ray()
+    check_trial_fits(base_config, trial_cpus)
     start = time.perf_counter()
     report_every = run.eval_every or run.log_every
     interval = (perturbation_interval or 2 * report_every) if scheduler == "pbt" else None
@@ -362,16 +363,29 @@ def trial_resources(config: Config, learner_cpus: float | None = None) -> Any:
 
     from pytorchrl.scheme.base.worker_set import total_resources
 
-    scheme = config.scheme
-    bundles: list[dict[str, float]] = [{"CPU": float(config.run.torch_threads if learner_cpus is None else learner_cpus)}]
-    groups = [
-        ("gradient worker", scheme.num_grad_workers, dataclasses.asdict(scheme.grad_worker_resources)),
-        ("collection worker", scheme.num_col_workers * max(scheme.num_grad_workers, 1), dataclasses.asdict(scheme.col_worker_resources)),
-    ]
-    for name, count, resources in groups:
+    bundles: list[dict[str, float]] = []
+    for name, count, resources in trial_groups(config, learner_cpus):
         bundle = {k: v for k, v in total_resources([(name, 1, resources)]).items() if v > 0}
         bundles += [bundle] * count if bundle else []
     return ray_tune.PlacementGroupFactory(bundles, strategy="PACK")
+
+
+def trial_groups(config: Config, learner_cpus: float | None = None) -> list[tuple[str, int, dict[str, Any]]]:
+    """``(name, count, resources)`` of what one trial reserves: its learner, then its remote workers."""
+    from pytorchrl.scheme.scheme import remote_worker_groups
+
+    learner = {"num_cpus": float(config.run.torch_threads if learner_cpus is None else learner_cpus)}
+    return [("trial learner", 1, learner), *remote_worker_groups(config.scheme)]
+
+
+def check_trial_fits(config: Config, learner_cpus: float | None = None) -> None:
+    """Raise :class:`InputError` when one trial's placement group cannot fit the running Ray
+    cluster: Tune would leave such a trial pending forever."""
+    from pytorchrl.scheme.base.worker_set import check_fits, cluster_resources
+
+    problem = check_fits(trial_groups(config, learner_cpus), *cluster_resources(), where="tune")
+    if problem is not None:
+        raise InputError(f"{problem}; each trial reserves its learner (--trial-cpus) and its remote workers at once")
 
 
 def _scheduler(name: str, config: Config, parsed: dict[str, tuple[str, Any]], interval: int | None, grace: int | None) -> Any:

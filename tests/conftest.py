@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import random
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,24 @@ def ray_session():
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture
+def idle_ray(ray_session):
+    """The session's Ray with every CPU free: for a test that reserves the whole cluster, so
+    that a lease an earlier test has not yet handed back (Ray releases them asynchronously)
+    cannot leave its work pending; one still held after 60 s fails naming what holds it."""
+    from ray._private import state
+    from ray.util import placement_group_table
+
+    deadline = time.monotonic() + 60
+    while ray_session.available_resources().get("CPU", 0.0) < ray_session.cluster_resources().get("CPU", 0.0):
+        if time.monotonic() > deadline:
+            alive = [a.get("ActorClassName") for a in state.actors().values() if a.get("State") != "DEAD"]
+            groups = [g.get("bundles") for g in placement_group_table().values() if g.get("state") != "REMOVED"]
+            pytest.fail(f"the session's Ray still has CPUs in use after 60 s: actors {alive}, placement groups {groups}")
+        time.sleep(0.2)
+    return ray_session
 
 
 @pytest.fixture(autouse=True)

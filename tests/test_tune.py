@@ -15,7 +15,7 @@ from pytorchrl.config import config_to_dict, load_config
 from pytorchrl.learner import Learner
 from pytorchrl.tuning import check_pbt_keys, check_space, load_space, restore, tune, tune_domains
 from pytorchrl.utils.checkpoint import load_checkpoint
-from pytorchrl.utils.errors import ConfigError
+from pytorchrl.utils.errors import ConfigError, InputError
 from tests.conftest import CONFIGS
 
 BASE = config_to_dict(load_config(CONFIGS / "ppo" / "cartpole.yaml"))
@@ -130,7 +130,7 @@ def test_a_pbt_exploit_continues_the_source_trial_exactly_with_the_new_values(tm
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_two_trial_search_writes_runs_trials_and_a_ready_best_config(tmp_path, ray_session):
+def test_a_two_trial_search_writes_runs_trials_and_a_ready_best_config(tmp_path, idle_ray):
     space = {"algorithm.lr": {"loguniform": [5e-4, 3e-3]}, "algorithm.num_epochs": {"randint": [4, 11]}}
     result = tune(
         CONFIGS / "ppo" / "cartpole.yaml", space, directory=tmp_path / "t", samples=2, scheduler="asha",
@@ -160,18 +160,31 @@ def test_a_trial_reserves_its_learner_and_each_remote_worker():
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_trial_with_a_remote_worker_runs_inside_its_placement_group(tmp_path, ray_session):
+def test_a_trial_with_a_remote_worker_runs_inside_its_placement_group(tmp_path, idle_ray):
     # the session's Ray has 2 CPUs and the trial reserves both (learner + worker): a worker
-    # scheduled outside the trial's placement group would never start
+    # scheduled outside the trial's placement group would never start. Verbose: if it hangs,
+    # Tune's status lines (pending or running) are in the captured output
+    assert idle_ray.cluster_resources()["CPU"] == 2
     result = tune(
         CONFIGS / "ppo" / "cartpole.yaml", {"algorithm.lr": {"choice": [1e-3]}}, directory=tmp_path / "t", samples=1, scheduler="fifo",
         overrides=["scheme.num_col_workers=1", "run.target_steps=1024", "run.log_every=512", "run.eval_every=1024", "run.eval_episodes=2",
-                   "run.stop_at_return=null"], verbose=False,
+                   "run.stop_at_return=null"], verbose=True,
     )
     (trial,) = result.trials
     assert trial["status"] == "target_steps" and trial["env_steps"] >= 1024
     with open(tmp_path / "t" / "trials" / trial["trial"] / "progress.csv", newline="") as f:
         assert {row["healthy_workers"] for row in csv.DictReader(f)} == {"1"}
+
+
+def test_a_trial_bigger_than_the_cluster_is_one_line_before_tune_starts(tmp_path, ray_session):
+    # 1 learner CPU + 2 collection workers x 1 CPU on the session's 2 CPUs: Tune would leave it pending forever
+    with pytest.raises(InputError, match=r"^tune: the workers ask for 3 CPU in all \(1 trial learner x 1 \+ 2 collection workers x 1\) but the Ray cluster has 2; .*--trial-cpus"):
+        tune(CONFIGS / "ppo" / "cartpole.yaml", {"algorithm.lr": {"choice": [1e-3]}}, directory=tmp_path / "t", samples=1, scheduler="fifo",
+             overrides=["scheme.num_col_workers=2"], verbose=False)
+    with pytest.raises(InputError, match=r"^tune: one trial learner asks for 3 CPU but no node of the Ray cluster has more than 2"):
+        tune(CONFIGS / "ppo" / "cartpole.yaml", {"algorithm.lr": {"choice": [1e-3]}}, directory=tmp_path / "t", samples=1, scheduler="fifo",
+             verbose=False, trial_cpus=3)
+    assert not (tmp_path / "t" / "_tune").exists()
 
 
 @pytest.mark.parametrize("name, env_id", [("ppo", "CartPole-v1"), ("a2c", "CartPole-v1"), ("impala", "CartPole-v1"), ("appo", "CartPole-v1"),

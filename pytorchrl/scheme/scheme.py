@@ -49,10 +49,7 @@ class Scheme:
         grad_resources = dataclasses.asdict(config.grad_worker_resources)
         if config.num_col_workers or config.num_grad_workers:
             configure_ray(address=config.ray.address, num_cpus=config.ray.num_cpus)
-            groups = [
-                ("gradient worker", config.num_grad_workers, grad_resources),
-                ("collection worker", config.num_col_workers * max(config.num_grad_workers, 1), col_resources),
-            ]
+            groups = remote_worker_groups(config)
             need_memory = any(res.get("memory") for _, count, res in groups if count)
             problem = check_fits(groups, *cluster_resources(need_memory=need_memory))
             if problem is not None:
@@ -156,6 +153,15 @@ class Scheme:
 
     def close(self) -> None:
         self.grad_workers.close()
+
+
+def remote_worker_groups(config: SchemeConfig) -> list[tuple[str, int, dict[str, Any]]]:
+    """``(name, count, resources)`` of a scheme's remote workers: its gradient workers, then its
+    collection workers (``num_col_workers`` per gradient worker, or in all without any)."""
+    return [
+        ("gradient worker", config.num_grad_workers, dataclasses.asdict(config.grad_worker_resources)),
+        ("collection worker", config.num_col_workers * max(config.num_grad_workers, 1), dataclasses.asdict(config.col_worker_resources)),
+    ]
 
 
 def build_scheme(config: Config) -> Scheme:

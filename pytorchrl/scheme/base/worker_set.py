@@ -441,12 +441,15 @@ def _resource_items(res: dict[str, Any]) -> list[tuple[str, float]]:
     return [(k, v) for k, v in items if v > 0]
 
 
-def check_fits(groups: Sequence[tuple[str, int, dict[str, Any]]], cluster: dict[str, float], nodes: Sequence[dict[str, float]]) -> str | None:
+def check_fits(
+    groups: Sequence[tuple[str, int, dict[str, Any]]], cluster: dict[str, float], nodes: Sequence[dict[str, float]], where: str = "scheme"
+) -> str | None:
     """Why the worker ``groups`` cannot all be placed on a cluster, or None when they fit.
 
     :param groups: ``(name, count, resources)`` per kind of worker.
     :param cluster: the cluster's total resources (``ray.cluster_resources()``).
     :param nodes: each alive node's resources.
+    :param where: what the message starts with (the part of the config that asks).
     """
     for name, count, res in groups:
         if count == 0:
@@ -455,15 +458,15 @@ def check_fits(groups: Sequence[tuple[str, int, dict[str, Any]]], cluster: dict[
             biggest = max((n.get(key, 0.0) for n in nodes), default=0.0)
             if amount > biggest + 1e-9:
                 return (
-                    f"scheme: one {name} asks for {_fmt(key, amount)} {key} but no node of the Ray cluster has more than "
+                    f"{where}: one {name} asks for {_fmt(key, amount)} {key} but no node of the Ray cluster has more than "
                     f"{_fmt(key, biggest)}; lower the {name} resources or add such a node"
                 )
     for key, amount in total_resources(groups).items():
         have = cluster.get(key, 0.0)
         if amount > have + 1e-9:
-            detail = " + ".join(f"{c} {n}s x {_fmt(key, v)}" for n, c, r in groups for k, v in _resource_items(r) if k == key and c)
+            detail = " + ".join(f"{c} {n}{'s' * (c != 1)} x {_fmt(key, v)}" for n, c, r in groups for k, v in _resource_items(r) if k == key and c)
             return (
-                f"scheme: the workers ask for {_fmt(key, amount)} {key} in all ({detail}) but the Ray cluster has "
+                f"{where}: the workers ask for {_fmt(key, amount)} {key} in all ({detail}) but the Ray cluster has "
                 f"{_fmt(key, have)}; lower the worker counts or their per-worker resources"
             )
     return None
