@@ -161,14 +161,14 @@ def test_a_trial_reserves_its_learner_and_each_remote_worker():
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_trial_with_a_remote_worker_runs_inside_its_placement_group(tmp_path, idle_ray):
-    # the session's Ray has 2 CPUs and the trial reserves both (learner + worker): a worker
-    # scheduled outside the trial's placement group would never start. Verbose: if it hangs,
-    # Tune's status lines (pending or running) are in the captured output
-    assert idle_ray.cluster_resources()["CPU"] == 2
+    # the trial reserves every CPU of the session's Ray (its learner the rest, beside the worker's
+    # one): a worker scheduled outside the trial's placement group would never start. Verbose:
+    # if it hangs, Tune's status lines (pending or running) are in the captured output
+    learner_cpus = idle_ray.cluster_resources()["CPU"] - 1
     result = tune(
         CONFIGS / "ppo" / "cartpole.yaml", {"algorithm.lr": {"choice": [1e-3]}}, directory=tmp_path / "t", samples=1, scheduler="fifo",
         overrides=["scheme.num_col_workers=1", "run.target_steps=1024", "run.log_every=512", "run.eval_every=1024", "run.eval_episodes=2",
-                   "run.stop_at_return=null"], verbose=True,
+                   "run.stop_at_return=null"], verbose=True, trial_cpus=learner_cpus,
     )
     (trial,) = result.trials
     assert trial["status"] == "target_steps" and trial["env_steps"] >= 1024
@@ -177,13 +177,15 @@ def test_a_trial_with_a_remote_worker_runs_inside_its_placement_group(tmp_path, 
 
 
 def test_a_trial_bigger_than_the_cluster_is_one_line_before_tune_starts(tmp_path, ray_session):
-    # 1 learner CPU + 2 collection workers x 1 CPU on the session's 2 CPUs: Tune would leave it pending forever
-    with pytest.raises(InputError, match=r"^tune: the workers ask for 3 CPU in all \(1 trial learner x 1 \+ 2 collection workers x 1\) but the Ray cluster has 2; .*--trial-cpus"):
+    # a learner CPU + one CPU per collection worker for each of the cluster's CPUs: Tune would leave it pending forever
+    cpus = int(ray_session.cluster_resources()["CPU"])
+    with pytest.raises(InputError, match=rf"^tune: the workers ask for {cpus + 1} CPU in all \(1 trial learner x 1 \+ {cpus} collection workers x 1\) "
+                                         rf"but the Ray cluster has {cpus}; .*--trial-cpus"):
         tune(CONFIGS / "ppo" / "cartpole.yaml", {"algorithm.lr": {"choice": [1e-3]}}, directory=tmp_path / "t", samples=1, scheduler="fifo",
-             overrides=["scheme.num_col_workers=2"], verbose=False)
-    with pytest.raises(InputError, match=r"^tune: one trial learner asks for 3 CPU but no node of the Ray cluster has more than 2"):
+             overrides=[f"scheme.num_col_workers={cpus}"], verbose=False)
+    with pytest.raises(InputError, match=rf"^tune: one trial learner asks for {cpus + 1} CPU but no node of the Ray cluster has more than {cpus}"):
         tune(CONFIGS / "ppo" / "cartpole.yaml", {"algorithm.lr": {"choice": [1e-3]}}, directory=tmp_path / "t", samples=1, scheduler="fifo",
-             verbose=False, trial_cpus=3)
+             verbose=False, trial_cpus=cpus + 1)
     assert not (tmp_path / "t" / "_tune").exists()
 
 
