@@ -305,9 +305,6 @@ def tune(
         )
     if metric == "eval_return_mean" and run.eval_every == 0 and scheduler != "fifo":
         raise InputError(f"--scheduler {scheduler} needs evaluations during the run: run.eval_every = 0 evaluates only at the end")
-    root = Path(directory or _default_directory(config)).resolve()
-    root.mkdir(parents=True, exist_ok=True)
-
     from ray import tune as ray_tune
 
     from pytorchrl.scheme.base.ray_runtime import configure_ray, ensure_ray
@@ -315,6 +312,8 @@ def tune(
     configure_ray(address=address or base_config.scheme.ray.address, num_cpus=base_config.scheme.ray.num_cpus)
     ensure_ray()
     check_trial_fits(base_config, trial_cpus)
+    root = Path(directory or _default_directory(config)).resolve()
+    root.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     report_every = run.eval_every or run.log_every
     interval = (perturbation_interval or 2 * report_every) if scheduler == "pbt" else None
@@ -375,7 +374,7 @@ def trial_groups(config: Config, learner_cpus: float | None = None) -> list[tupl
     from pytorchrl.scheme.scheme import remote_worker_groups
 
     learner = {"num_cpus": float(config.run.torch_threads if learner_cpus is None else learner_cpus)}
-    return [("trial learner", 1, learner), *remote_worker_groups(config.scheme)]
+    return [("trial learner (--trial-cpus)", 1, learner), *remote_worker_groups(config.scheme)]
 
 
 def check_trial_fits(config: Config, learner_cpus: float | None = None) -> None:
@@ -383,9 +382,9 @@ def check_trial_fits(config: Config, learner_cpus: float | None = None) -> None:
     cluster: Tune would leave such a trial pending forever."""
     from pytorchrl.scheme.base.worker_set import check_fits, cluster_resources
 
-    problem = check_fits(trial_groups(config, learner_cpus), *cluster_resources(), where="tune")
+    problem = check_fits(trial_groups(config, learner_cpus), *cluster_resources(), where="tune", who="each trial's learner and remote workers")
     if problem is not None:
-        raise InputError(f"{problem}; each trial reserves its learner (--trial-cpus) and its remote workers at once")
+        raise InputError(problem)
 
 
 def _scheduler(name: str, config: Config, parsed: dict[str, tuple[str, Any]], interval: int | None, grace: int | None) -> Any:

@@ -442,7 +442,11 @@ def _resource_items(res: dict[str, Any]) -> list[tuple[str, float]]:
 
 
 def check_fits(
-    groups: Sequence[tuple[str, int, dict[str, Any]]], cluster: dict[str, float], nodes: Sequence[dict[str, float]], where: str = "scheme"
+    groups: Sequence[tuple[str, int, dict[str, Any]]],
+    cluster: dict[str, float],
+    nodes: Sequence[dict[str, float]],
+    where: str = "scheme",
+    who: str = "the workers",
 ) -> str | None:
     """Why the worker ``groups`` cannot all be placed on a cluster, or None when they fit.
 
@@ -450,6 +454,7 @@ def check_fits(
     :param cluster: the cluster's total resources (``ray.cluster_resources()``).
     :param nodes: each alive node's resources.
     :param where: what the message starts with (the part of the config that asks).
+    :param who: what the groups are, in the message on their total.
     """
     for name, count, res in groups:
         if count == 0:
@@ -466,7 +471,7 @@ def check_fits(
         if amount > have + 1e-9:
             detail = " + ".join(f"{c} {n}{'s' * (c != 1)} x {_fmt(key, v)}" for n, c, r in groups for k, v in _resource_items(r) if k == key and c)
             return (
-                f"{where}: the workers ask for {_fmt(key, amount)} {key} in all ({detail}) but the Ray cluster has "
+                f"{where}: {who} ask for {_fmt(key, amount)} {key} in all ({detail}) but the Ray cluster has "
                 f"{_fmt(key, have)}; lower the worker counts or their per-worker resources"
             )
     return None
