@@ -159,7 +159,7 @@ def test_a_trial_reserves_its_learner_and_each_remote_worker():
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(420)  # past the worker start-up limit (300 s): a worker that never starts fails the trial with its reason
 def test_a_trial_with_a_remote_worker_runs_inside_its_placement_group(tmp_path, idle_ray):
     # the trial reserves every CPU of the session's Ray (its learner the rest, beside the worker's
     # one): a worker scheduled outside the trial's placement group would never start. Verbose:
