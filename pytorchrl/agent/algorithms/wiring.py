@@ -120,10 +120,13 @@ def check_encoder(spec: EncoderSpec, observation_space: gym.Space, env_id: str) 
         raise InputError(f"actor.encoder = {spec.kind!r} on env.env_id = {env_id!r}: {exc}") from None
     for problem in spec.large_mlp_inputs(observation_space):
         warnings.warn(f"actor.encoder = {spec.kind!r}: {problem}", stacklevel=3)
-    slow = [key for key, on in (("cnn_precision", spec.cnn_precision == "bfloat16" and encoders.has_cnn(encoder)),
-                                 ("mlp_precision", spec.mlp_precision == "bfloat16" and bool(spec.hidden_sizes))) if on]
+    slow = []  # bfloat16 keys with layers to compute
+    if spec.cnn_precision == "bfloat16" and encoders.has_cnn(encoder):
+        slow.append("actor.cnn_precision")
+    if spec.mlp_precision == "bfloat16" and spec.hidden_sizes:
+        slow.append("actor.mlp_precision")
     if slow and not encoders.cpu_has_bf16():
-        warnings.warn(f"{' and '.join(f'actor.{key}' for key in slow)} = 'bfloat16': {encoders.SLOW_BF16_CPU}", stacklevel=3)
+        warnings.warn(f"{' and '.join(slow)} = 'bfloat16': {encoders.SLOW_BF16_CPU}", stacklevel=3)
 
 
 def rollout_shapes(

@@ -95,14 +95,13 @@ class EncoderSpec:
         return None
 
     def _cnn(self, space: gym.Space, where: str) -> nn.Module:
-        if self.cnn_precision not in PRECISIONS:
-            raise EncoderError(f"unknown CNN precision {self.cnn_precision!r}; allowed: {', '.join(PRECISIONS)}")
+        dtype = _precision("CNN", self.cnn_precision)
         net: _ImageNet
         if self.kind == "impala_resnet":
             net = ImpalaResNet(space, channels=self.cnn_channels or (16, 32, 32), features=_default(self.cnn_features, 256), where=where)
         else:
             net = NatureCNN(space, features=_default(self.cnn_features, 512), where=where)
-        net.dtype = PRECISIONS[self.cnn_precision]
+        net.dtype = dtype
         return net
 
     def large_mlp_inputs(self, space: gym.Space) -> list[str]:
@@ -119,13 +118,18 @@ class EncoderSpec:
     @property
     def mlp_dtype(self) -> torch.dtype:
         """What the MLP layers compute in (``mlp_precision``)."""
-        if self.mlp_precision not in PRECISIONS:
-            raise EncoderError(f"unknown MLP precision {self.mlp_precision!r}; allowed: {', '.join(PRECISIONS)}")
-        return PRECISIONS[self.mlp_precision]
+        return _precision("MLP", self.mlp_precision)
 
     def build(self, space: gym.Space) -> Encoder:
         """The whole encoder: extractor, then the MLP."""
         return Encoder(space, self.extractor(space), self.hidden_sizes, activation=self.activation, dtype=self.mlp_dtype)
+
+
+def _precision(network: str, name: str) -> torch.dtype:
+    """The dtype of a ``*_precision`` name (one of :data:`PRECISIONS`)."""
+    if name not in PRECISIONS:
+        raise EncoderError(f"unknown {network} precision {name!r}; allowed: {', '.join(PRECISIONS)}")
+    return PRECISIONS[name]
 
 
 def cpu_has_bf16() -> bool:
