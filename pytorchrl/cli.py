@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import inspect
 import json
 import os
+import re
 import signal
 import sys
 import warnings
@@ -33,6 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     configure_process()  # before torch's first parallel op, which starts its threads
     warnings.filterwarnings("ignore", category=DeprecationWarning)
+    formatwarning, warnings.formatwarning = warnings.formatwarning, _format_warning
     try:
         return int(args.func(args) or EXIT_OK)
     except InputError as exc:
@@ -41,12 +44,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (WorkerFailure, TrainingDiverged) as exc:
         print(f"pytorchrl: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    finally:
+        warnings.formatwarning = formatwarning  # main() called in-process leaves the caller's own
+
+
+def _format_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int, line: str | None = None) -> str:
+    """A warning as the CLI shows it: one line, ``pytorchrl: warning: MESSAGE``, like its errors
+    (the warnings module's default adds the file, the line number and a second line of source)."""
+    text = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+    return f"pytorchrl: warning: {text}\n"
 
 
 def _parser() -> argparse.ArgumentParser:
     from pytorchrl import __version__
 
-    parser = argparse.ArgumentParser(prog="pytorchrl", description="Scalable reinforcement learning with PyTorch on Ray.")
+    parser = argparse.ArgumentParser(
+        prog="pytorchrl", description="Scalable reinforcement learning with PyTorch on Ray.", formatter_class=_HelpFormatter
+    )
     parser.add_argument("--version", action="version", version=f"pytorchrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -66,16 +80,20 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("path", metavar="RUN_DIR|CHECKPOINT")
     evaluate.add_argument(
         "overrides", nargs="*", metavar="KEY=VALUE",
-        help="changes to the run's config, e.g. env.atari.repeat_action_probability=0.25 or run.eval_deterministic=true",
+        help="changes to the run's config, e.g. env.atari.repeat_action_probability=0.25, run.eval_deterministic=true, "
+        "env.max_episode_steps=1000, env.env_kwargs={...} (same spaces) or env.num_test_envs=4; keys the checkpoint was trained "
+        "with that shape its network or observations are refused (env.env_id, env.normalize_obs, env.clip_obs, env.atari.frame_skip, "
+        "screen_size, frame_stack and full_action_space, actor.* but log_std_init, ortho_init and the *_precision keys, algorithm.name, "
+        "DQN's dueling, noisy_nets, distributional, num_atoms, v_min, v_max, head_hidden_sizes and rainbow), as they are by train --resume",
     )
-    evaluate.add_argument("--episodes", type=int, default=10)
+    evaluate.add_argument("--episodes", type=int, default=10, metavar="N", help="episodes to run")
     evaluate.add_argument("--video", metavar="DIR", help="also record one episode as DIR/episode.gif")
     evaluate.set_defaults(func=_evaluate)
 
     plot = sub.add_parser("plot", help="learning curves of run directories (seeds of one config: mean and min-max band)")
     plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    plot.add_argument("-o", "--output", default="curves.png", help="image file to write (default curves.png)")
-    plot.add_argument("--metric", default="eval_return_mean", help="progress.csv column (default eval_return_mean)")
+    plot.add_argument("-o", "--output", default="curves.png", help="image file to write")
+    plot.add_argument("--metric", default="eval_return_mean", help="progress.csv column")
     plot.add_argument("--compare", nargs="+", metavar="METRIC", help="several columns side by side (instead of --metric)")
     plot.add_argument("--x", default="env_steps", help="x axis: env_steps or wall_time_s")
     plot.set_defaults(func=_plot)
@@ -84,9 +102,9 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("config", help="YAML config: the base of every trial")
     tune.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides of the base config")
     tune.add_argument("--space", required=True, metavar="SPACE.yaml", help="dotted config keys mapped to distributions (loguniform, uniform, randint, choice, grid)")
-    tune.add_argument("--samples", type=int, default=8, help="trials (default 8)")
-    tune.add_argument("--scheduler", default="asha", help="fifo, asha (default) or pbt")
-    tune.add_argument("--metric", default="eval_return_mean", help="progress.csv column maximised (default eval_return_mean)")
+    tune.add_argument("--samples", type=int, default=8, metavar="N", help="trials")
+    tune.add_argument("--scheduler", default="asha", help="fifo, asha or pbt")
+    tune.add_argument("--metric", default="eval_return_mean", help="progress.csv column maximised")
     tune.add_argument("--dir", metavar="DIR", help="output directory (default runs/tune-<config name>-<timestamp>)")
     tune.add_argument("--address", metavar="ADDR", help="Ray cluster to run the trials on (default: RAY_ADDRESS, else a local Ray)")
     tune.add_argument("--perturbation-interval", type=int, metavar="STEPS", help="pbt: env steps between exploits (default two evaluations)")
@@ -97,15 +115,52 @@ def _parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("benchmark", help="print the figures of BENCHMARKS.md")
     bench.add_argument("names", nargs="*", metavar="NAME", help="benchmarks to run (default: all); see --list")
     bench.add_argument("--list", action="store_true", help="list the benchmarks")
-    bench.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    bench.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of the learning benchmarks")
     bench.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     bench.set_defaults(func=_benchmark)
+    for command in sub.choices.values():  # every subcommand's --help shows each option's default (a formatter is per parser)
+        command.formatter_class = _HelpFormatter
     return parser
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Adds ``(default: X)`` to every option that has a default, where its help does not already
+    say it: a user should not need the README to learn what an omitted option does."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        unset = action.default is None or action.default is False or action.default is argparse.SUPPRESS  # flags, optional paths
+        if not action.option_strings or unset or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
 def _train(args: argparse.Namespace) -> int:
+    from pytorchrl.utils.streams import stdout_to_stderr
+
+    with stdout_to_stderr():  # stdout is the JSON summary alone: Ray's worker output and "worker died" notices go to stderr
+        ray_before = _ray_running()
+        try:
+            summary = _run_training(args)
+        finally:
+            # a Ray this run started stops here: stopping, Ray prints its last (deduplicated) worker lines to sys.stdout
+            if not ray_before and _ray_running():
+                sys.modules["ray"].shutdown()
+    print(json.dumps(summary))
+    return EXIT_OK
+
+
+def _ray_running() -> bool:
+    """Whether Ray is initialised in this process (without importing it: a local run never does)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and bool(ray.is_initialized())
+
+
+def _run_training(args: argparse.Namespace) -> dict[str, Any]:
+    """Build or resume the run of ``train``'s arguments and train it; the run's summary."""
     from pytorchrl.config import load_config
     from pytorchrl.learner import Learner
+    from pytorchrl.utils.paths import check_run_dir
 
     if args.resume and args.config is not None:  # `train --resume DIR k=v`: the first override lands in `config`
         args.overrides = [args.config, *args.overrides]
@@ -119,6 +174,7 @@ def _train(args: argparse.Namespace) -> int:
             raise InputError("train needs a CONFIG.yaml (or --resume RUN_DIR)")
         config = load_config(args.config, args.overrides)
         run_dir = Path(args.run_dir) if args.run_dir else _default_run_dir(args.config)
+        check_run_dir(run_dir, "--run-dir" if args.run_dir else "run directory")  # first: `exists()` below raises on a too-long name
         if (run_dir / "config.yaml").exists():  # a new run there would mix its logs and checkpoints with the old one's
             raise InputError(
                 f"--run-dir {str(run_dir)!r} already holds a run (its config.yaml); continue it with `pytorchrl train --resume {run_dir}`, or choose a new directory"
@@ -131,8 +187,7 @@ def _train(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         learner.close()
-    print(json.dumps(summary))
-    return EXIT_OK
+    return summary
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
@@ -154,11 +209,16 @@ def _default_run_dir(config_path: str) -> Path:
 
 def _evaluate(args: argparse.Namespace) -> int:
     from pytorchrl.evaluation import evaluate_checkpoint
+    from pytorchrl.logging.writers import EvaluationProgress
 
     if args.episodes < 1:
         raise InputError(f"--episodes = {args.episodes} is out of range: must be >= 1")
     _check_overrides(args.overrides)
-    result = evaluate_checkpoint(args.path, episodes=args.episodes, video_dir=args.video, overrides=args.overrides)
+    progress = EvaluationProgress(args.episodes)  # on stderr: stdout is the one JSON line
+    try:
+        result = evaluate_checkpoint(args.path, episodes=args.episodes, video_dir=args.video, overrides=args.overrides, on_episode=progress)
+    finally:
+        progress.close()
     print(json.dumps(result))
     return EXIT_OK
 
@@ -194,8 +254,9 @@ def _benchmark(args: argparse.Namespace) -> int:
     from pytorchrl.benchmarks import BENCHMARKS, run_benchmarks
 
     if args.list:
+        width = max(map(len, BENCHMARKS))
         for name, bench in BENCHMARKS.items():
-            print(f"{name:20s} {bench.__doc__.strip().splitlines()[0] if bench.__doc__ else ''}")
+            print(f"{name:{width}s}  {first_sentence(bench.__doc__ or '')}")
         return EXIT_OK
     unknown = [n for n in args.names if n not in BENCHMARKS]
     if unknown:
@@ -204,6 +265,21 @@ def _benchmark(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str))
     return EXIT_OK
+
+
+#: reST roles (:func:`~a.b`) and literals (``x``, `x`), shown as their plain text
+_MARKUP = re.compile(r"(?::[\w:]+:)?`{1,2}~?([^`]+?)`{1,2}")
+#: a sentence ends at . ! or ? before a space or the end, except after these abbreviations
+_SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\bvs)(?<!\betc)(?<!\bcf)[.!?](?=\s|$)")
+
+
+def first_sentence(doc: str) -> str:
+    """The first sentence of a docstring, joined across its lines, without reST markup
+    (``benchmark --list``: one complete, readable sentence per benchmark)."""
+    paragraph = " ".join(inspect.cleandoc(doc).split("\n\n", 1)[0].split())
+    text = _MARKUP.sub(r"\1", paragraph)
+    end = _SENTENCE_END.search(text)
+    return text[: end.end()] if end else text
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from pytorchrl.utils.errors import ConfigError
+from pytorchrl.utils.strict_yaml import BadStructure, DuplicateKey, load_yaml, parse_yaml, yaml_problem
 
 __all__ = [
     "A2CConfig",
@@ -86,13 +87,17 @@ class AtariConfig:
 
     frame_skip: int = param(4, "Frames per agent step (the action repeated; the last two frames max-pooled).", min=1, max=16)
     screen_size: int = param(84, "Observations are screen_size x screen_size grey frames.", min=8, max=210)
-    noop_max: int = param(30, "At most this many no-op actions after a reset (0: none).", min=0)
+    noop_max: int = param(
+        30, "At most this many no-op actions after a reset (0: none); at most 1,000 (each costs frame_skip emulated frames, in native code that a signal cannot stop).", min=0, max=1_000
+    )
     frame_stack: int = param(4, "Frames stacked into one observation (channels first).", min=1, max=16)
     terminal_on_life_loss: bool = param(True, "Training envs: a life lost ends the learner's episode (the game goes on).")
     clip_rewards: bool = param(True, "Training envs: rewards clipped to their sign (scores stay raw).")
     repeat_action_probability: float = param(0.25, "Sticky actions: the previous action is repeated with this probability per frame.", min=0, max=1)
     full_action_space: bool = param(False, "All 18 ALE actions instead of the game's minimal set.")
-    max_episode_frames: int = param(108_000, "Games are truncated after this many frames (30 minutes of play).", min=1)
+    max_episode_frames: int = param(
+        108_000, "Games are truncated after this many frames (30 minutes of play); at most 10,000,000 (46 hours; ale-py counts in 32 bits).", min=1, max=10_000_000
+    )
     num_threads: int = param(
         1, "Threads of ale-py's native vector env (vectorization 'native'/'auto'); more than the cores a worker has oversubscribes them.", min=1, max=256
     )
@@ -114,7 +119,10 @@ class EnvConfig:
         "threaded AtariVectorEnv), 'sync' (SyncVectorEnv), 'async' (subprocesses), or 'auto' (native where it exists, else sync).",
         choices=("auto", "native", "sync", "async"),
     )
-    max_episode_steps: int | None = param(None, "Override of the env's time limit (episodes are truncated there).", min=1)
+    max_episode_steps: int | None = param(
+        None, "Override of the env's time limit (episodes are truncated there); at most 100,000,000 (Atari: times frame_skip, it must fit ale-py's 32-bit frame count).",
+        min=1, max=100_000_000,
+    )
     normalize_obs: bool = param(False, "Normalise observations by a running mean/std (saved in checkpoints).")
     normalize_reward: bool = param(False, "Scale rewards by the running std of the discounted return.")
     clip_obs: float = param(10.0, "Clip normalised observations to [-clip_obs, clip_obs] (.inf: no clipping).", min=0, min_exclusive=True, allow_inf=True)
@@ -142,7 +150,10 @@ class RecurrentConfig:
     reset where an episode ends and carried across a worker's rollouts."""
 
     type: str = param("none", "The core: 'gru', 'lstm', or 'none' (a memoryless policy).", choices=("none", "gru", "lstm"))
-    hidden_size: int = param(128, "Width of the core's state (per layer; an LSTM keeps two such vectors).", min=1, max=16_384)
+    hidden_size: int = param(
+        128, "Width of the core's state (per layer; an LSTM keeps two such vectors); hidden_size x num_layers is at most 8,192 (a step's work grows with its square).",
+        min=1, max=4_096,
+    )
     num_layers: int = param(1, "Stacked recurrent layers.", min=1, max=16)
 
 
@@ -156,9 +167,11 @@ class ActorConfig:
         "(a Nature CNN for image observations, uint8 with 3 dims, the MLP otherwise); Dict observations get one per key.",
         choices=("auto", "mlp", "nature_cnn", "impala_resnet"),
     )
-    hidden_sizes: tuple[int, ...] = param((64, 64), "Widths of the MLP after the encoder's extractor (the whole encoder for vector observations).")
+    hidden_sizes: tuple[int, ...] = param(
+        (64, 64), "Widths of the MLP after the encoder's extractor (the whole encoder for vector observations); at most 64 layers of 65,536."
+    )
     activation: str = param("tanh", "Hidden-layer activation of the MLP.", choices=("tanh", "relu", "elu", "gelu"))
-    cnn_channels: tuple[int, ...] | None = param(None, "impala_resnet: channels of its stacks (null: 16, 32, 32).")
+    cnn_channels: tuple[int, ...] | None = param(None, "impala_resnet: channels of its stacks (null: 16, 32, 32); at most 8 stacks of 1,024.")
     cnn_features: int | None = param(
         None, "Width of a CNN encoder's output layer (null: 512 nature_cnn, 256 impala_resnet; 0: none, the flattened convolutions are the features).", min=0, max=65_536
     )
@@ -203,8 +216,14 @@ class StorageConfig:
     burn_in: int = param(0, "Recurrent DQN/SAC: first steps of each replayed sequence that only warm up the state (no loss; R2D2).", min=0, max=100_000)
 
 
-#: the widest MLP layer and CNN stack a config may ask for (a 65,536-wide square layer is 16 GiB of float32 weights)
-MAX_WIDTH, MAX_CHANNELS = 65_536, 4_096
+#: the widest MLP layer and CNN stack a config may ask for (a 65,536-wide square layer is 16 GiB of float32 weights;
+#: a 1,024-channel stack makes 5 3x3 convolutions of 9.4M weights each, at the image's full resolution for the first)
+MAX_WIDTH, MAX_CHANNELS = 65_536, 1_024
+#: the most MLP hidden layers and IMPALA stacks (each stack halves the image: 8 take 84x84 to 1x1); a network's
+#: work, unlike its memory, grows with its depth at any width, so a typo of 300,000 layers is refused, not built
+MAX_LAYERS, MAX_CNN_STACKS = 64, 8
+#: a recurrent core's hidden_size x num_layers (a step costs about gates x hidden_size^2 multiply-adds per layer)
+MAX_RECURRENT_UNITS = 8_192
 
 ALGORITHM_NAMES = ("ppo", "a2c", "impala", "appo", "dqn", "sac", "td3", "ddpg")
 
@@ -475,62 +494,34 @@ def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     :param overrides: dotted overrides such as ``algorithm.lr=3e-4`` (values parsed as YAML).
     :raises ConfigError: for a missing or unreadable file, unknown keys or bad values.
     """
-    raw = load_yaml(path, "config file")
+    return from_dict(apply_overrides(read_mapping(path, "config file"), overrides))
+
+
+def read_mapping(path: str | Path, what: str) -> dict:
+    """:func:`load_yaml` of a file that must hold a mapping of sections (a config, a run's
+    ``config.yaml``): an empty file, a list or a scalar is one :class:`ConfigError` line."""
+    raw = load_yaml(path, what)
     if raw is None:
-        raise ConfigError(f"config file {str(path)!r} is empty: a config names at least its env (env.env_id) and algorithm (algorithm.name)")
+        raise ConfigError(f"{what} {str(path)!r} is empty: a config names at least its env (env.env_id) and algorithm (algorithm.name)")
     if not isinstance(raw, dict):
-        raise ConfigError(f"config file {str(path)!r} must hold a mapping of sections, got {type(raw).__name__}")
-    return from_dict(apply_overrides(raw, overrides))
-
-
-def load_yaml(path: str | Path, what: str) -> Any:
-    """Read a YAML file strictly: a directory, a missing file, invalid YAML and a key given twice
-    in one mapping (PyYAML would keep the last silently) are each one :class:`ConfigError` line
-    naming ``what`` and the file."""
-    path = Path(path)
-    if path.is_dir():
-        raise ConfigError(f"{what} {str(path)!r} is a directory, not a YAML file")
-    if not path.is_file():
-        raise ConfigError(f"{what} {str(path)!r} does not exist")
-    try:
-        return yaml.load(path.read_text(), Loader=_StrictLoader)  # a SafeLoader subclass: no arbitrary objects
-    except _DuplicateKey as exc:
-        raise ConfigError(f"{what} {str(path)!r}: key {exc.key!r} is given twice (lines {exc.first} and {exc.second})") from None
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        line = f" (line {where.line + 1})" if where is not None else ""
-        raise ConfigError(f"{what} {str(path)!r} is not valid YAML{line}") from None
-
-
-class _DuplicateKey(Exception):
-    def __init__(self, key: Any, first: int, second: int) -> None:
-        super().__init__(key)
-        self.key, self.first, self.second = key, first, second
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """yaml.safe_load that refuses a key given twice in one mapping."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
-            line = key_node.start_mark.line + 1
-            if key in seen:
-                raise _DuplicateKey(key, seen[key], line)
-            seen[key] = line
-        return super().construct_mapping(node, deep=deep)
+        raise ConfigError(f"{what} {str(path)!r} must hold a mapping of sections, got {type(raw).__name__}")
+    return raw
 
 
 def load_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """The config a run directory was started with (its ``config.yaml``, which the caller has
-    checked is there), plus ``overrides``; a bad override is one :class:`ConfigError` line naming
-    the file."""
+    checked is there), plus ``overrides``; a bad file or a bad override is one :class:`ConfigError`
+    line blaming the one at fault, and so is an override of a key the checkpoint fixes
+    (:data:`~pytorchrl.config_applicability.TRAINED_KEYS`)."""
+    from pytorchrl.config_applicability import check_trained_keys  # it imports this module
+
     config_path = Path(run_dir) / "config.yaml"
+    raw = read_mapping(config_path, "run config file")  # a list, a scalar or an alias loop there: one line
     try:
-        return from_dict(apply_overrides(yaml.safe_load(config_path.read_text()) or {}, overrides))
+        trained = from_dict(raw)
     except ConfigError as exc:
         raise ConfigError(f"{config_path}: {exc}") from None
+    return check_trained_keys(trained, apply_overrides(raw, overrides), overrides, config_path)
 
 
 def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...]) -> dict:
@@ -540,12 +531,29 @@ def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...]) -> dict:
         key, sep, text = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"override {item!r} must look like section.key=value")
-        try:
-            value = yaml.safe_load(text) if text else None
-        except yaml.YAMLError:
-            value = text
-        _set_dotted(out, key, value, item)
+        _set_dotted(out, key, _override_value(item, text), item)
     return out
+
+
+#: characters that open YAML flow collections and quoted strings: an override that has one and does
+#: not parse is a typo (`{a: 1`), not a plain string
+_YAML_OPENERS = frozenset("[]{}\"'")
+
+
+def _override_value(item: str, text: str) -> Any:
+    """An override's value, parsed as YAML (strictly, as files are). Text YAML rejects stays the
+    string it was meant as (``@host``, ``*x``) unless it has brackets, braces or quotes: then
+    it is one :class:`ConfigError` line, not a string the key's type check would blame."""
+    try:
+        return parse_yaml(text) if text else None
+    except DuplicateKey as exc:
+        raise ConfigError(f"override {item!r}: key {exc.key!r} is given twice") from None
+    except BadStructure as exc:
+        raise ConfigError(f"override {item!r}: {exc}") from None
+    except yaml.YAMLError as exc:
+        if _YAML_OPENERS.isdisjoint(text):
+            return text
+        raise ConfigError(f"override {item!r} is not valid YAML ({yaml_problem(exc)}); close its brackets, braces and quotes") from None
 
 
 def set_values(raw: dict, values: dict[str, Any]) -> dict:
@@ -577,6 +585,7 @@ def from_dict(raw: dict) -> Config:
     sections = {"algorithm": ALGORITHM_CONFIGS[name]}
     config = _build(Config, raw, "", sections)
     _check_cross_field(config)
+    _check_work(config)
     return config
 
 
@@ -705,11 +714,15 @@ def _check_cross_field(config: Config) -> None:
         if isinstance(algo, DQNConfig) and algo.v_min >= algo.v_max:
             raise ConfigError(f"config key 'algorithm.v_min' = {algo.v_min} must be below algorithm.v_max = {algo.v_max}")
     _check_sequences(config)
-    widths: list[tuple[str, object, str, int]] = [("actor", config.actor, "hidden_sizes", MAX_WIDTH), ("actor", config.actor, "cnn_channels", MAX_CHANNELS)]
+    widths: list[tuple[str, object, str, int, int]] = [
+        ("actor", config.actor, "hidden_sizes", MAX_WIDTH, MAX_LAYERS), ("actor", config.actor, "cnn_channels", MAX_CHANNELS, MAX_CNN_STACKS)
+    ]
     if isinstance(config.algorithm, DQNConfig):
-        widths.append(("algorithm", config.algorithm, "head_hidden_sizes", MAX_WIDTH))
-    for section, values, name, widest in widths:
+        widths.append(("algorithm", config.algorithm, "head_hidden_sizes", MAX_WIDTH, MAX_LAYERS))
+    for section, values, name, widest, most in widths:
         sizes = getattr(values, name) or ()
+        if len(sizes) > most:  # the count, not the list: it may be 300,000 long
+            raise ConfigError(f"config key '{section}.{name}' has {len(sizes):,} layers: at most {most} are allowed")
         if any(s < 1 or s > widest for s in sizes):
             raise ConfigError(f"config key '{section}.{name}' = {list(sizes)!r} is out of range: every width must be in 1..{widest:,}")
 
@@ -750,6 +763,36 @@ def _check_sequences(config: Config) -> None:
             raise ConfigError(f"config key 'storage.sequence_length' = {length} is larger than storage.capacity = {storage.capacity}")
         if getattr(algo, "actor_priorities", False):
             raise ConfigError("config key 'algorithm.actor_priorities' = true is not available with a recurrent DQN (sequence priorities come from the learner)")
+
+
+def round_env_steps(config: Config) -> tuple[str, int]:
+    """The env steps one round of collection makes, and the product they come from (for messages):
+    ``env.num_envs x steps x max(1, scheme.num_col_workers)``, where steps is ``storage.num_steps``
+    (on-policy rollouts) or ``algorithm.update_every`` (replay algorithms, when set)."""
+    algo, workers = config.algorithm, max(1, config.scheme.num_col_workers)
+    steps_key, steps = "storage.num_steps", config.storage.num_steps
+    if isinstance(algo, _ReplayConfig) and algo.update_every is not None:
+        steps_key, steps = "algorithm.update_every", algo.update_every
+    total = config.env.num_envs * steps * workers
+    return f"env.num_envs x {steps_key} x max(1, scheme.num_col_workers) = {config.env.num_envs} x {steps} x {workers} = {total:,}", total
+
+
+def _check_work(config: Config) -> None:
+    """Limits on a run's work, which the memory floor does not bound: a recurrent core's size, and
+    one round of collection against the whole budget (65,536 CartPole envs x 32 steps is 21 times
+    ``run.target_steps``: the progress line shows 2097%, and a round cannot be cut short)."""
+    core = config.actor.recurrent
+    if core.type != "none" and core.hidden_size * core.num_layers > MAX_RECURRENT_UNITS:
+        raise ConfigError(
+            f"config key 'actor.recurrent.hidden_size' = {core.hidden_size} x actor.recurrent.num_layers = {core.num_layers} is "
+            f"{core.hidden_size * core.num_layers:,} recurrent units: at most {MAX_RECURRENT_UNITS:,} are allowed; lower either"
+        )
+    product, total = round_env_steps(config)
+    if total > config.run.target_steps:
+        raise ConfigError(
+            f"config keys {product} env steps in one round, more than run.target_steps = {config.run.target_steps:,} (the whole budget); "
+            "lower them or raise run.target_steps"
+        )
 
 
 def _deep_copy(raw: Any) -> Any:

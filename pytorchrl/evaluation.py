@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pytorchrl.config import load_run_config
+from pytorchrl.envs.rendering import opengl_hint
 from pytorchrl.learner import Learner
 from pytorchrl.utils.checkpoint import META_FILE, load_checkpoint, load_newest_checkpoint
 from pytorchrl.utils.errors import CheckpointError, InputError
+from pytorchrl.utils.paths import check_output_dir
 
 
 def evaluate_checkpoint(
-    path: str | Path, *, episodes: int = 10, video_dir: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()
+    path: str | Path, *, episodes: int = 10, video_dir: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
+    on_episode: Callable[[list[float]], None] | None = None,
 ) -> dict[str, Any]:
     """Returns of the policy in a run directory (newest checkpoint) or checkpoint, deterministic
     unless the run's config sets ``run.eval_deterministic: false``.
@@ -25,9 +29,15 @@ def evaluate_checkpoint(
     :param video_dir: if given, record one episode as an animated GIF there.
     :param overrides: dotted ``key=value`` changes to the run's config, e.g. the same policy on
         sticky actions (``env.atari.repeat_action_probability=0.25``) or with argmax actions
-        (``run.eval_deterministic=true``); the policy's shapes must stay the same.
+        (``run.eval_deterministic=true``); one that changes a key the checkpoint fixes (its
+        network, algorithm or observations: :data:`~pytorchrl.config_applicability.TRAINED_KEYS`)
+        is refused in one line.
+    :param on_episode: progress: called with ``[]`` when the episodes start, then with the
+        returns so far after each one (e.g. :class:`~pytorchrl.logging.writers.EvaluationProgress`).
     """
-    path = Path(path)
+    path = check_output_dir(path, "evaluate", must_exist=True, writable=False)  # a file, a missing or too long path: one line
+    if video_dir is not None:  # before the episodes, not after them
+        check_output_dir(video_dir, "--video")
     if (path / META_FILE).is_file():
         checkpoint, run_dir = path, path.parent.parent
         state, meta = load_checkpoint(path)
@@ -37,14 +47,16 @@ def evaluate_checkpoint(
     else:
         raise CheckpointError(f"{str(path)!r} is neither a run directory nor a checkpoint directory")
     config_path = run_dir / "config.yaml"
-    if not config_path.is_file():
+    if not config_path.exists():  # one of another kind: load_run_config names its kind
         raise CheckpointError(f"{str(config_path)!r} is missing: cannot rebuild the policy of {str(checkpoint)!r}")
     config = load_run_config(run_dir, overrides)
     learner = Learner.from_config(config, progress=False)
     try:
         learner.load_state(state)
         deterministic = config.run.eval_deterministic
-        returns = learner.scheme.evaluate(episodes, deterministic)
+        if on_episode is not None:
+            on_episode([])
+        returns = learner.scheme.evaluate(episodes, deterministic, on_episode)
         video = _record_gif(learner, Path(video_dir), deterministic) if video_dir is not None else None
     finally:
         learner.close()
@@ -84,6 +96,9 @@ def _record_gif(learner: Learner, video_dir: Path, deterministic: bool = True) -
         frames = [env.render()]
     except (gym.error.DependencyNotInstalled, ImportError) as exc:
         raise InputError(f"--video: env {envs.env_id!r} cannot render ({exc}); try pip install 'pytorchrl[video]'") from None
+    except Exception as exc:  # OpenGL failing in the first render: mujoco.FatalError, PyOpenGL errors, a missing libOSMesa
+        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"--video: env {envs.env_id!r} cannot render ({reason}); {opengl_hint()}") from None
     done, rhs = False, None  # rhs: a recurrent actor's state, carried through the episode
     while not done and len(frames) <= MAX_VIDEO_FRAMES:
         action, _, rhs = worker.algo.acting_step(envs.single_obs(obs), rhs, deterministic=deterministic)

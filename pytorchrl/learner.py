@@ -21,6 +21,7 @@ from pytorchrl.logging.writers import CSVWriter, ProgressLine, TensorBoardWriter
 from pytorchrl.scheme.scheme import Scheme, build_scheme
 from pytorchrl.utils.checkpoint import load_checkpoint, load_newest_checkpoint, prune_checkpoints, save_checkpoint
 from pytorchrl.utils.errors import CheckpointError, TrainingDiverged
+from pytorchrl.utils.paths import check_run_dir, make_dir
 from pytorchrl.utils.seeding import get_rng_state, seed_everything, set_rng_state
 
 #: interval means of these per-update diagnostics go into each log row
@@ -75,6 +76,7 @@ class Learner:
         self._lengths: deque[float] = deque(maxlen=100)
         self._interval: dict[str, list[float]] = {}
         self._round_end = True
+        self._round_wall_time_s: float | None = None  # wall_time_s when the last round ended
         self._eval_steps = -1
         self._eval_row: dict[str, Any] = {}
         self._start: float | None = None
@@ -89,7 +91,7 @@ class Learner:
     def from_config(cls, config: Config, *, run_dir: str | Path | None = None, progress: bool = True) -> Learner:
         """Seed, build the scheme from ``config`` and, with a ``run_dir``, write ``config.yaml`` there."""
         seed_everything(config.run.seed)
-        run_dir = Path(run_dir) if run_dir is not None else None
+        run_dir = check_run_dir(run_dir, "run directory") if run_dir is not None else None  # before a file is written
         created = run_dir is not None and not run_dir.exists()
         writers = open_writers(config.run, run_dir)  # first: a port in use fails before Ray starts or a file is written
         try:
@@ -108,13 +110,15 @@ class Learner:
         """Rebuild the run in ``run_dir`` from its ``config.yaml`` (plus ``overrides``, e.g. a larger
         ``run.target_steps``) and continue from its newest readable checkpoint.
 
-        :raises CheckpointError: when the directory has no config or no readable checkpoint.
+        :raises CheckpointError: when the directory has no readable checkpoint.
+        :raises InputError: when it is missing, not a directory, has no config or run files of the
+            wrong kind (:func:`~pytorchrl.utils.paths.check_run_dir`).
+        :raises ConfigError: for an override of a key the checkpoint fixes (its network, algorithm
+            or observations: :data:`~pytorchrl.config_applicability.TRAINED_KEYS`).
         """
-        run_dir = Path(run_dir)
-        if not (run_dir / "config.yaml").is_file():
-            raise CheckpointError(f"--resume {str(run_dir)!r}: no config.yaml there (not a pytorchrl run directory)")
+        run_dir = check_run_dir(run_dir, "--resume", resume=True)
+        config = load_run_config(run_dir, overrides)  # first: a bad config or override is told before the checkpoints are read
         _, state, _ = load_newest_checkpoint(run_dir / "checkpoints")
-        config = load_run_config(run_dir, overrides)
         learner = cls.from_config(config, run_dir=run_dir, progress=progress)
         learner.load_state(state)
         truncate_progress(run_dir / "progress.csv", learner.env_steps)
@@ -182,12 +186,17 @@ class Learner:
         return max(steps)[1] if steps else None
 
     def _after_round(self) -> None:
+        self._round_wall_time_s = self.wall_time_s
+        log_due = self.env_steps >= self._next["log"]
+        # a run's last row holds its final evaluation: made here, before the row is written, when
+        # this round ends the run (else finish() would evaluate and write a second row at these steps)
+        final = log_due and self._stop_reason() is not None and self._eval_steps != self.env_steps
         evaluated = False
-        if self.env_steps >= self._next["eval"]:
+        if self.env_steps >= self._next["eval"] or final:
             self.evaluate()
             evaluated = True
             self._advance("eval", self.run.eval_every)
-        if self.env_steps >= self._next["log"] or (evaluated and self.solved_at is not None):
+        if log_due or (evaluated and self.solved_at is not None):
             self.log()
             self._advance("log", self.run.log_every)
         if self.env_steps >= self._next["checkpoint"]:
@@ -211,13 +220,23 @@ class Learner:
         """True at the end of a round once the budget, the time limit or the return target is reached."""
         if not self._round_end:
             return False
-        if self.solved_at is not None:
-            self.stop_reason = "stop_at_return"
-        elif self.env_steps >= self.run.target_steps:
-            self.stop_reason = "target_steps"
-        elif self.run.max_time_s is not None and self.wall_time_s >= self.run.max_time_s:
-            self.stop_reason = "max_time_s"
+        reason = self._stop_reason()
+        if reason is not None:
+            self.stop_reason = reason
         return self.stop_reason is not None
+
+    def _stop_reason(self) -> str | None:
+        """Why the run stops after the last round (None: it goes on). The time limit is judged at
+        the round's end, so that :meth:`done` agrees with the decision :meth:`_after_round` made
+        about the final evaluation."""
+        wall = self.wall_time_s if self._round_wall_time_s is None else self._round_wall_time_s
+        if self.solved_at is not None:
+            return "stop_at_return"
+        if self.env_steps >= self.run.target_steps:
+            return "target_steps"
+        if self.run.max_time_s is not None and wall >= self.run.max_time_s:
+            return "max_time_s"
+        return None
 
     def train(self) -> dict[str, Any]:
         """Step until :meth:`done`, then evaluate, checkpoint and summarise.
@@ -247,8 +266,17 @@ class Learner:
         if self.run_dir is not None:
             self.checkpoint()
         summary = self._write_summary()
-        self._progress.close()
+        self._progress.close(self._progress_row())
         return summary
+
+    def _progress_row(self) -> dict[str, Any]:
+        """The progress line's figures while evaluating and at the end: the FPS over the whole
+        run (the log row's is the interval's, which may hold only an evaluation: 0)."""
+        wall = self.wall_time_s
+        return {
+            "env_steps": self.env_steps, "wall_time_s": wall, "fps": self.env_steps / wall if wall > 0 else 0.0,
+            "train_return_mean": _mean(self._returns), "eval_return_mean": self.last_eval,
+        }
 
     def _write_summary(self) -> dict[str, Any]:
         summary = {
@@ -273,7 +301,13 @@ class Learner:
     def evaluate(self) -> float:
         """Mean return over ``run.eval_episodes`` episodes (``run.eval_deterministic``); records solving."""
         start = time.perf_counter()
-        returns = self.scheme.evaluate(self.run.eval_episodes, self.run.eval_deterministic)
+        asked = self.run.eval_episodes
+
+        def show(returns: list[float]) -> None:  # an Atari evaluation takes minutes: the progress line counts its games
+            self._progress.evaluating(len(returns), asked, self._progress_row())
+
+        show([])
+        returns = self.scheme.evaluate(asked, self.run.eval_deterministic, show)
         self.last_eval = sum(returns) / len(returns)
         self._eval_steps = self.env_steps
         self._interval.setdefault("eval_time_s", [0.0])[0] += time.perf_counter() - start
@@ -358,7 +392,7 @@ class Learner:
             self._log_mark = (int(c.get("log_mark_steps", self.env_steps)), self.wall_time_offset)
             set_rng_state(state["rng"])
         except (KeyError, TypeError, RuntimeError, ValueError) as exc:
-            raise CheckpointError(f"checkpoint does not match this run's config ({type(exc).__name__}: {exc})") from None
+            raise CheckpointError(f"checkpoint does not match this run's config ({_first_problem(exc)})") from None
         self.scheme.update_worker.set_progress(min(1.0, self.env_steps / self.run.target_steps))
 
     def load_checkpoint(self, path: str | Path) -> None:
@@ -405,7 +439,7 @@ def open_writers(run: RunConfig, run_dir: Path | None) -> list[Writer]:
         print(f"pytorchrl: Prometheus metrics at {prometheus.url}", file=sys.stderr)
         writers.append(prometheus)
     if run_dir is not None:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        make_dir(run_dir, "run directory")
         writers += [CSVWriter(run_dir / "progress.csv"), TensorBoardWriter(run_dir / "tb")]
     return writers
 
@@ -425,6 +459,17 @@ def _nonfinite_tensor(state: Any, prefix: str = "") -> str | None:
         if found is not None:
             return found
     return None
+
+
+def _first_problem(exc: Exception) -> str:
+    """One line of ``exc``: torch's state_dict mismatch lists every parameter on its own line
+    (a tab-indented line each); the first names the module and the shapes, the count says the rest."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    text = " ".join(lines[:2])
+    more = f" (and {len(lines) - 2} more)" if len(lines) > 2 else ""
+    return f"{type(exc).__name__}: {text}{more}"
 
 
 def truncate_progress(path: Path, env_steps: int) -> None:

@@ -25,6 +25,8 @@ from pytorchrl.utils.errors import InputError
 #: keys that differ between runs of one experiment without making it another
 RUN_KEYS = ("seed", "max_time_s", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints", "stop_at_return", "target_steps")
 X_AXES = ("env_steps", "wall_time_s")
+#: a curve of at most this many points gets a marker on each (a one-point line draws nothing)
+MARKERS_UP_TO = 10
 
 
 @dataclass
@@ -139,8 +141,10 @@ def plot_runs(
             grid, mean, low, high = band(usable, x, metric)
             colour = f"C{i % 10}"
             seeds = f" ({len(usable)} seeds)" if len(usable) > 1 else ""
-            ax.plot(grid, mean, color=colour, label=label + seeds)
-            if len(usable) > 1:
+            ax.plot(grid, mean, color=colour, label=label + seeds, marker="o" if len(grid) <= MARKERS_UP_TO else None, markersize=4)
+            if len(usable) > 1 and len(grid) == 1:  # a band of one point has no area: a min-max bar instead
+                ax.vlines(grid, low, high, color=colour, alpha=0.4)
+            elif len(usable) > 1:
                 ax.fill_between(grid, low, high, color=colour, alpha=0.2, linewidth=0)
         ax.set_xlabel(x)
         ax.set_ylabel(metric)

@@ -33,21 +33,25 @@ are written on the node each trial runs on (use a shared filesystem to see them 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import difflib
 import json
 import math
+import os
+import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import yaml
 
 from pytorchrl.config import Config, config_to_dict, from_dict, load_config, load_yaml, set_values
 from pytorchrl.utils.errors import ConfigError, InputError
+from pytorchrl.utils.paths import check_output_dir, make_dir
 
 #: distribution name -> what its argument must be
 DISTRIBUTIONS = {
@@ -281,6 +285,7 @@ def tune(
         budget, at least one evaluation).
     :param trial_cpus: CPUs Tune reserves for each trial's learner (default ``run.torch_threads``);
         e.g. 0.5 runs a PBT population of 4 side by side on 2 cores.
+    :param verbose: a line per trial event on stderr (:class:`TrialLines`); Tune's own output is off.
     :raises InputError: for a bad config, space, scheduler or metric (one line).
     """
     base = _base_dict(config, overrides)
@@ -305,15 +310,18 @@ def tune(
         )
     if metric == "eval_return_mean" and run.eval_every == 0 and scheduler != "fifo":
         raise InputError(f"--scheduler {scheduler} needs evaluations during the run: run.eval_every = 0 evaluates only at the end")
+    where = "--dir" if directory else "tune directory"
+    root = check_output_dir(directory or _default_directory(config), where).resolve()  # before Ray starts or a trial writes
     from ray import tune as ray_tune
 
     from pytorchrl.scheme.base.ray_runtime import configure_ray, ensure_ray
 
+    if verbose:  # Ray takes seconds to start: say what is coming
+        print(f"pytorchrl: tune: {samples} samples ({scheduler}) into {root}; starting Ray", file=sys.stderr, flush=True)
     configure_ray(address=address or base_config.scheme.ray.address, num_cpus=base_config.scheme.ray.num_cpus)
     ensure_ray()
     check_trial_fits(base_config, trial_cpus)
-    root = Path(directory or _default_directory(config)).resolve()
-    root.mkdir(parents=True, exist_ok=True)
+    make_dir(root, where)
     start = time.perf_counter()
     report_every = run.eval_every or run.log_every
     interval = (perturbation_interval or 2 * report_every) if scheduler == "pbt" else None
@@ -331,14 +339,17 @@ def tune(
             trial_name_creator=_trial_name, trial_dirname_creator=_trial_name,
         ),
         run_config=ray_tune.RunConfig(
-            name="_tune", storage_path=str(root), verbose=1 if verbose else 0,
+            # Tune's own tables (pages of them, on stdout) give way to a line per trial event on stderr
+            name="_tune", storage_path=str(root), verbose=0,
+            callbacks=[_status_callback(TrialLines(metric, root))] if verbose else [],
             # PBT clones a trial's newest checkpoint; keeping 4 (one per perturbation interval)
             # leaves it in place while the exploiting trial restarts
             checkpoint_config=ray_tune.CheckpointConfig(num_to_keep=4),
             failure_config=ray_tune.FailureConfig(max_failures=0),
         ),
     )
-    grid = tuner.fit()
+    with _legacy_tune_output():
+        grid = tuner.fit()
     wall = time.perf_counter() - start
     results = [grid[i] for i in range(len(grid))]
     trials = _trial_rows(results, parsed, metric, root, run.target_steps)
@@ -353,6 +364,85 @@ def tune(
     best_path.write_text(header + yaml.safe_dump(config_to_dict(from_dict(set_values(base, best_params))), sort_keys=False))
     _write_trials(root / "trials.csv", trials)
     return TuneResult(root, best_path, best["trial"], float(best[metric]), best_params, trials, wall)
+
+
+class TrialLines:
+    """A line per trial event on stderr, in place of Tune's tables: a trial starts (with its
+    values), reports (at most every :attr:`REPORT_EVERY` seconds per trial), ends (its run's stop
+    reason, or stopped early by the scheduler) or fails (where its traceback is).
+
+    :param root: the search's directory (a trial whose run ended wrote its ``summary.json`` there).
+    """
+
+    REPORT_EVERY = 10.0
+
+    def __init__(self, metric: str, root: Path, stream: TextIO | None = None) -> None:
+        self.metric = metric
+        self.root = root
+        self.stream = stream  # None: sys.stderr when writing (Tune pickles its callbacks, and a stream with them)
+        self._reported: dict[str, float] = {}
+
+    def started(self, trial: str, params: Mapping[str, Any]) -> None:
+        values = " ".join(f"{key}={_cell(value)}" for key, value in params.items())
+        self._reported[trial] = time.monotonic()  # its first report line after REPORT_EVERY seconds
+        self._say(f"trial {trial} started: {values}")
+
+    def reported(self, trial: str, row: Mapping[str, Any]) -> None:
+        now = time.monotonic()
+        if now - self._reported.get(trial, -math.inf) >= self.REPORT_EVERY:
+            self._reported[trial] = now
+            self._say(f"trial {trial}: {self._figures(row)}")
+
+    def ended(self, trial: str, row: Mapping[str, Any], error_file: str | None = None) -> None:
+        reason = _stop_reason(self.root, trial)
+        if error_file is not None:
+            self._say(f"trial {trial} failed: its error is in {error_file}")
+        elif reason is None:
+            self._say(f"trial {trial} stopped by the scheduler: {self._figures(row)}")
+        else:
+            self._say(f"trial {trial} finished ({reason}): {self._figures(row)}")
+
+    def _figures(self, row: Mapping[str, Any]) -> str:
+        steps = row.get("env_steps")
+        return f"{self.metric} {_cell(row.get(self.metric))} at {steps if steps is None else f'{steps:,}'} env steps"
+
+    def _say(self, text: str) -> None:
+        print(f"pytorchrl: {text}", file=self.stream or sys.stderr, flush=True)
+
+
+def _status_callback(lines: TrialLines) -> Any:
+    """``lines`` as a Ray Tune callback (made here: ``import pytorchrl`` does not import Tune)."""
+    from ray.tune import Callback
+
+    class TrialStatus(Callback):
+        def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+            lines.started(str(trial), trial.config)
+
+        def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any) -> None:
+            lines.reported(str(trial), result)
+
+        def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+            lines.ended(str(trial), trial.last_result or {})
+
+        def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+            lines.ended(str(trial), trial.last_result or {}, error_file=trial.error_file or "the trial's directory")
+
+    return TrialStatus()
+
+
+@contextlib.contextmanager
+def _legacy_tune_output() -> Iterator[None]:
+    """Tune's older output engine while fitting: at ``verbose=0`` it prints nothing, where the
+    newer one still prints its experiment table and paths on stdout (the one JSON line's stream)."""
+    previous = os.environ.get("RAY_AIR_NEW_OUTPUT")
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["RAY_AIR_NEW_OUTPUT"]
+        else:
+            os.environ["RAY_AIR_NEW_OUTPUT"] = previous
 
 
 def trial_resources(config: Config, learner_cpus: float | None = None) -> Any:
@@ -438,10 +528,16 @@ def _status(result: Any, root: Path, target_steps: int) -> str:
     scheduler ended it early)."""
     if result.error is not None:
         return "error"
-    summary = root / "trials" / Path(result.path).name / "summary.json" if result.path else None
-    if summary is not None and summary.is_file():
-        return str(json.loads(summary.read_text()).get("stop_reason", "target_steps"))
+    reason = _stop_reason(root, Path(result.path).name) if result.path else None
+    if reason is not None:
+        return reason
     return "target_steps" if (result.metrics or {}).get("env_steps", 0) >= target_steps else "stopped"
+
+
+def _stop_reason(root: Path, trial: str) -> str | None:
+    """The stop reason in a trial run's ``summary.json`` (None: the run did not end by itself)."""
+    summary = root / "trials" / trial / "summary.json"
+    return str(json.loads(summary.read_text()).get("stop_reason", "target_steps")) if summary.is_file() else None
 
 
 def _write_trials(path: Path, trials: list[dict[str, Any]]) -> None:

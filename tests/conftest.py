@@ -22,10 +22,11 @@ CONFIGS = REPO / "configs"
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """One local Ray for the whole session, 2 CPUs, no dashboard."""
+    """One private local Ray for the whole session, 2 CPUs, no dashboard (``address="local"``:
+    never a cluster that ``ray start`` left on the machine)."""
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
 
@@ -62,3 +63,17 @@ def _no_rng_leak():
 def pytorchrl_cmd() -> list[str]:
     """The CLI as a subprocess command line (the installed console script's module)."""
     return [sys.executable, "-m", "pytorchrl.cli"]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """In CI (``CI`` set, as ``.ci/run`` runs), a test skipped because a module could not be
+    imported fails instead: the ``test`` extra must install everything the suite imports, and a
+    skip would hide a missing dependency as a green run."""
+    outcome = yield
+    report = outcome.get_result()
+    if os.environ.get("CI") and report.skipped and call.excinfo is not None:
+        reason = str(call.excinfo.value)
+        if "could not import" in reason:
+            report.outcome = "failed"
+            report.longrepr = f"missing test dependency in CI: {reason} (add it to the 'test' extra in setup.py)"

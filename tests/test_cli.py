@@ -168,7 +168,7 @@ def test_missing_config_and_bad_resume_dirs(capsys, tmp_path):
     assert "no config.yaml there" in _bad(capsys, ["train", "--resume", str(tmp_path)])
     (tmp_path / "config.yaml").write_text("{}\n")
     assert "no checkpoint in" in _bad(capsys, ["train", "--resume", str(tmp_path)])
-    assert "neither a run directory nor a checkpoint" in _bad(capsys, ["evaluate", str(tmp_path / "nope")])
+    assert f"evaluate '{tmp_path / 'nope'}' does not exist" in _bad(capsys, ["evaluate", str(tmp_path / "nope")])
 
 
 @pytest.mark.slow

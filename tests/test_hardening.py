@@ -218,7 +218,7 @@ def test_every_checkpoint_corrupt_is_one_line_without_warnings(tmp_path, capsys)
     "config, override, message",
     [
         ("ppo/cartpole.yaml", "actor.hidden_sizes=[65536, 65536]", r"config key 'actor.hidden_sizes' = \[65536, 65536\]: the run needs at least 128.0 GiB \(networks"),
-        ("dqn/atari_pong.yaml", "storage.capacity=1000000000", r"config key 'storage.capacity' = 1000000000: the run needs at least 26,285.6 GiB \(replay buffer"),
+        ("dqn/atari_pong.yaml", "storage.capacity=1000000000", r"config key 'storage.capacity' = 1000000000: the run needs at least 26,285.7 GiB \(replay buffer: 26,285.6 GiB"),
     ],
 )
 def test_a_run_that_cannot_fit_in_memory_is_refused_before_allocating(config, override, message):

@@ -32,6 +32,7 @@ from gymnasium.vector import AutoresetMode
 from pytorchrl.envs.atari import atari_spaces, is_atari_id, make_atari_env, make_atari_vector_env, register_atari
 from pytorchrl.envs.masking import InfoActionMask
 from pytorchrl.envs.normalization import ObservationNormalizer, RewardScaler
+from pytorchrl.envs.rendering import is_opengl_failure, opengl_hint, show_mujoco_warnings_once, use_headless_gl
 from pytorchrl.envs.snapshot import restore, snapshot
 from pytorchrl.utils.errors import InputError
 from pytorchrl.utils.seeding import TEST_ROLE, TRAIN_ROLE, derive_seed
@@ -325,6 +326,7 @@ class VecEnv:
         """One env like these (evaluation's preprocessing: whole games, raw rewards) that renders
         ``rgb_array`` frames, for videos; :meth:`single_obs` turns its observations into a batch."""
         env_kwargs, max_episode_steps, action_mask = self._single_env_args
+        use_headless_gl()  # before the env's first renderer: MuJoCo on a machine without a display
         if self._atari is not None:
             return make_atari_env(self.env_id, self._atari, env_kwargs={**env_kwargs, "render_mode": "rgb_array"}, max_episode_steps=max_episode_steps)
         return _make_single_env(self.env_id, {**env_kwargs, "render_mode": "rgb_array"}, max_episode_steps, action_mask)
@@ -436,12 +438,15 @@ def _env_errors(env_id: str, key: str, env_kwargs: dict) -> Iterator[None]:
     except Exception as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         message = message.split(" was raised from the environment creator")[0]  # gymnasium's suffix repeats the kwargs
+        if is_opengl_failure(exc):  # MUJOCO_GL names a backend whose library is missing
+            message += f"; {opengl_hint()}"
         if env_kwargs:
             raise InputError(f"config key {key!r} = {env_kwargs!r}: {env_id!r} cannot be made with them ({type(exc).__name__}: {message})") from None
         raise InputError(f"env.env_id = {env_id!r}: making the env failed ({type(exc).__name__}: {message})") from None
 
 
 def _make_single_env(env_id: str, env_kwargs: dict, max_episode_steps: int | None, action_mask: str = "none") -> gym.Env:
+    show_mujoco_warnings_once(env_id)
     fn = resolve_env_fn(env_id)
     if fn is not None:
         env = fn(**env_kwargs)

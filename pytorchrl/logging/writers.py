@@ -86,7 +86,16 @@ def _tb_tag(key: str) -> str:
 
 class ProgressLine:
     """One live line (env steps, FPS, train/eval return, ETA) on a terminal; a line per log
-    interval otherwise, so that CI logs and ``ray job logs`` stay readable."""
+    interval otherwise, so that CI logs and ``ray job logs`` stay readable.
+
+    While the learner evaluates, the ETA gives way to ``evaluating 3/10 games`` (an Atari
+    evaluation can take minutes: the line must show that it is alive); the last line, written by
+    :meth:`close`, shows the run's overall figures and ``done``.
+    """
+
+    #: seconds between two lines while evaluating when the stream is not a terminal (a log file
+    #: gets a sign of life, not a line per episode)
+    LOG_EVALUATION_EVERY = 10.0
 
     def __init__(self, target_steps: int, stream: TextIO | None = None, enabled: bool = True) -> None:
         self.target = target_steps
@@ -99,30 +108,95 @@ class ProgressLine:
         """Whether a live refresh would be shown now (so callers build the row only then)."""
         return self.enabled and self.live and time.monotonic() - self._last >= 0.25
 
+    def format(self, m: dict[str, Any], status: str | None = None) -> str:
+        """The line for the log row ``m``; ``status`` (e.g. ``evaluating 3/10 games``, ``done``)
+        replaces the ETA."""
+        steps, fps = m.get("env_steps", 0), m.get("fps") or 0.0
+        if status is None:
+            eta = max(self.target - steps, 0) / fps if fps > 0 else float("nan")  # a last rollout may overshoot the target
+            status = f"eta {_dur(eta)}"
+        return (
+            f"steps {steps:>9,}/{self.target:,} ({100 * steps / self.target:5.1f}%) | fps {fps:8,.0f} | "
+            f"train {_num(m.get('train_return_mean'))} | eval {_num(m.get('eval_return_mean'))} | "
+            f"elapsed {_dur(m.get('wall_time_s', 0.0))} | {status}"
+        )
+
     def update(self, m: dict[str, Any], *, force: bool = False) -> None:
         if not self.enabled or (not self.live and not force):
             return
-        now = time.monotonic()
-        if self.live and not force and now - self._last < 0.25:
+        if self.live and not force and time.monotonic() - self._last < 0.25:
             return
-        self._last = now
-        steps, fps = m.get("env_steps", 0), m.get("fps") or 0.0
-        eta = max(self.target - steps, 0) / fps if fps > 0 else float("nan")  # a last rollout may overshoot the target
-        text = (
-            f"steps {steps:>9,}/{self.target:,} ({100 * steps / self.target:5.1f}%) | fps {fps:8,.0f} | "
-            f"train {_num(m.get('train_return_mean'))} | eval {_num(m.get('eval_return_mean'))} | "
-            f"elapsed {_dur(m.get('wall_time_s', 0.0))} | eta {_dur(eta)}"
-        )
-        if self.live:
-            self.stream.write("\r" + text + "\x1b[K")
-        else:
-            self.stream.write(text + "\n")
-        self.stream.flush()
+        self._write(self.format(m))
 
-    def close(self) -> None:
-        if self.enabled and self.live:
+    def evaluating(self, done: int, asked: int, m: dict[str, Any]) -> None:
+        """Show evaluation progress: ``done`` of ``asked`` episodes, with the run's figures ``m``.
+        Throttled like :meth:`update`; off a terminal, a line at most every
+        :attr:`LOG_EVALUATION_EVERY` seconds."""
+        if not self.enabled:
+            return
+        since = time.monotonic() - self._last
+        if self.live:  # the first and last counts always: a short evaluation still shows both
+            show = done in (0, asked) or since >= 0.25
+        else:
+            show = done > 0 and since >= self.LOG_EVALUATION_EVERY
+        if not show:
+            return
+        self._write(self.format(m, f"evaluating {done}/{asked} games"))
+
+    def _write(self, text: str) -> None:
+        self._last = time.monotonic()
+        _emit(self.stream, text, self.live)
+
+    def close(self, final: dict[str, Any] | None = None) -> None:
+        """End the line; with ``final`` (the run's last row, its ``fps`` over the whole run), write
+        it first with ``done`` in place of the ETA."""
+        if not self.enabled:
+            return
+        if final is not None:
+            self._write(self.format(final, "done"))
+        if self.live:
             self.stream.write("\n")
             self.stream.flush()
+
+
+class EvaluationProgress:
+    """``evaluating 3/10 episodes | return mean 12.3 | elapsed 0:41`` for ``pytorchrl evaluate``,
+    on stderr so that stdout keeps its one JSON line: live on a terminal, else a line every
+    :attr:`LOG_EVERY` seconds and the last. Called with the returns so far (the ``on_episode``
+    callback of :func:`pytorchrl.evaluation.evaluate_checkpoint`); ``[]`` when evaluation starts.
+    """
+
+    LOG_EVERY = 5.0
+
+    def __init__(self, episodes: int, stream: TextIO | None = None) -> None:
+        self.episodes = episodes
+        self.stream = stream or sys.stderr
+        self.live = self.stream.isatty()
+        self._start = time.monotonic()
+        self._last = -math.inf
+        self._shown = False
+
+    def __call__(self, returns: list[float]) -> None:
+        now = time.monotonic()
+        last = len(returns) == self.episodes
+        if not last and now - self._last < (0.25 if self.live else self.LOG_EVERY):
+            return
+        self._last, self._shown = now, True
+        mean = f"{sum(returns) / len(returns):.1f}" if returns else "-"
+        text = f"evaluating {len(returns)}/{self.episodes} episodes | return mean {mean} | elapsed {_dur(now - self._start)}"
+        _emit(self.stream, text, self.live)
+
+    def close(self) -> None:
+        """End the live line (before the result, or an error line)."""
+        if self.live and self._shown:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _emit(stream: TextIO, text: str, live: bool) -> None:
+    """Write ``text`` over the current terminal line (``live``), else as a line of its own."""
+    stream.write("\r" + text + "\x1b[K" if live else text + "\n")
+    stream.flush()
 
 
 def _num(value: Any) -> str:

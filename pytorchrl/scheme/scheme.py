@@ -8,6 +8,7 @@ from typing import Any
 
 from pytorchrl.agent.algorithms import ALGORITHMS, wire
 from pytorchrl.config import Config, ConfigError, SchemeConfig
+from pytorchrl.config_applicability import warn_inapplicable
 from pytorchrl.envs.vec_env import VecEnv
 from pytorchrl.scheme.base.ray_runtime import configure_ray
 from pytorchrl.scheme.base.worker_set import FaultTolerance, check_fits, cluster_resources
@@ -138,12 +139,15 @@ class Scheme:
         else:
             getattr(ws.local_worker, method)(num)
 
-    def evaluate(self, num_episodes: int, deterministic: bool = True) -> list[float]:
+    def evaluate(
+        self, num_episodes: int, deterministic: bool = True, on_episode: Callable[[list[float]], None] | None = None
+    ) -> list[float]:
         """Returns of the current policy on the local collection worker's test envs (``deterministic``:
-        acting with the policy's mode)."""
+        acting with the policy's mode; ``on_episode``: called with the returns so far after each
+        episode, in this process)."""
         col = self.collection_workers
         col.local_worker.set_weights(self.algorithm.get_weights(acting=True), self.algorithm.version)
-        return col.evaluate(num_episodes, deterministic)
+        return col.evaluate(num_episodes, deterministic, on_episode)
 
     def state_dict(self) -> dict[str, Any]:
         return self.update_worker.state_dict()
@@ -192,6 +196,7 @@ def build_scheme(config: Config) -> Scheme:
     )
     check_memory(config, obs_space)  # before the driver builds the encoder once (wire) or any worker allocates
     wiring = wire(ALGORITHMS[config.algorithm.name], config, obs_space, action_space)
+    warn_inapplicable(config, obs_space)  # once per run, after the checks that refuse it: the keys set that it will not use
     return Scheme(
         env_factory=env_factory,
         actor_factory=wiring.actor,

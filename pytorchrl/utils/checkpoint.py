@@ -139,8 +139,9 @@ def load_newest_checkpoint(checkpoints_dir: str | Path) -> tuple[Path, dict[str,
         except CheckpointError as exc:
             errors.append(str(exc))
             continue
-        for error in errors:  # told only when an older one is used instead; none readable is one line below
-            warnings.warn(f"skipping unreadable checkpoint: {error}", stacklevel=2)
+        if errors:  # told only when an older one is used instead, in one warning; none readable is one line below
+            skipped = f"{len(errors)} unreadable checkpoints ({'; '.join(errors)})" if len(errors) > 1 else f"unreadable checkpoint: {errors[0]}"
+            warnings.warn(f"skipping {skipped}; using the newest readable one, {str(path)!r}", stacklevel=2)
         return path, state, meta
     every = f"all {len(candidates)} checkpoints are unreadable" if len(candidates) > 1 else "its checkpoint is unreadable"
     raise CheckpointError(f"no readable checkpoint in {str(checkpoints_dir)!r}: {every}; the newest: {errors[0]}")

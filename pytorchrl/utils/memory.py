@@ -3,8 +3,11 @@
 Typed but absurd sizes (``actor.hidden_sizes: [100000, 100000]``, a replay buffer of a billion
 Atari frames) would otherwise fail deep inside torch or the kernel's OOM killer, in a worker. The
 estimate is a lower bound, so it never refuses a run that fits: the MLP's weights with their
-gradients and Adam moments (16 bytes a parameter) times the networks the algorithm keeps, and one
-rollout (on-policy) or the replay buffer's observations (off-policy).
+gradients and Adam moments (16 bytes a parameter) times the networks the algorithm keeps, the same
+for a CNN extractor of an image observation (convolutions and output layer) and a recurrent core
+(times the extractors the algorithm keeps at least), the Atari and MuJoCo envs of this process
+(each holds an emulator or a compiled model), and one rollout (on-policy) or the replay buffer's
+observations (off-policy).
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from pytorchrl.utils.spaces import is_image_space, obs_layout
 BYTES_PER_PARAMETER = 16
 #: MLPs an algorithm keeps (policy and value; SAC/TD3: policy, two critics and their targets)
 NETWORKS = {"dqn": 2, "sac": 6, "td3": 6, "ddpg": 4}
+#: CNN extractors and recurrent cores a replay algorithm keeps at least: the online network's (SAC/TD3/DDPG:
+#: the critics' shared one) and its target's; on-policy actors keep one per network (one when shared)
+ENCODERS = {"dqn": 2, "sac": 2, "td3": 2, "ddpg": 2}
 _GIB = 1 << 30
 
 
@@ -31,16 +37,7 @@ def estimate_bytes(config: Config, observation_space: gym.Space) -> dict[str, tu
     """Lower bounds of the run's big allocations: ``{part: (config key, its value, bytes)}``."""
     layout = obs_layout(observation_space)
     obs_bytes = math.prod(layout.shape) * (1 if layout.is_uint8 else 4)
-    actor = config.actor
-    cnn = actor.encoder in ("nature_cnn", "impala_resnet") or (actor.encoder == "auto" and is_image_space(observation_space))
-    if cnn:
-        inputs = (512 if actor.encoder != "impala_resnet" else 256) if actor.cnn_features is None else actor.cnn_features  # 0: uncounted
-    else:
-        inputs = math.prod(layout.shape)
-    widths = [inputs, *actor.hidden_sizes]
-    params = sum(a * b for a, b in itertools.pairwise(widths))
-    copies = NETWORKS.get(config.algorithm.name, 1 if actor.shared_network else 2)
-    parts: dict[str, tuple[str, Any, int]] = {"networks": ("actor.hidden_sizes", list(actor.hidden_sizes), params * copies * BYTES_PER_PARAMETER)}
+    parts = {**network_bytes(config, observation_space), **env_bytes(config)}
     if config.algorithm.name in NETWORKS:
         parts["replay buffer"] = ("storage.capacity", config.storage.capacity, config.storage.capacity * obs_bytes)
     else:
@@ -49,6 +46,100 @@ def estimate_bytes(config: Config, observation_space: gym.Space) -> dict[str, tu
             "storage.num_steps", steps, (steps + 1) * config.env.num_envs * obs_bytes
         )
     return parts
+
+
+def network_bytes(config: Config, observation_space: gym.Space) -> dict[str, tuple[str, Any, int]]:
+    """The networks' part of :func:`estimate_bytes`: MLPs, CNN extractors and recurrent cores."""
+    layout = obs_layout(observation_space)
+    actor = config.actor
+    cnn = actor.encoder in ("nature_cnn", "impala_resnet") or (actor.encoder == "auto" and is_image_space(observation_space))
+    if cnn:
+        inputs = (512 if actor.encoder != "impala_resnet" else 256) if actor.cnn_features is None else actor.cnn_features  # 0: uncounted
+    else:
+        inputs = math.prod(layout.shape)
+    extractor = 0
+    if cnn and isinstance(observation_space, gym.spaces.Box) and is_image_space(observation_space):  # a Dict's CNNs: uncounted
+        extractor, inputs = cnn_parameters(config, observation_space)
+    widths = [inputs, *actor.hidden_sizes]
+    params = sum(a * b for a, b in itertools.pairwise(widths))
+    copies = NETWORKS.get(config.algorithm.name, 1 if actor.shared_network else 2)
+    encoders = ENCODERS.get(config.algorithm.name, 1 if actor.shared_network else 2)
+    parts: dict[str, tuple[str, Any, int]] = {"networks": ("actor.hidden_sizes", list(actor.hidden_sizes), params * copies * BYTES_PER_PARAMETER)}
+    if extractor:
+        key = ("actor.cnn_channels", list(actor.cnn_channels or ())) if actor.encoder == "impala_resnet" else ("actor.cnn_features", actor.cnn_features)
+        parts["CNN encoders"] = (*key, extractor * encoders * BYTES_PER_PARAMETER)
+    core = actor.recurrent
+    if core.type != "none":
+        gates = 3 if core.type == "gru" else 4  # per layer: input and hidden weights of each gate, two biases
+        core_params = sum(gates * (width * core.hidden_size + core.hidden_size**2 + 2 * core.hidden_size) for width in [widths[-1]] + [core.hidden_size] * (core.num_layers - 1))
+        parts["recurrent cores"] = ("actor.recurrent.hidden_size", core.hidden_size, core_params * encoders * BYTES_PER_PARAMETER)
+    return parts
+
+
+#: below this many envs in this process their memory is not counted (measuring a MuJoCo env makes one, ~50 ms)
+COUNT_ENVS_FROM = 256
+#: a floor on what ale-py allocates per Atari env: measured 0.92 MiB (ale-py 0.12, 256 envs of Pong in
+#: its vector env), counted as half that to stay a lower bound
+ATARI_ENV_BYTES = 1 << 19
+
+
+def env_bytes(config: Config) -> dict[str, tuple[str, Any, int]]:
+    """The envs' part of :func:`estimate_bytes`: every Atari env holds an emulator and its frames
+    (:data:`ATARI_ENV_BYTES`), every MuJoCo env compiles its own model and data (HalfCheetah: 0.5
+    MiB, read from one env made here). 65,536 of either are tens of GiB, which ale-py or MuJoCo
+    fail to allocate with a fatal error or the kernel's OOM killer rather than a Python exception.
+    Other envs, and runs of fewer than :data:`COUNT_ENVS_FROM` envs in this process, count 0."""
+    from pytorchrl.envs.atari import is_atari_id
+
+    env = config.env
+    count = (env.num_envs if config.scheme.num_col_workers == 0 else 0) + env.num_test_envs  # the envs in this process
+    if count < COUNT_ENVS_FROM or ":" in env.env_id:
+        return {}
+    each, kind = (ATARI_ENV_BYTES, "Atari") if is_atari_id(env.env_id) else (_mujoco_env_bytes(env.env_id, env.env_kwargs), "MuJoCo")
+    return {f"{count:,} {kind} envs of {each / (1 << 20):.2f} MiB": ("env.num_envs", env.num_envs, count * each)} if each else {}
+
+
+def _mujoco_env_bytes(env_id: str, env_kwargs: dict[str, Any]) -> int:
+    """The model and data buffers of one MuJoCo env of ``env_id`` (0: not a MuJoCo env)."""
+    try:
+        spec = gym.spec(env_id)
+    except gym.error.Error:
+        return 0  # not registered: VecEnv says so in one line
+    if not str(spec.entry_point).startswith("gymnasium.envs.mujoco"):
+        return 0
+    try:
+        probe = gym.make(env_id, **env_kwargs).unwrapped
+    except Exception:  # a bad kwarg or a missing dependency: VecEnv reports it in one line when it makes the envs
+        return 0
+    try:
+        return int(probe.model.nbuffer) + int(probe.data.nbuffer)  # type: ignore[attr-defined]
+    finally:
+        probe.close()
+
+
+def cnn_parameters(config: Config, space: gym.spaces.Box) -> tuple[int, int]:
+    """Weights of one CNN extractor of the image ``space`` (its convolutions and output layer, as
+    :class:`~pytorchrl.agent.actors.networks.encoders.NatureCNN` and ``ImpalaResNet`` build them)
+    and the width of its features."""
+    from pytorchrl.agent.actors.networks.encoders import NatureCNN, _image_input
+
+    actor = config.actor
+    c, h, w, _ = _image_input(space, "the observation space")
+    params = 0
+    if actor.encoder == "impala_resnet":
+        for out in actor.cnn_channels or (16, 32, 32):  # per stack: its conv and two residual blocks of two convs, 3x3
+            params += 9 * (c * out + 4 * out * out) + 5 * out
+            c, h, w = out, (h + 1) // 2, (w + 1) // 2
+        default = 256
+    else:
+        for out, kernel, stride in NatureCNN.CONVS:
+            if h < kernel or w < kernel:  # too small: the encoder refuses it when built
+                return params, 0
+            params += kernel * kernel * c * out + out
+            c, h, w = out, (h - kernel) // stride + 1, (w - kernel) // stride + 1
+        default = 512
+    features = default if actor.cnn_features is None else actor.cnn_features
+    return (params + c * h * w * features + features, features) if features else (params, c * h * w)
 
 
 def available_bytes() -> int | None:

@@ -7,22 +7,15 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import signal
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import CONFIGS
+from tests.scheme.ray_processes import ray_start_cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(600)]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env(token: str | None) -> dict[str, str]:
@@ -30,44 +23,11 @@ def _env(token: str | None) -> dict[str, str]:
     return env if token is None else {**env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
 
 
-def _kill_cluster(marks: tuple[str, ...]) -> None:
-    """End this cluster's processes (and their children) only: ``ray stop`` would also end any
-    other Ray on the machine, such as the test session's."""
-    procs = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            procs[int(entry.name)] = (cmd, ppid)
-    doomed = {pid for pid, (cmd, _) in procs.items() if any(m in cmd for m in marks)}
-    while True:
-        children = {pid for pid, (_, ppid) in procs.items() if ppid in doomed} - doomed
-        if not children:
-            break
-        doomed |= children
-    for pid in doomed:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
 @pytest.fixture(scope="module")
 def token_cluster():
-    token, port = secrets.token_hex(16), _free_port()
-    temp_dir = f"/tmp/prl-{secrets.token_hex(3)}"  # short: Ray's socket paths live under it
-    marks = (temp_dir, f":{port}")
-    head = ["ray", "start", "--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp_dir}"]
-    node = ["ray", "start", f"--address=127.0.0.1:{port}", "--num-cpus=1", '--resources={"collector": 1}', "--disable-usage-stats"]
-    try:
-        for cmd in (head, node):
-            subprocess.run(cmd, check=True, capture_output=True, timeout=180, env=_env(token))
-        yield f"127.0.0.1:{port}", token
-    finally:
-        _kill_cluster(marks)
+    token = secrets.token_hex(16)
+    with ray_start_cluster(["--num-cpus=1", '--resources={"collector": 1}'], env=_env(token)) as address:
+        yield address, token
 
 
 def _train(pytorchrl_cmd, address: str, run_dir: Path, token: str | None) -> subprocess.CompletedProcess:

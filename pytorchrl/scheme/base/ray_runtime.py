@@ -1,7 +1,10 @@
 """Starting or joining Ray, once, when the first remote worker is asked for.
 
-* No address (and no ``RAY_ADDRESS``): an embedded local Ray sized to this machine, or to
-  ``scheme.ray.num_cpus``; it lives as long as this process.
+* No address (and no ``RAY_ADDRESS``): a private embedded Ray sized to this machine, or to
+  ``scheme.ray.num_cpus``; it lives as long as this process. It is always a new one
+  (``address="local"``): Ray's own default would join the newest cluster that ``ray start`` left
+  on this machine, someone else's or another experiment's, so a run joins a cluster only when
+  it is pointed at one.
 * ``--address ADDR``, ``scheme.ray.address`` or ``RAY_ADDRESS``: join that cluster. An address
   that does not answer fails at once with one line instead of Ray's long retry loop.
 * Ray already initialised (tests, notebooks, a Ray job's driver): used as it is.
@@ -54,13 +57,23 @@ def ensure_ray() -> Any:
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise InputError(f"Ray address {address!r}: cannot join the Ray cluster there ({_first_line(exc)})") from None
         return ray
+    logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(_hide_local_token_notice)
     ray.init(
+        address="local",
         num_cpus=_settings["num_cpus"] or os.cpu_count() or 1,
         include_dashboard=False,
         log_to_driver=True,
         logging_level=logging.WARNING,
     )
     return ray
+
+
+def _hide_local_token_notice(record: logging.LogRecord) -> bool:
+    """Drop Ray's notice that a new local cluster has token authentication on (it does: Ray
+    2.60's default): pytorchrl's local Ray is private to this process, so the notice leaves a
+    user nothing to do, and it opened every ``pytorchrl tune`` run. Ray's warning that a cluster
+    has *no* authentication still shows."""
+    return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
 
 
 def _check_reachable(address: str) -> None:

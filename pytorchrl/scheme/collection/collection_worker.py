@@ -133,11 +133,16 @@ class CollectionWorker:
         """End round ``round_id``'s rollout early (called while :meth:`collect_data` runs)."""
         self._preempted = round_id
 
-    def evaluate(self, num_episodes: int, deterministic: bool = True) -> list[float]:
+    def evaluate(
+        self, num_episodes: int, deterministic: bool = True, on_episode: Callable[[list[float]], None] | None = None
+    ) -> list[float]:
         """Returns of ``num_episodes`` episodes on the test envs.
 
         Each test env contributes a fixed share of the episodes, so that short episodes do not
         crowd out long ones (the bias of "take the first N that finish").
+
+        :param on_episode: called with the returns so far after each counted episode (a progress
+            line: an Atari evaluation can take minutes).
         """
         if self.test_envs is None:
             self.test_envs = self.env_factory(worker_index=self.index, test=True)
@@ -158,6 +163,8 @@ class CollectionWorker:
                     if quota[i] > 0:
                         quota[i] -= 1
                         returns.append(ret)
+                        if on_episode is not None:
+                            on_episode(returns)
         return returns
 
     # ------------------------------------------------------------------------ weights

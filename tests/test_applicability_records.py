@@ -1,0 +1,244 @@
+"""Field readiness (issue 36): keys that do not apply warn once; evaluate and --resume refuse
+overrides of what a checkpoint fixes; train's stdout is its JSON summary alone; progress.csv
+never repeats a row; a truncated newest checkpoint is one line."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import yaml
+
+from pytorchrl.cli import _format_warning, main
+from pytorchrl.config import config_to_dict, from_dict, load_run_config
+from pytorchrl.config_applicability import IgnoredConfigKeysWarning, inapplicable_keys, warn_inapplicable
+from pytorchrl.learner import Learner
+from pytorchrl.utils.errors import CheckpointError, ConfigError
+from tests.conftest import CONFIGS, REPO
+
+CARTPOLE = str(CONFIGS / "ppo" / "cartpole.yaml")
+VECTOR = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+IMAGE = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+TINY = {
+    "env": {"num_envs": 4, "num_test_envs": 1},
+    "storage": {"num_steps": 16},
+    "algorithm": {"name": "ppo", "num_epochs": 1, "minibatch_size": 64},
+    "actor": {"hidden_sizes": [8]},
+}
+
+
+def _keys(raw: dict, space: gym.Space = VECTOR) -> list[str]:
+    return [key for keys, _ in inapplicable_keys(from_dict(raw), space) for key in keys]
+
+
+# ----------------------------------------------------------------------------- keys that do not apply
+
+
+def test_keys_that_do_not_apply_are_named_in_one_warning():
+    config = from_dict({
+        "env": {"env_id": "CartPole-v1", "atari": {"frame_stack": 2, "screen_size": 64}},
+        "actor": {"cnn_features": 128, "cnn_precision": "bfloat16", "recurrent": {"hidden_size": 32}},
+        "storage": {"capacity": 5},
+    })
+    with pytest.warns(IgnoredConfigKeysWarning) as caught:
+        warn_inapplicable(config, VECTOR)
+    assert len(caught) == 1
+    text = str(caught[0].message)
+    for key in ("env.atari.screen_size", "env.atari.frame_stack", "actor.cnn_features", "actor.cnn_precision",
+                "actor.recurrent.hidden_size", "storage.capacity"):
+        assert key in text
+    assert "'CartPole-v1' is not an ALE" in text and "builds an MLP" in text and "\n" not in text
+
+
+def test_defaults_and_keys_that_apply_do_not_warn():
+    resumed = config_to_dict(from_dict({}))  # a run's config.yaml: every default written out
+    assert _keys(resumed) == []
+    assert _keys({"env": {"env_id": "ALE/Pong-v5", "atari": {"frame_stack": 2}}, "actor": {"cnn_features": 128}}, IMAGE) == []
+    assert _keys({"actor": {"encoder": "impala_resnet", "cnn_channels": [8, 8]}}, IMAGE) == []
+    assert _keys({"actor": {"recurrent": {"type": "gru", "hidden_size": 32}}}) == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_inapplicable(from_dict(resumed), VECTOR)
+
+
+def test_the_encoder_decides_the_cnn_keys():
+    assert _keys({"actor": {"encoder": "mlp", "cnn_features": 64}}, IMAGE) == ["actor.cnn_features"]
+    assert _keys({"actor": {"cnn_channels": [8, 8]}}, IMAGE) == ["actor.cnn_channels"]  # auto: a Nature CNN
+    assert _keys({"actor": {"cnn_features": 64}}, gym.spaces.Dict({"image": IMAGE, "x": VECTOR})) == []
+
+
+@pytest.mark.parametrize(("algorithm", "expected"), [
+    ({"name": "td3", "ou_theta": 0.3, "target_policy_noise": 0.0, "target_noise_clip": 0.1}, ["algorithm.ou_theta", "algorithm.target_noise_clip"]),
+    ({"name": "td3", "exploration_noise_type": "ou", "ou_theta": 0.3}, []),
+    ({"name": "dqn", "num_atoms": 11, "per_alpha": 0.5, "apex_epsilon_alpha": 7.0}, ["algorithm.per_alpha", "algorithm.num_atoms", "algorithm.apex_epsilon_alpha"]),
+    ({"name": "dqn", "rainbow": True, "num_atoms": 11, "per_alpha": 0.5, "exploration_final_eps": 0.1}, ["algorithm.exploration_final_eps"]),
+    ({"name": "sac", "learn_ent_coef": False, "target_entropy": -1.0}, ["algorithm.target_entropy"]),
+])
+def test_algorithm_keys_switched_off_by_others(algorithm, expected):
+    assert _keys({"algorithm": algorithm, "env": {"env_id": "Pendulum-v1"}}) == expected
+
+
+def test_the_cli_shows_a_warning_in_one_line():
+    text = _format_warning(IgnoredConfigKeysWarning("a\n  b"), IgnoredConfigKeysWarning, "/x/y.py", 3, "warnings.warn(...)")
+    assert text == "pytorchrl: warning: a b\n"
+
+
+# ----------------------------------------------------------------------- keys a checkpoint fixes
+
+
+@pytest.fixture
+def run_dir(tmp_path) -> Path:
+    """A run directory with a config.yaml (every default written) and one checkpoint, untrained."""
+    learner = Learner.from_config(from_dict(TINY), run_dir=tmp_path / "run", progress=False)
+    try:
+        learner.checkpoint()
+    finally:
+        learner.close()
+    return tmp_path / "run"
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("actor.hidden_sizes=[4]", r"override 'actor.hidden_sizes=\[4\]' changes actor.hidden_sizes to \[4\] \(trained with \[8\]\)"),
+    ("env.normalize_obs=true", r"override 'env.normalize_obs=true' changes env.normalize_obs to true \(trained with false\)"),
+    ("algorithm.name=dqn", r"^override 'algorithm.name=dqn' changes algorithm.name to 'dqn' \(trained with 'ppo'\)"),
+    ("actor={encoder: mlp}", r"override 'actor=\{encoder: mlp\}' changes actor.hidden_sizes to \[64, 64\] \(trained with \[8\]\)"),
+])
+def test_overrides_of_what_the_checkpoint_fixes_are_refused(run_dir, override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_run_config(run_dir, [override])
+
+
+def test_evaluation_settings_stay_open_and_bad_overrides_are_blamed(run_dir):
+    config = load_run_config(run_dir, ["env.atari.repeat_action_probability=0", "run.eval_deterministic=false", "env.max_episode_steps=9"])
+    assert config.env.max_episode_steps == 9 and not config.run.eval_deterministic
+    with pytest.raises(ConfigError, match=r"^overrides of .*config.yaml: config key 'run.seed' = -1 is out of range"):
+        load_run_config(run_dir, ["run.seed=-1"])
+    raw = yaml.safe_load((run_dir / "config.yaml").read_text())
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({**raw, "run": {**raw["run"], "seed": -1}}))
+    with pytest.raises(ConfigError, match=r"config.yaml: config key 'run.seed' = -1"):  # the file's own fault
+        load_run_config(run_dir, [])
+
+
+@pytest.mark.parametrize("command", ["evaluate", "resume"])
+def test_evaluate_and_resume_refuse_a_new_network_in_one_line(run_dir, capsys, command):
+    argv = ["evaluate", str(run_dir), "--episodes", "1"] if command == "evaluate" else ["train", "--resume", str(run_dir), "--quiet"]
+    assert main([*argv, "actor.hidden_sizes=[4]"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "actor.hidden_sizes to [4] (trained with [8])" in err[0]
+
+
+def test_a_checkpoint_of_another_network_is_one_line(run_dir):
+    learner = Learner.from_config(from_dict({**TINY, "actor": {"hidden_sizes": [4, 4]}}), progress=False)
+    try:
+        with pytest.raises(CheckpointError) as info:
+            learner.load_checkpoint(run_dir / "checkpoints" / "step_0")
+    finally:
+        learner.close()
+    text = str(info.value)
+    assert "\n" not in text and "in loading state_dict for OnPolicyActor: Missing key(s)" in text and re.search(r"\(and \d+ more\)\)$", text)
+
+
+# ------------------------------------------------------------------------------ progress.csv rows
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize("eval_every", [0, 64, 128, 1000])
+@pytest.mark.parametrize("log_every", [64, 128, 192, 1000])
+def test_progress_never_repeats_a_row(tmp_path, eval_every, log_every):
+    run = {"target_steps": 256, "eval_every": eval_every, "log_every": log_every, "eval_episodes": 1, "checkpoint_every": 0}
+    learner = Learner.from_config(from_dict({**TINY, "run": run}), run_dir=tmp_path, progress=False)
+    try:
+        learner.train()
+    finally:
+        learner.close()
+    rows = _rows(tmp_path / "progress.csv")
+    steps = [int(r["env_steps"]) for r in rows]
+    assert steps == sorted(set(steps)) and steps[-1] == 256
+    assert float(rows[-1]["eval_return_mean"]) == pytest.approx(learner.last_eval, rel=1e-5)  # the final evaluation, in the last row
+
+
+def test_a_time_limited_run_ends_with_one_row(tmp_path):
+    run = {"target_steps": 10_000_000, "max_time_s": 0.01, "eval_every": 0, "log_every": 64, "eval_episodes": 1, "checkpoint_every": 0}
+    learner = Learner.from_config(from_dict({**TINY, "run": run}), run_dir=tmp_path, progress=False)
+    try:
+        summary = learner.train()
+    finally:
+        learner.close()
+    rows = _rows(tmp_path / "progress.csv")
+    steps = [int(r["env_steps"]) for r in rows]
+    assert summary["stop_reason"] == "max_time_s" and steps == sorted(set(steps)) and steps[-1] == summary["env_steps"]
+    assert float(rows[-1]["eval_return_mean"]) == pytest.approx(summary["final_eval_return_mean"], rel=1e-5)
+
+
+# ------------------------------------------------------------------------------- checkpoints
+
+
+def test_a_truncated_newest_checkpoint_is_one_warning_line(tmp_path, capsys):
+    learner = Learner.from_config(from_dict(TINY), run_dir=tmp_path / "run", progress=False)
+    try:
+        for steps in (0, 1, 2):
+            learner.env_steps = steps
+            learner.checkpoint()
+    finally:
+        learner.close()
+    for step in (1, 2):
+        state = tmp_path / "run" / "checkpoints" / f"step_{step}" / "state.pt"
+        state.write_bytes(state.read_bytes()[:100])
+    with pytest.warns(UserWarning) as caught:
+        assert main(["evaluate", str(tmp_path / "run"), "--episodes", "1"]) == 0
+    skipped = [str(w.message) for w in caught if "checkpoint" in str(w.message)]
+    assert len(skipped) == 1 and "skipping 2 unreadable checkpoints" in skipped[0]
+    assert "step_2/state.pt" in skipped[0] and "step_1/state.pt" in skipped[0] and skipped[0].endswith("step_0'")
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["env_steps"] == 0
+
+
+# ------------------------------------------------------------------------------------ stdout
+
+NOISY_ENV = '''
+import os
+import gymnasium as gym
+
+
+def make():
+    print("noisy env: a print")
+    os.write(1, b"noisy env: file descriptor 1\\n")
+    return gym.make("CartPole-v1")
+'''
+
+
+@pytest.mark.slow
+def test_train_stdout_is_the_json_summary_alone(tmp_path):
+    """Prints of the env in the driver and in Ray workers (forwarded by Ray's log_to_driver, its
+    deduplicated repeats flushed when Ray stops) all go to stderr; the one warning is one line."""
+    (tmp_path / "noisy_env_module.py").write_text(NOISY_ENV)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytorchrl.cli", "train", CARTPOLE, "--quiet", "--run-dir", str(tmp_path / "run"),
+         "env.env_id=noisy_env_module:make", "env.num_envs=2", "scheme.num_col_workers=2", "scheme.ray.num_cpus=2",
+         "run.target_steps=512", "run.eval_episodes=1", "env.atari.frame_stack=2"],
+        capture_output=True, text=True, timeout=110, cwd=REPO, env={**_environ(), "PYTHONPATH": str(tmp_path)},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout)  # exactly one JSON document, nothing around it
+    assert summary["env_steps"] == 512 and proc.stdout.count("\n") == 1
+    assert "noisy env: a print" in proc.stderr and "noisy env: file descriptor 1" in proc.stderr
+    warning = [line for line in proc.stderr.splitlines() if "do not apply" in line]
+    assert warning == ["pytorchrl: warning: config keys that do not apply to this run are ignored: env.atari.frame_stack "
+                       "(env.env_id 'noisy_env_module:make' is not an ALE (Atari) id)"]
+
+
+def _environ() -> dict[str, str]:
+    import os
+
+    return dict(os.environ)
