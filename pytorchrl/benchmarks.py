@@ -163,7 +163,7 @@ def collection(seeds: list[int], *, num_envs: int = 64, steps: int = 2_000, repe
 
     torch.set_num_threads(1)
     worker = _collection_worker(CollectionWorker, ActorConfig(), num_envs=num_envs, num_steps=steps)
-    envs, actor = worker.envs, worker.actor
+    envs, actor = worker.envs, worker.policy.actor
     assert envs is not None
     rng = np.random.default_rng(0)
     acts = rng.integers(0, 2, size=(steps, num_envs))
@@ -200,7 +200,6 @@ def collection(seeds: list[int], *, num_envs: int = 64, steps: int = 2_000, repe
 
 def _collection_worker(cls: Any, actor_cfg: Any, *, num_envs: int, num_steps: int) -> Any:
     from pytorchrl.agent.actors.on_policy import OnPolicyActor
-    from pytorchrl.agent.algorithms import PPO
     from pytorchrl.agent.algorithms.wiring import encoder_spec, recurrent_spec, recurrent_state_size
     from pytorchrl.agent.storages.on_policy.gae_buffer import GAEBuffer
     from pytorchrl.envs.vec_env import VecEnv
@@ -213,7 +212,6 @@ def _collection_worker(cls: Any, actor_cfg: Any, *, num_envs: int, num_steps: in
             obs_space, act_space, encoder=encoder_spec(actor_cfg), shared_network=actor_cfg.shared_network,
             log_std_init=actor_cfg.log_std_init, ortho_init=actor_cfg.ortho_init, recurrent=recurrent_spec(actor_cfg),
         ),
-        algo_factory=PPO.create_factory(),
         storage_factory=GAEBuffer.create_factory(
             num_steps=num_steps, num_envs=num_envs, obs_shape=obs_space.shape, action_shape=(), discrete=True,
             state_size=recurrent_state_size(actor_cfg, 1 if actor_cfg.shared_network else 2),

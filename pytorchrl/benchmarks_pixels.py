@@ -11,7 +11,7 @@ import dataclasses
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -45,6 +45,7 @@ def atari_collection(seeds: list[int], *, num_envs: int = 16, steps: int = 256, 
     policy, acting and storage without learning: env frames/s against the bound measured in the
     same run (raw vectorized ALE stepping plus a bare batched CNN forward per step)."""
     from pytorchrl.agent.algorithms import ALGORITHMS, wire
+    from pytorchrl.agent.policy import LocalPolicy
     from pytorchrl.benchmarks import _config_path
     from pytorchrl.config import load_config
     from pytorchrl.envs.vec_env import VecEnv
@@ -57,8 +58,8 @@ def atari_collection(seeds: list[int], *, num_envs: int = 16, steps: int = 256, 
     env_factory, obs_space, act_space = VecEnv.create_factory(cfg.env.env_id, num_envs=num_envs, atari=dataclasses.asdict(cfg.env.atari))
     assert isinstance(act_space, gym.spaces.Discrete)
     wiring = wire(ALGORITHMS["ppo"], cfg, obs_space, act_space)
-    worker = CollectionWorker(1, env_factory=env_factory, actor_factory=wiring.actor, algo_factory=wiring.algorithm, storage_factory=wiring.storage)
-    envs, actor = worker.envs, worker.actor
+    worker = CollectionWorker(1, env_factory=env_factory, actor_factory=wiring.actor, storage_factory=wiring.storage)
+    envs, actor = worker.envs, cast(LocalPolicy, worker.policy).actor
     assert envs is not None
     frame_skip = cfg.env.atari.frame_skip
     acts = np.random.default_rng(0).integers(0, int(act_space.n), size=(steps, num_envs))

@@ -101,7 +101,7 @@ def _record_gif(learner: Learner, video_dir: Path, deterministic: bool = True) -
         raise InputError(f"--video: env {envs.env_id!r} cannot render ({reason}); {opengl_hint()}") from None
     done, rhs = False, None  # rhs: a recurrent actor's state, carried through the episode
     while not done and len(frames) <= MAX_VIDEO_FRAMES:
-        action, _, rhs = worker.algo.acting_step(envs.single_obs(obs), rhs, deterministic=deterministic)
+        action, rhs = worker.policy.evaluation_step(envs.single_obs(obs), rhs, None, deterministic)
         obs, _, terminated, truncated, _ = env.step(action[0].numpy())
         frames.append(env.render())
         done = terminated or truncated

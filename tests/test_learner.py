@@ -84,7 +84,7 @@ def test_a_local_run_never_imports_ray():
 @pytest.mark.parametrize("deterministic", [True, False])
 def test_evaluation_acts_as_run_eval_deterministic_says(deterministic):
     learner = _learner({"target_steps": 64, "eval_episodes": 2, "eval_deterministic": deterministic})
-    actor = learner.scheme.collection_workers.local_worker.actor
+    actor = learner.scheme.collection_workers.local_worker.policy.actor
     asked: list[bool] = []
     get_action = actor.get_action
 

@@ -62,7 +62,7 @@ class Scheme:
             timeout_s=config.worker_timeout_s,
         )
         col_kwargs = {
-            "env_factory": env_factory, "actor_factory": actor_factory, "algo_factory": algo_factory,
+            "env_factory": env_factory, "actor_factory": actor_factory,
             "storage_factory": storage_factory, "torch_threads": torch_threads, "seed": seed,
         }
         col_workers_factory = CollectionWorkerSet.create_factory(

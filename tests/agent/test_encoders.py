@@ -311,11 +311,11 @@ def test_cnn_policies_score_while_acting_and_match_the_rollout_scoring(precision
                                                        "actor.encoder=nature_cnn", "actor.cnn_features=16", f"actor.cnn_precision={precision}"])
     factory, obs_space, act_space = VecEnv.create_factory(cfg.env.env_id, num_envs=3)
     wiring = wire(ALGORITHMS["ppo"], cfg, obs_space, act_space)
-    worker = CollectionWorker(0, env_factory=factory, actor_factory=wiring.actor, algo_factory=wiring.algorithm, storage_factory=wiring.storage)
-    assert worker.actor.scores_while_acting
+    worker = CollectionWorker(0, env_factory=factory, actor_factory=wiring.actor, storage_factory=wiring.storage)
+    assert worker.policy.scores_while_acting
     data, _ = worker.collect_data()
     with torch.no_grad():
-        log_prob, value = worker.actor.score(data["obs"].flatten(0, 1), torch.cat([data["actions"], data["actions"][:1]]).flatten(0, 1))
+        log_prob, value = worker.policy.score(data["obs"].flatten(0, 1), torch.cat([data["actions"], data["actions"][:1]]).flatten(0, 1))
     assert torch.allclose(data["values"], value.view(6, 3), atol=atol)  # the bootstrap value included
     assert torch.allclose(data["log_probs"], log_prob.view(6, 3)[:5], atol=atol)
     worker.close()

@@ -74,7 +74,6 @@ def test_merging_the_infos_of_two_gradient_workers():
 
 def test_a_replacement_collection_worker_gets_fresh_env_and_acting_seeds():
     from pytorchrl.agent.actors.on_policy import OnPolicyActor
-    from pytorchrl.agent.algorithms import PPO
     from pytorchrl.agent.storages.on_policy.gae_buffer import GAEBuffer
     from pytorchrl.envs.vec_env import VecEnv
     from pytorchrl.scheme.collection.collection_worker_set import _make_collection_worker
@@ -82,7 +81,7 @@ def test_a_replacement_collection_worker_gets_fresh_env_and_acting_seeds():
     env_factory, obs_space, act_space = VecEnv.create_factory("CartPole-v1", num_envs=2, seed=5)
     kwargs = {
         "env_factory": env_factory, "actor_factory": OnPolicyActor.create_factory(obs_space, act_space),
-        "algo_factory": PPO.create_factory(), "seed": 5,
+        "seed": 5,
         "storage_factory": GAEBuffer.create_factory(num_steps=4, num_envs=2, obs_shape=(4,), action_shape=(), discrete=True),
     }
     make = functools.partial(_make_collection_worker, worker_kwargs=kwargs, offset=0, local_collects=True)

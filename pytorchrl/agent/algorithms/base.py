@@ -10,6 +10,8 @@ import gymnasium as gym
 import torch
 from torch import nn
 
+from pytorchrl.agent.policy import ModuleWeights
+
 if TYPE_CHECKING:
     from pytorchrl.agent.algorithms.wiring import Wiring
     from pytorchrl.config import Config
@@ -91,6 +93,7 @@ class Algorithm:
         # fused Adam: one kernel per segment
         self.optimizer = torch.optim.Adam(self.segments, lr=lr, eps=adam_eps, fused=True)
         self.version = 0
+        self._weights = ModuleWeights(self.actor)
         self.stop_round = False
         self.progress = 0.0
 
@@ -284,37 +287,16 @@ class Algorithm:
     # ----------------------------------------------------------------------- weights
 
     def get_weights(self, acting: bool = False, copy: bool = True) -> dict[str, torch.Tensor]:
-        """The actor's parameters and buffers, detached copies on the CPU (copies: a parameter is a
-        view of the flat buffer, and pickling a view would send the whole buffer).
-
-        :param acting: only what collection needs (``actor.acting_prefixes``; e.g. SAC's policy
-            without its critics and targets, a fifth of the weights).
-        :param copy: False: the live tensors themselves (detached), for a consumer in this
-            process that copies them at once (:meth:`set_weights` of a local collection worker).
-        """
-        state = self._state_tensors()
-        prefixes = getattr(self.actor, "acting_prefixes", None) if acting else None
-        keys = state.keys() if prefixes is None else [k for k in state if k.startswith(prefixes)]
-        if not copy:
-            return {k: state[k].detach() for k in keys}
-        return {k: state[k].detach().to("cpu", copy=True) for k in keys}
+        """The actor's parameters and buffers, detached copies on the CPU (see
+        :meth:`~pytorchrl.agent.policy.ModuleWeights.get`: ``acting`` only what collection needs,
+        ``copy=False`` the live tensors for a consumer in this process that copies them at once)."""
+        return self._weights.get(acting, copy)
 
     def set_weights(self, weights: dict[str, torch.Tensor], version: int | None = None) -> None:
         """Copy ``weights`` (from :meth:`get_weights`, all of them or the acting ones) into the actor in place."""
-        state = self._state_tensors()
-        if weights.keys() <= state.keys() and all(w.shape == state[k].shape for k, w in weights.items()):
-            with torch.no_grad():  # one op: a tenth of load_state_dict's cost on a small actor
-                torch._foreach_copy_([state[k] for k in weights], list(weights.values()))
-        else:
-            self.actor.load_state_dict(weights)  # its error names the missing or mismatched keys
+        self._weights.set(weights)
         if version is not None:
             self.version = version
-
-    def _state_tensors(self) -> dict[str, torch.Tensor]:
-        # the Parameter and buffer objects themselves: they survive .to() and optimizer steps
-        if not hasattr(self, "_state_vars"):
-            self._state_vars = self.actor.state_dict(keep_vars=True)
-        return self._state_vars
 
     def state_dict(self) -> dict[str, Any]:
         return {"actor": self.get_weights(), "optimizer": self.optimizer.state_dict(), "version": self.version, "lr": self.lr}

@@ -1,4 +1,4 @@
-"""The collection worker: steps its envs with its actor and fills its storage."""
+"""The collection worker: steps its envs with its acting policy and fills its storage."""
 
 from __future__ import annotations
 
@@ -9,21 +9,25 @@ from typing import Any
 import numpy as np
 import torch
 
+from pytorchrl.agent.contracts import ActingPolicy, ActionSlots, CollectionStorage
+from pytorchrl.agent.policy import LocalPolicy
 from pytorchrl.envs.vec_env import VecEnv
 from pytorchrl.utils.runtime import configure_process
 from pytorchrl.utils.seeding import ACTING_ROLE, TorchStream, derive_seed
 
 
 class CollectionWorker:
-    """Owns a train :class:`VecEnv`, a test VecEnv (made on first evaluation), an actor, an
-    algorithm (for acting only) and a storage. A plain class: worker sets make it remote.
+    """Owns a train :class:`VecEnv`, a test VecEnv (made on first evaluation), an
+    :class:`~pytorchrl.agent.contracts.ActingPolicy` and a
+    :class:`~pytorchrl.agent.contracts.CollectionStorage`; no algorithm. A plain class: worker
+    sets make it remote.
 
     :param index: collector index: part of every env seed and of the acting stream's seed, so
         the same index collects the same data in a local or a remote worker.
     :param env_factory: ``env_factory(worker_index, test=False, seed=...) -> VecEnv`` (``seed``:
         the run seed the env streams derive from, when not the factory's own).
-    :param actor_factory: ``actor_factory(device) -> actor``.
-    :param algo_factory: ``algo_factory(actor, device) -> Algorithm``.
+    :param actor_factory: ``actor_factory(device) -> actor``, acted with by a
+        :class:`~pytorchrl.agent.policy.LocalPolicy`.
     :param storage_factory: ``storage_factory(device=...) -> storage``.
     :param collect: build train envs and collect (a local worker beside remote ones only holds weights).
     :param device: torch device for acting.
@@ -39,7 +43,6 @@ class CollectionWorker:
         *,
         env_factory: Callable[..., VecEnv],
         actor_factory: Callable[..., Any],
-        algo_factory: Callable[..., Any],
         storage_factory: Callable[..., Any],
         collect: bool = True,
         device: str = "cpu",
@@ -53,14 +56,14 @@ class CollectionWorker:
         self._preempted: int | None = None
         self.device = torch.device(device)
         self.env_factory = env_factory
-        self.actor = actor_factory(self.device)
-        set_collector = getattr(self.actor, "set_collector", None)
+        actor = actor_factory(self.device)
+        set_collector = getattr(actor, "set_collector", None)
         if set_collector is not None:  # e.g. Ape-X: each collector explores at its own rate
             set_collector(index)
-        self.algo = algo_factory(self.actor, self.device)
+        self.policy: ActingPolicy = LocalPolicy(actor)
         seeded = {} if env_seed is None else {"seed": env_seed}
         self.envs = env_factory(worker_index=index, **seeded) if collect else None
-        self.storage = storage_factory(device=self.device) if collect else None
+        self.storage: CollectionStorage | None = storage_factory(device=self.device) if collect else None
         if self.storage is not None and hasattr(self.storage, "stream_id"):
             # replay storages key their envs' observation streams by it: unique per worker and generation
             self.storage.stream_id = derive_seed(seed, ACTING_ROLE, index)
@@ -84,9 +87,9 @@ class CollectionWorker:
         if self.envs is None or self.storage is None:
             raise RuntimeError(f"collection worker {self.index} was built without envs (collect=False)")
         if weights is not None:
-            self.set_weights(weights, version if version is not None else self.algo.version)
+            self.set_weights(weights, version if version is not None else self.policy.version)
         start = time.perf_counter()
-        envs, storage, actor = self.envs, self.storage, self.actor
+        envs, storage, policy = self.envs, self.storage, self.policy
         if not self._started:
             storage.reset(envs.reset())
             self._started = True
@@ -94,26 +97,19 @@ class CollectionWorker:
         with torch.inference_mode(), self._stream.active():
             # per step only the policy half acts; scoring the rollout afterwards adds the values
             # and log-probabilities in big batches (ARCHITECTURE.md, "The acting loop")
-            noise = actor.draw_noise(storage.num_steps, envs.num_envs).unbind(0)
-            # getattr: an actor of a user's own scheme may predate the attribute
-            scored = storage.needs_scoring and getattr(actor, "scores_while_acting", False)
-            recurrent = getattr(actor, "is_recurrent", False)
-            next_state = None
+            noise = policy.draw_noise(storage.num_steps, envs.num_envs).unbind(0)
+            scored = storage.needs_scoring and policy.scores_while_acting
+            recurrent = policy.is_recurrent
             for step, obs, action in storage.acting_slots():
-                if recurrent:  # the state the storage keeps per step in, the next one out
-                    rows = storage.scoring_rows(step) if scored else ()
-                    next_state = actor.act_recurrent(obs, storage.recurrent_state(step), noise[step], action, *rows)
-                elif scored:  # CNN policies: one encoder pass per step gives action, log-prob and value
-                    actor.act_scored(obs, noise[step], action, *storage.scoring_rows(step))
-                else:
-                    actor.act(obs, noise[step], out=action)
+                slots = ActionSlots(action, *storage.scoring_rows(step)) if scored else ActionSlots(action)
+                acted = policy.act(obs, noise[step], slots, storage.recurrent_state(step) if recurrent else None)
                 next_obs, reward, terminated, truncated, valid = envs.step_arrays(action.numpy())
-                storage.insert(reward=reward, terminated=terminated, truncated=truncated, valid=valid, next_obs=next_obs, next_state=next_state)
+                storage.insert(reward=reward, terminated=terminated, truncated=truncated, valid=valid, next_obs=next_obs, next_state=acted.state)
                 if round_id is not None and self._preempted == round_id:
                     preempted = not storage.full
                     break
             if storage.needs_scoring:
-                score = actor.score_sequence if recurrent else actor.score
+                score = policy.score_sequence if recurrent else policy.score
                 storage.score(score, from_step=storage.step if scored else 0)
         data = storage.get_data()
         episodes = envs.pop_episodes()
@@ -121,7 +117,7 @@ class CollectionWorker:
             "env_steps": int(data["rewards"].numel()),
             "episode_returns": [r for _, r, _ in episodes],
             "episode_lengths": [n for _, _, n in episodes],
-            "policy_version": self.algo.version,
+            "policy_version": self.policy.version,
             "collect_time_s": time.perf_counter() - start,
             "worker_index": self.index,
             "preempted": preempted,
@@ -156,7 +152,7 @@ class CollectionWorker:
         rhs, starts = None, None  # a recurrent actor's state, and where episodes start
         with torch.no_grad():
             while quota.any():
-                action, _, rhs = self.actor.get_action(obs, rhs, starts, deterministic=deterministic)
+                action, rhs = self.policy.evaluation_step(obs, rhs, starts, deterministic)
                 obs, _, _, _, valid = envs.step(action)
                 starts = ~valid  # after a reset step, a new episode starts at obs
                 for i, ret, _ in envs.pop_episodes():
@@ -170,10 +166,10 @@ class CollectionWorker:
     # ------------------------------------------------------------------------ weights
 
     def set_weights(self, weights: dict[str, torch.Tensor], version: int) -> None:
-        self.algo.set_weights(weights, version)
+        self.policy.set_weights(weights, version)
 
     def get_weights(self) -> dict[str, torch.Tensor]:
-        return self.algo.get_weights()
+        return self.policy.get_weights()
 
     # -------------------------------------------------------------------------- state
 
