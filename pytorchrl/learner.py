@@ -22,6 +22,7 @@ from pytorchrl.scheme.scheme import Scheme, build_scheme
 from pytorchrl.utils.checkpoint import load_checkpoint, load_newest_checkpoint, prune_checkpoints, save_checkpoint
 from pytorchrl.utils.errors import CheckpointError, TrainingDiverged
 from pytorchrl.utils.paths import check_run_dir, make_dir
+from pytorchrl.utils.runtime import cpu_model
 from pytorchrl.utils.seeding import get_rng_state, seed_everything, set_rng_state
 
 #: interval means of these per-update diagnostics go into each log row
@@ -291,6 +292,7 @@ class Learner:
             "lost_batches": self.lost_batches,
             "env_restarts": self.env_restarts,
             "nonfinite_updates": self.nonfinite_updates,
+            "machine": cpu_model(),
         }
         if self.run_dir is not None:
             (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))

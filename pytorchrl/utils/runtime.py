@@ -16,6 +16,29 @@ _malloc_tuned = False
 _thread_cap: int | None = None
 
 
+def cpu_model() -> str:
+    """This machine's CPU in one line, e.g. ``AMD EPYC, 2 cores, AVX-512 BF16``: results are only
+    compared on one CPU model (these VMs differ: AVX2 only, or AVX-512 with bfloat16), so every
+    run's summary.json records it."""
+    import os
+    import platform
+
+    name, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and name in ("", platform.machine(), platform.processor()):
+                    name = value.strip()
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+                    break
+    except OSError:  # not Linux
+        pass
+    isa = "AVX-512 BF16" if "avx512_bf16" in flags else "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else None
+    return ", ".join(part for part in (name, f"{os.cpu_count()} cores", isa) if part)
+
+
 def cap_threads(most: int) -> None:
     """Hold this process to at most ``most`` torch threads, now and in every later
     :func:`configure_process` (a remote worker's host calls it before building the worker)."""

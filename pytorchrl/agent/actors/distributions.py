@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pytorchrl.agent.actors.noise import NoisePart, draw_parts, gumbel_noise
+
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 #: the logit of an illegal action (action masking): -inf in effect (its probability is exactly 0),
 #: but finite, so that entropies and log-probabilities of the legal actions stay free of NaN
@@ -24,11 +26,6 @@ def legal_actions(obs: torch.Tensor, where: slice | None) -> torch.Tensor | None
     """The legal-action mask (bool, True = legal) that sits at ``where`` in each observation row
     (a packed Dict's ``action_mask`` key); None without masking."""
     return None if where is None else obs.flatten(1)[:, where] > 0.5
-
-
-def gumbel_noise(shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    """Gumbel(0, 1) noise: ``argmax(logits + G)`` is a sample of ``softmax(logits)`` (Gumbel-max)."""
-    return torch.empty(shape, device=device).exponential_().log_().neg_()
 
 
 def categorical_sample(log_probs: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,11 +50,27 @@ class ActionHead(nn.Module):
     :meth:`act`, the collection path, which skips everything but the action: it takes noise
     drawn for a whole rollout at once by :meth:`draw_noise`, and leaves the log-probabilities
     to be scored afterwards in large batches (:meth:`log_prob`).
+
+    That noise is described by :meth:`noise_parts` (what a client of a central inference server
+    draws without the network) and drawn by :func:`~pytorchrl.agent.actors.noise.draw_parts`;
+    :meth:`scale_noise` is the step that needs the weights, if any.
     """
 
-    def draw_noise(self, shape: tuple[int, ...]) -> torch.Tensor:
-        """Random noise for sampling ``shape`` actions with :meth:`act` (global torch generator)."""
+    #: :meth:`scale_noise` multiplies the drawn noise by ``exp(log_std)`` (else it returns it as it is)
+    noise_scaled_by_weights = False
+
+    def noise_parts(self) -> tuple[NoisePart, ...]:
+        """What :meth:`draw_noise` draws, in order (before :meth:`scale_noise`)."""
         raise NotImplementedError
+
+    def scale_noise(self, noise: torch.Tensor) -> torch.Tensor:
+        """The drawn noise made ready for :meth:`act` with the current weights (in place)."""
+        return noise
+
+    def draw_noise(self, num_steps: int, num_envs: int) -> torch.Tensor:
+        """Random noise for sampling ``[num_steps, num_envs]`` actions with :meth:`act`, from the
+        generator of the head's device."""
+        return self.scale_noise(draw_parts(self.noise_parts(), num_steps, num_envs, next(self.parameters()).device))
 
     def act(self, features: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> None:
         """Write actions sampled for a batch of ``features`` with pre-drawn ``noise`` into ``out``."""
@@ -95,8 +108,8 @@ class CategoricalHead(ActionHead):
             logits = logits.masked_fill(~mask, MASKED_LOGIT)
         return torch.log_softmax(logits, dim=-1)
 
-    def draw_noise(self, shape: tuple[int, ...]) -> torch.Tensor:
-        return gumbel_noise((*shape, self.linear.out_features), self.linear.weight.device)
+    def noise_parts(self) -> tuple[NoisePart, ...]:
+        return (NoisePart("gumbel", self.linear.out_features),)
 
     def act(self, features: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> None:
         # Gumbel-max on the unnormalised logits: the log-softmax does not move the argmax
@@ -126,8 +139,8 @@ class MultiCategoricalHead(ActionHead):
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         return F.linear(features, self.linear.weight, self.linear.bias)
 
-    def draw_noise(self, shape: tuple[int, ...]) -> torch.Tensor:
-        return gumbel_noise((*shape, sum(self.nvec)), self.linear.weight.device)
+    def noise_parts(self) -> tuple[NoisePart, ...]:
+        return (NoisePart("gumbel", sum(self.nvec)),)
 
     def act(self, features: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> None:
         self.act_params(self.forward(features), noise, out)
@@ -159,9 +172,14 @@ class DiagGaussianHead(ActionHead):
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         return F.linear(features, self.linear.weight, self.linear.bias)
 
-    def draw_noise(self, shape: tuple[int, ...]) -> torch.Tensor:
-        # already scaled by the std: the weights do not change during a rollout
-        return torch.randn(*shape, self.log_std.shape[0], device=self.log_std.device).mul_(self.log_std.exp())
+    noise_scaled_by_weights = True
+
+    def noise_parts(self) -> tuple[NoisePart, ...]:
+        return (NoisePart("normal", int(self.log_std.shape[0])),)
+
+    def scale_noise(self, noise: torch.Tensor) -> torch.Tensor:
+        # scaled by the std once per rollout: the weights do not change during one
+        return noise.mul_(self.log_std.exp())
 
     def act(self, features: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> None:
         self.act_params(F.linear(features, self.linear.weight, self.linear.bias), noise, out)

@@ -27,6 +27,7 @@ from pytorchrl.agent.actors.distributions import MASKED_LOGIT, legal_actions
 from pytorchrl.agent.actors.networks.encoders import Encoder, EncoderSpec, feature_width
 from pytorchrl.agent.actors.networks.mlp import ACTIVATIONS, CachedLayers
 from pytorchrl.agent.actors.networks.recurrent import RecurrentCore, RecurrentSpec, carried_state, run_core
+from pytorchrl.agent.actors.noise import NoisePart, draw_parts
 
 
 class NoisyLinear(nn.Module):
@@ -252,15 +253,27 @@ class OffPolicyActor(nn.Module):
         legal = self.legal(obs) if legal is None else legal
         return values if legal is None else values.masked_fill(~legal, MASKED_LOGIT)
 
-    def draw_noise(self, num_steps: int, num_envs: int) -> torch.Tensor:
-        """Per step and env: a uniform draw (explore when below epsilon) and a random action.
+    #: epsilon (a buffer) picks between the drawn parts; the noise itself needs no weights
+    noise_scaled_by_weights = False
 
-        Noisy nets get fresh parameter noise once per rollout here.
+    def noise_parts(self) -> tuple[NoisePart, ...]:
+        """What :meth:`draw_noise` draws, in order: a uniform draw (explore when below epsilon)
+        and a random action, per step and env."""
+        return NoisePart("uniform", 1), NoisePart("integers", 1, self.num_actions)
+
+    def exploration_state(self) -> str | None:
+        """Exploration kept in the actor beside its drawn noise, in words: noisy nets' parameter noise."""
+        if any(isinstance(m, NoisyLinear) for m in self.modules()):
+            return "noisy nets draw their parameter noise per worker and rollout"
+        return None
+
+    def draw_noise(self, num_steps: int, num_envs: int) -> torch.Tensor:
+        """:meth:`noise_parts`, drawn from the CPU generator (see :meth:`act`).
+
+        Noisy nets get fresh parameter noise once per rollout here, before the parts.
         """
         self.q_net.reset_noise()
-        uniform = torch.rand(num_steps, num_envs, 1)
-        random_action = torch.randint(self.num_actions, (num_steps, num_envs, 1)).float()
-        return torch.cat([uniform, random_action], dim=-1)
+        return draw_parts(self.noise_parts(), num_steps, num_envs)
 
     def act(self, obs: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> None:
         """Epsilon-greedy actions for a batch of observations into ``out`` (see :meth:`draw_noise`)."""
@@ -531,14 +544,27 @@ class PolicyCriticActor(nn.Module):
 
     # ------------------------------------------------------------------------ acting
 
-    def draw_noise(self, num_steps: int, num_envs: int) -> torch.Tensor:
-        """Per step and env: policy noise (Gaussian; Gumbel for a categorical policy, whose
-        ``argmax(logits + noise)`` is a sample), and a uniform random action (before ``start_steps``)."""
-        shape = (num_steps, num_envs, self.action_dim)
+    #: the policy's std (SAC) and ``exploration_noise`` (TD3, DDPG) apply per step, in :meth:`act`
+    noise_scaled_by_weights = False
+
+    def noise_parts(self) -> tuple[NoisePart, ...]:
+        """What :meth:`draw_noise` draws, in order: policy noise (Gaussian; Gumbel for a categorical
+        policy, whose ``argmax(logits + noise)`` is a sample), and a uniform random action (before
+        ``start_steps``), per step and env."""
         if self.discrete:
-            gumbel = -torch.empty(shape).exponential_().log()
-            return torch.cat([gumbel, torch.randint(self.action_dim, (num_steps, num_envs, 1)).float()], -1)
-        return torch.cat([torch.randn(shape), torch.rand(shape) * 2 - 1], -1)
+            return NoisePart("gumbel", self.action_dim), NoisePart("integers", 1, self.action_dim)
+        return NoisePart("normal", self.action_dim), NoisePart("symmetric_uniform", self.action_dim)
+
+    def exploration_state(self) -> str | None:
+        """Exploration kept in the actor beside its drawn noise, in words: an Ornstein-Uhlenbeck
+        process's state (its steps are the drawn normals, but where it stands is per env and worker)."""
+        if self.ou_noise is not None:
+            return "Ornstein-Uhlenbeck noise keeps its state in each worker's actor"
+        return None
+
+    def draw_noise(self, num_steps: int, num_envs: int) -> torch.Tensor:
+        """:meth:`noise_parts`, drawn from the CPU generator (see :meth:`act`)."""
+        return draw_parts(self.noise_parts(), num_steps, num_envs)
 
     def act(self, obs: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> None:
         """Exploring actions for a batch of observations into ``out`` (see :meth:`draw_noise`)."""

@@ -15,6 +15,7 @@ from pytorchrl.agent.actors.distributions import ActionHead, CategoricalHead, Di
 from pytorchrl.agent.actors.networks.encoders import EncoderSpec, ImpalaResNet, NatureCNN
 from pytorchrl.agent.actors.networks.mlp import HIDDEN_GAIN, orthogonal_init
 from pytorchrl.agent.actors.networks.recurrent import RecurrentCore, RecurrentSpec, carried_state, run_core
+from pytorchrl.agent.actors.noise import NoisePart
 
 
 class OnPolicyActor(nn.Module):
@@ -160,9 +161,22 @@ class OnPolicyActor(nn.Module):
         net = self.policy_net if self.value_net is None else self.value_net
         return self._value(net.forward(obs))
 
+    def noise_parts(self) -> tuple[NoisePart, ...]:
+        """What :meth:`draw_noise` draws, in order: the action head's (before its scaling)."""
+        return self.action_head.noise_parts()
+
+    @property
+    def noise_scaled_by_weights(self) -> bool:
+        """:meth:`draw_noise` scales the drawn parts by ``exp(log_std)`` (a Gaussian head)."""
+        return self.action_head.noise_scaled_by_weights
+
+    def exploration_state(self) -> str | None:
+        """Exploration kept in the actor beside its drawn noise: none."""
+        return None
+
     def draw_noise(self, num_steps: int, num_envs: int) -> torch.Tensor:
         """The sampling noise of a whole rollout, for :meth:`act` (one row per step)."""
-        return self.action_head.draw_noise((num_steps, num_envs))
+        return self.action_head.draw_noise(num_steps, num_envs)
 
     def act(self, obs: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> None:
         """Sample actions for a batch of observations into ``out``: the collection path.

@@ -1,0 +1,400 @@
+"""Central batched inference (SEED mode): one copy of the policy serves many collection workers.
+
+A request is one collection worker's vector-env step. Requests that arrive together are acted on
+in one policy call: a batching thread takes the queued requests once they hold
+``max_batch_size`` observation rows or ``max_wait_ms`` has passed since the first of them
+arrived (Sample Factory's policy-worker rule), concatenates their rows, acts through a
+:class:`~pytorchrl.agent.policy.LocalPolicy` into freshly allocated
+:class:`~pytorchrl.agent.contracts.ActionSlots` and splits the results back.
+
+Why a batching thread and not a leader elected among the waiting callers: the policy is then
+touched by one thread only (with :meth:`InferenceServer.set_weights` and the scoring calls
+serialised by one lock), the wait rule lives in one loop, and a caller's reply is never delayed
+by the batch it happened to lead. A Ray actor host with ``max_concurrency > 1`` calls
+:meth:`InferenceServer.act` from its thread pool; each call only queues its request and blocks
+on its own event (without the GIL), so the cost of the extra thread is one wake-up per batch.
+
+What makes the actions those of a local policy (ARCHITECTURE.md, decision 34): the noise comes
+with the request (drawn by the worker from its own stream), and the rows do not interact in the
+policy, so a row's action depends on its observation, its noise and the weights only. Bitwise,
+that holds where a row's matrix products do not depend on where it sits in the batch: on the CPU
+(torch 2.13, one or two intra-op threads) a request whose row count is a multiple of 4 gets the
+same bits as alone, whatever else is in the batch; other counts put its rows in other blocks of
+the GEMM kernel, and log-probabilities and values move by float rounding (at most 1.2e-7 measured
+on the PPO CartPole actor), which left every sampled action the same in the cases measured.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import torch
+
+from pytorchrl.agent.contracts import ActionSlots
+from pytorchrl.agent.policy import LocalPolicy
+from pytorchrl.scheme.inference.spec import PolicySpec, policy_spec
+
+#: the actor attributes its ``set_collector`` sets per collection worker (Ape-X's exploration rate)
+COLLECTOR_ATTRIBUTES = ("epsilon_power",)
+
+
+class ActReply(NamedTuple):
+    """The answer to one act request (CPU tensors, ``[num_envs, ...]``).
+
+    :param action: the actions.
+    :param log_prob: their log-probabilities (a ``scored`` request), else None.
+    :param value: the observations' values (a ``scored`` request), else None.
+    :param state: a recurrent policy's state after the step (what the storage records as the
+        next step's state), else None.
+    :param version: the version of the weights that chose the actions.
+    """
+
+    action: torch.Tensor
+    log_prob: torch.Tensor | None
+    value: torch.Tensor | None
+    state: torch.Tensor | None
+    version: int
+
+
+class MissingStateError(LookupError):
+    """The server holds no recurrent state for a worker whose request continues episodes (it was
+    restarted, say): the client resends the request with the state."""
+
+
+@dataclass(eq=False)
+class PendingAct:
+    """A queued act request; :meth:`result` waits for its reply.
+
+    :param worker_index: the collection worker (the key of its envs' recurrent states and of its
+        exploration setting).
+    :param obs: ``[num_envs, ...]`` observations.
+    :param noise: ``[num_envs, ...]`` the step's sampling noise.
+    :param starts: ``[num_envs]`` bool, an episode starts at ``obs`` (recurrent policies).
+    :param scored: the reply carries log-probabilities and values.
+    :param state: ``[num_envs, state_size]``: act from this state (already zero where episodes
+        start) instead of the one the server holds for the worker.
+    """
+
+    worker_index: int
+    obs: torch.Tensor
+    noise: torch.Tensor
+    starts: torch.Tensor | None
+    scored: bool
+    state: torch.Tensor | None
+    arrival: float = field(default_factory=time.monotonic, init=False)
+    _done: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _reply: ActReply | None = field(default=None, init=False, repr=False)
+    _error: BaseException | None = field(default=None, init=False, repr=False)
+
+    @property
+    def rows(self) -> int:
+        return int(self.obs.shape[0])
+
+    def result(self, timeout: float | None = None) -> ActReply:
+        """The reply, once the request's batch has run (re-raises the batch's error)."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"no reply to worker {self.worker_index}'s request within {timeout} s")
+        if self._error is not None:
+            raise self._error
+        assert self._reply is not None
+        return self._reply
+
+    def finish(self, reply: ActReply | None = None, error: BaseException | None = None) -> None:
+        self._reply, self._error = reply, error
+        self._done.set()
+
+
+class _Counters:
+    """What :meth:`InferenceServer.pop_metrics` reports, accumulated under a lock of its own."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        self.since = time.monotonic()
+        self.requests = self.rows = self.batches = self.max_batch_rows = self.score_requests = 0
+        self.wait_s = self.busy_s = 0.0
+
+    def batch(self, requests: Sequence[PendingAct], start: float, busy_s: float) -> None:
+        rows = sum(r.rows for r in requests)
+        with self.lock:
+            self.requests += len(requests)
+            self.rows += rows
+            self.batches += 1
+            self.max_batch_rows = max(self.max_batch_rows, rows)
+            self.wait_s += sum(start - r.arrival for r in requests)
+            self.busy_s += busy_s
+
+    def scoring(self, busy_s: float) -> None:
+        with self.lock:
+            self.score_requests += 1
+            self.busy_s += busy_s
+
+    def pop(self) -> dict[str, float]:
+        with self.lock:
+            now = time.monotonic()
+            out = {
+                "requests": float(self.requests),
+                "rows": float(self.rows),
+                "batches": float(self.batches),
+                "mean_batch_rows": self.rows / max(self.batches, 1),
+                "max_batch_rows": float(self.max_batch_rows),
+                "mean_wait_ms": 1e3 * self.wait_s / max(self.requests, 1),
+                "score_requests": float(self.score_requests),
+                "busy_fraction": self.busy_s / max(now - self.since, 1e-9),
+            }
+            self.reset()
+        return out
+
+
+class InferenceServer:
+    """Serves one policy to many collection workers, batching their steps.
+
+    A plain class: a Ray actor host wraps it (``max_concurrency`` above the number of workers, so
+    that their :meth:`act` calls can wait together); every method is safe to call from many
+    threads. :meth:`close` stops the batching thread.
+
+    :param actor_factory: ``actor_factory(device) -> actor`` (a wiring's, as a collection worker's).
+    :param device: where the policy runs; requests and replies stay on the CPU.
+    :param max_batch_size: observation rows that start a batch at once; a batch takes whole
+        requests, never more rows than this (unless one request alone has more).
+    :param max_wait_ms: the longest the first queued request waits for others.
+    """
+
+    def __init__(
+        self, actor_factory: Callable[..., Any], *, device: str = "cpu", max_batch_size: int = 256, max_wait_ms: float = 1.0
+    ) -> None:
+        if max_batch_size < 1 or max_wait_ms < 0:
+            raise ValueError(f"need max_batch_size >= 1 and max_wait_ms >= 0, got {max_batch_size} and {max_wait_ms}")
+        self.device = torch.device(device)
+        self.max_batch_size, self.max_wait_s = max_batch_size, max_wait_ms / 1e3
+        actor = actor_factory(self.device)
+        self.spec: PolicySpec = policy_spec(actor)
+        self.policy = LocalPolicy(actor)
+        self._log_std: torch.Tensor | None = actor.action_head.log_std if self.spec.noise_scaled_by_std else None
+        self._settings: dict[int, tuple[tuple[str, Any], ...]] = {}  # per worker: its COLLECTOR_ATTRIBUTES
+        self._states: dict[int, torch.Tensor] = {}  # per worker: its envs' state rows, on the device
+        self._queue: deque[PendingAct] = deque()
+        self._queued_rows = 0
+        self._cond = threading.Condition()
+        self._policy_lock = threading.Lock()  # one user of the policy at a time: a batch, a scoring call, new weights
+        self._closed = False
+        self._counters = _Counters()
+        self._thread = threading.Thread(target=self._serve, name="inference-batching", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------------- acting
+
+    @property
+    def version(self) -> int:
+        return self.policy.version
+
+    def policy_spec(self) -> PolicySpec:
+        """What a client needs to know of the policy (:class:`~.client.RemotePolicy` asks once)."""
+        return self.spec
+
+    def act(
+        self, worker_index: int, obs: torch.Tensor, noise: torch.Tensor, starts: torch.Tensor | None = None,
+        scored: bool = False, state: torch.Tensor | None = None,
+    ) -> ActReply:
+        """Act on one worker's step, batched with whatever other requests arrive meanwhile (see
+        :class:`PendingAct` for the arguments); blocks until the reply."""
+        return self.submit(worker_index, obs, noise, starts, scored, state).result()
+
+    def submit(
+        self, worker_index: int, obs: torch.Tensor, noise: torch.Tensor, starts: torch.Tensor | None = None,
+        scored: bool = False, state: torch.Tensor | None = None,
+    ) -> PendingAct:
+        """Queue an act request without waiting (:meth:`act` is ``submit(...).result()``).
+
+        :raises MissingStateError: a recurrent request continues episodes (some ``starts`` False)
+            without a ``state``, and the server holds none for ``worker_index``.
+        """
+        if noise.shape[0] != obs.shape[0] or (starts is not None and starts.shape[0] != obs.shape[0]):
+            raise ValueError(f"obs, noise and starts need one row per env, got {obs.shape[0]}, {noise.shape[0]} and "
+                             f"{None if starts is None else starts.shape[0]}")
+        if self.spec.is_recurrent:
+            if starts is None:
+                raise ValueError("a recurrent policy's requests need starts (where episodes start)")
+            # read without the batching thread's lock: a worker's previous step stored its rows before its reply
+            if state is None and worker_index not in self._states and not bool(starts.all()):
+                raise MissingStateError(f"no recurrent state held for worker {worker_index}: send it with the request")
+        pending = PendingAct(worker_index, obs, noise, starts, scored, state)
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the inference server is closed")
+            self._queue.append(pending)
+            self._queued_rows += pending.rows
+            self._cond.notify()
+        return pending
+
+    def _serve(self) -> None:
+        """The batching loop (its own thread)."""
+        with torch.inference_mode():
+            while (batch := self._next_batch()) is not None:
+                self._run_batch(batch)
+
+    def _next_batch(self) -> list[PendingAct] | None:
+        """Wait for a batch by the rule of the module docstring; None once closed."""
+        with self._cond:
+            while not self._queue and not self._closed:
+                self._cond.wait()
+            if self._closed:
+                return None
+            deadline = self._queue[0].arrival + self.max_wait_s
+            while self._queued_rows < self.max_batch_size and not self._closed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            batch: list[PendingAct] = []
+            rows, workers = 0, set()
+            # whole requests in arrival order; a worker's next step waits for the next batch
+            while self._queue and not (batch and (rows + self._queue[0].rows > self.max_batch_size or self._queue[0].worker_index in workers)):
+                request = self._queue.popleft()
+                batch.append(request)
+                rows += request.rows
+                workers.add(request.worker_index)
+            self._queued_rows -= rows
+            return batch
+
+    def _run_batch(self, batch: list[PendingAct]) -> None:
+        start = time.monotonic()
+        try:
+            with self._policy_lock:
+                replies = self._act_groups(batch)
+        except Exception as error:  # the callers get it instead of waiting forever
+            for request in batch:
+                request.finish(error=error)
+            return
+        self._counters.batch(batch, start, time.monotonic() - start)
+        for request, reply in zip(batch, replies):
+            request.finish(reply)
+
+    def _act_groups(self, batch: list[PendingAct]) -> list[ActReply]:
+        """One policy call per group of requests that act alike: scored or not (the two paths
+        compute the actions with different ops), and one exploration setting per group (Ape-X
+        workers explore at their own rates: one call per rate in the batch)."""
+        groups: dict[tuple[bool, tuple[tuple[str, Any], ...]], list[int]] = {}
+        for i, request in enumerate(batch):
+            groups.setdefault((request.scored, self._setting(request.worker_index)), []).append(i)
+        replies: list[ActReply | None] = [None] * len(batch)
+        version = self.policy.version
+        for (scored, setting), indices in groups.items():
+            for name, value in setting:
+                setattr(self.policy.actor, name, value)
+            for i, reply in zip(indices, self._act_group([batch[i] for i in indices], scored, version)):
+                replies[i] = reply
+        return [r for r in replies if r is not None]
+
+    def _act_group(self, group: list[PendingAct], scored: bool, version: int) -> list[ActReply]:
+        obs = torch.cat([r.obs for r in group]).to(self.device)
+        noise = torch.cat([r.noise for r in group]).to(self.device)
+        if self._log_std is not None:  # the actor's draw_noise scales by its std; the client cannot
+            noise = noise.mul_(self._log_std.exp())
+        rows = obs.shape[0]
+        action = self.spec.empty_actions(rows, self.device)
+        slots = ActionSlots(action, torch.empty(rows, device=self.device), torch.empty(rows, device=self.device)) if scored else ActionSlots(action)
+        state = self._gather_states(group) if self.spec.is_recurrent else None
+        acted = self.policy.act(obs, noise, slots, state)
+        sizes = [r.rows for r in group]
+        if acted.state is not None:
+            for request, rows_state in zip(group, acted.state.split(sizes)):
+                self._states[request.worker_index] = rows_state
+        optional = [[None] * len(group) if t is None else _pieces(t, sizes) for t in (slots.log_prob, slots.value, acted.state)]
+        return [ActReply(a, lp, v, s, version) for a, lp, v, s in zip(_pieces(slots.action, sizes), *optional)]
+
+    def _gather_states(self, group: list[PendingAct]) -> torch.Tensor:
+        """The rows' states: each worker's held rows (or the one sent), zeroed where episodes
+        start by the storage's own product, ``state * ~starts`` (so even the zeros' signs match)."""
+        parts = []
+        for request in group:
+            held = request.state.to(self.device, copy=True) if request.state is not None else self._states.get(request.worker_index)
+            if held is None:  # a worker's first request, all episodes starting
+                held = torch.zeros(request.rows, self.spec.state_size, device=self.device)
+            assert request.starts is not None
+            parts.append(held * ~request.starts.to(self.device)[:, None])
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+    def _setting(self, worker_index: int) -> tuple[tuple[str, Any], ...]:
+        """The actor attributes worker ``worker_index`` acts with (``set_collector``'s), found once."""
+        if worker_index not in self._settings:
+            actor = self.policy.actor
+            names = [n for n in COLLECTOR_ATTRIBUTES if hasattr(actor, n)]
+            defaults = [(n, getattr(actor, n)) for n in names]
+            set_collector = getattr(actor, "set_collector", None)
+            if set_collector is not None:
+                set_collector(worker_index)
+            self._settings[worker_index] = tuple((n, getattr(actor, n)) for n in names)
+            for name, value in defaults:
+                setattr(actor, name, value)
+        return self._settings[worker_index]
+
+    # ------------------------------------------------------------------------ scoring
+
+    def score(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``log_prob(actions), value`` of flat batches (a rollout scored after collection)."""
+        return self._serialised(self.policy.score, obs, actions)
+
+    def score_sequence(
+        self, obs: torch.Tensor, actions: torch.Tensor, state: torch.Tensor, starts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`score` of a recurrent policy over ``[T, B]`` steps from ``state`` (the bootstrap value)."""
+        return self._serialised(self.policy.score_sequence, obs, actions, state, starts)
+
+    def _serialised(self, fn: Callable[..., tuple[torch.Tensor, torch.Tensor]], *tensors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        start = time.monotonic()
+        with self._policy_lock, torch.inference_mode():
+            log_prob, value = fn(*(t.to(self.device) for t in tensors))
+            out = log_prob.cpu(), value.cpu()
+        self._counters.scoring(time.monotonic() - start)
+        return out
+
+    def evaluation_step(self, obs: torch.Tensor, state: Any, starts: torch.Tensor | None, deterministic: bool) -> tuple[torch.Tensor, Any]:
+        """``action, next_state`` for test episodes (stateless here: the caller carries the state)."""
+        with self._policy_lock, torch.inference_mode():
+            state = None if state is None else state.to(self.device)
+            starts = None if starts is None else starts.to(self.device)
+            action, state = self.policy.evaluation_step(obs.to(self.device), state, starts, deterministic)
+            return action.cpu(), None if state is None else state.cpu()
+
+    # ---------------------------------------------------------------- weights, metrics
+
+    def set_weights(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        """Act with ``weights`` of policy ``version`` from the next batch on (in place; a running
+        batch finishes with the weights it started with)."""
+        with self._policy_lock:
+            self.policy.set_weights(weights, version)
+
+    def get_weights(self) -> dict[str, torch.Tensor]:
+        with self._policy_lock:
+            return self.policy.get_weights()
+
+    def pop_metrics(self) -> dict[str, float]:
+        """Counters since the last call: ``requests``, ``rows``, ``batches``, ``mean_batch_rows``,
+        ``max_batch_rows``, ``mean_wait_ms`` (queued until the batch started), ``score_requests``
+        and ``busy_fraction`` (time running the policy over wall time)."""
+        return self._counters.pop()
+
+    def close(self) -> None:
+        """Stop the batching thread; requests still queued fail."""
+        with self._cond:
+            self._closed = True
+            queued, self._queue = list(self._queue), deque()
+            self._cond.notify_all()
+        self._thread.join()
+        for request in queued:
+            request.finish(error=RuntimeError("the inference server closed before acting on this request"))
+
+
+def _pieces(t: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
+    """``t`` split into compact CPU tensors (a view would pickle its whole batch)."""
+    if len(sizes) == 1:
+        return [t.cpu()]
+    return [piece.to("cpu", copy=True) for piece in t.split(sizes)]

@@ -1,0 +1,404 @@
+"""Central batched inference (SEED mode), in one process: the server's actions are the local
+policy's, whatever the batch; versions, batching rules, recurrent states and whole rollouts."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from pytorchrl.agent.algorithms import ALGORITHMS, wire
+from pytorchrl.agent.contracts import ActionSlots
+from pytorchrl.agent.policy import LocalPolicy
+from pytorchrl.config import load_config
+from pytorchrl.envs.vec_env import VecEnv
+from pytorchrl.scheme.collection.collection_worker import CollectionWorker
+from pytorchrl.scheme.inference import ActReply, InferenceServer, MissingStateError, RemotePolicy, direct_call, policy_spec
+from tests.conftest import CONFIGS
+
+GRU = "ppo/cartpole_masked_gru.yaml"
+
+
+class Setup:
+    """A shipped config's wiring, a local policy over its actor, and requests for it."""
+
+    def __init__(self, config: str, *overrides: str) -> None:
+        self.cfg = load_config(CONFIGS / config, list(overrides))
+        self.env_factory, self.obs_space, act_space = VecEnv.create_factory(self.cfg.env.env_id, num_envs=self.cfg.env.num_envs)
+        self.wiring = wire(ALGORITHMS[self.cfg.algorithm.name], self.cfg, self.obs_space, act_space)
+        self.local = LocalPolicy(self.wiring.actor("cpu"))
+        self.spec = policy_spec(self.local.actor)
+
+    def request(self, rows: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``obs``, the noise a worker sends (its spec's draw) and the noise a local policy acts
+        with (its actor's draw, scaled by the std for a Gaussian head), from one seed."""
+        generator = torch.Generator().manual_seed(seed)
+        obs = torch.randn(rows, *self.obs_space.shape, generator=generator)
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            sent = self.spec.draw_noise(1, rows)[0]
+            torch.manual_seed(seed)
+            local = self.local.draw_noise(1, rows)[0]
+        return obs, sent, local
+
+    def local_act(self, obs: torch.Tensor, noise: torch.Tensor, scored: bool, state: torch.Tensor | None = None) -> ActReply:
+        rows = obs.shape[0]
+        slots = ActionSlots(self.spec.empty_actions(rows, torch.device("cpu")), *((torch.empty(rows), torch.empty(rows)) if scored else ()))
+        with torch.inference_mode():
+            acted = self.local.act(obs, noise, slots, state)
+        return ActReply(slots.action, slots.log_prob, slots.value, acted.state, acted.version)
+
+
+@pytest.fixture
+def make_server() -> Iterator[Callable[..., InferenceServer]]:
+    made: list[InferenceServer] = []
+
+    def make(setup: Setup, **kwargs: Any) -> InferenceServer:
+        server = InferenceServer(setup.wiring.actor, **kwargs)
+        server.set_weights(setup.local.get_weights(), setup.local.version)
+        made.append(server)
+        return server
+
+    yield make
+    for server in made:
+        server.close()
+
+
+def assert_same(reply: ActReply, expected: ActReply) -> None:
+    for name in ("action", "log_prob", "value", "state"):
+        got, want = getattr(reply, name), getattr(expected, name)
+        assert (got is None) == (want is None), name
+        assert got is None or torch.equal(got, want), (name, got, want)
+
+
+# ------------------------------------------------------------------------------------- noise
+
+
+@pytest.mark.parametrize("config", [
+    "ppo/cartpole.yaml", "ppo/pendulum.yaml", "dqn/cartpole.yaml", "dqn/apex_cartpole.yaml", "sac/pendulum.yaml", "sac/discrete_cartpole.yaml",
+    "sac/pendulum_masked_gru.yaml", "td3/pendulum.yaml", GRU,
+])
+def test_the_spec_draws_the_actors_noise_from_the_same_stream(config):
+    setup = Setup(config)
+    actor = setup.local.actor
+    torch.manual_seed(3)
+    drawn = setup.spec.draw_noise(5, 4)
+    after_spec = torch.get_rng_state()
+    torch.manual_seed(3)
+    expected = actor.draw_noise(5, 4)
+    assert torch.equal(torch.get_rng_state(), after_spec)  # the stream moves on alike
+    if setup.spec.noise_scaled_by_std:  # the server scales it: the same product, the same bits
+        drawn = drawn.mul_(actor.action_head.log_std.detach().exp())
+    assert torch.equal(drawn, expected)
+
+
+@pytest.mark.parametrize(("config", "overrides", "needle"), [
+    ("dqn/rainbow_cartpole.yaml", [], "noisy nets"),
+    ("ddpg/pendulum.yaml", ["algorithm.exploration_noise_type=ou"], "Ornstein-Uhlenbeck"),
+])
+def test_exploration_state_kept_in_the_actor_is_refused(config, overrides, needle):
+    with pytest.raises(ValueError, match=needle):
+        Setup(config, *overrides)
+
+
+def test_an_actor_that_does_not_describe_its_noise_is_refused():
+    with pytest.raises(ValueError, match="no noise spec for Linear"):
+        policy_spec(torch.nn.Linear(2, 2))
+
+
+# ----------------------------------------------------------------------- (a) exact batching
+
+
+@pytest.mark.parametrize(("config", "scored"), [
+    ("ppo/cartpole.yaml", False), ("ppo/cartpole.yaml", True), ("ppo/pendulum.yaml", False), ("ppo/pendulum.yaml", True),
+    ("dqn/cartpole.yaml", False), ("sac/pendulum.yaml", False),
+])
+def test_actions_equal_the_local_policys_alone_or_batched_in_any_order(make_server, config, scored):
+    setup = Setup(config)
+    rows = 8
+    requests = [setup.request(rows, seed=10 + w) for w in range(4)]
+    expected = [setup.local_act(obs, noise, scored) for obs, _, noise in requests]
+    alone = make_server(setup, max_batch_size=rows, max_wait_ms=10_000)  # a full batch runs at once
+    assert_same(alone.act(0, requests[0][0], requests[0][1], None, scored), expected[0])
+    batched = make_server(setup, max_batch_size=4 * rows, max_wait_ms=10_000)
+    for order in [(0, 1, 2, 3), (3, 1, 0, 2)]:
+        pending = {w: batched.submit(w, requests[w][0], requests[w][1], None, scored) for w in order}
+        for w, request in pending.items():
+            assert_same(request.result(timeout=30), expected[w])
+        metrics = batched.pop_metrics()
+        assert metrics["batches"] == 1 and metrics["max_batch_rows"] == 4 * rows and metrics["requests"] == 4
+
+
+def test_requests_of_other_than_4k_rows_sample_the_same_actions_with_scores_equal_to_float_rounding(make_server):
+    """Rows that fall into other blocks of the GEMM kernel than alone (server module docstring): the
+    scores move by float rounding, the sampled actions (argmax of logits + the row's noise) do not."""
+    setup = Setup("ppo/cartpole.yaml")
+    requests = [setup.request(2, seed=20 + w) for w in range(4)]
+    server = make_server(setup, max_batch_size=8, max_wait_ms=10_000)
+    pending = [server.submit(w, obs, sent, None, True) for w, (obs, sent, _) in enumerate(requests)]
+    for request, (obs, _, noise) in zip(pending, requests):
+        reply, expected = request.result(timeout=30), setup.local_act(obs, noise, True)
+        assert torch.equal(reply.action, expected.action)
+        assert torch.allclose(reply.log_prob, expected.log_prob, rtol=0, atol=1e-6)
+        assert torch.allclose(reply.value, expected.value, rtol=0, atol=1e-6)
+
+
+def test_each_ape_x_worker_explores_at_its_own_rate_within_one_batch(make_server):
+    setup = Setup("dqn/apex_cartpole.yaml")
+    weights = setup.local.get_weights()
+    weights["epsilon"] = torch.tensor(0.4)  # worker 0 explores at 0.4, worker 1 at 0.4 ** 8
+    setup.local.set_weights(weights, 1)
+    server = make_server(setup, max_batch_size=64, max_wait_ms=10_000)
+    obs, sent, noise = setup.request(32, seed=5)
+    expected = []
+    for worker in (0, 1):
+        setup.local.actor.set_collector(worker)
+        expected.append(setup.local_act(obs, noise, False))
+    assert not torch.equal(expected[0].action, expected[1].action)  # the rates matter for these draws
+    pending = [server.submit(w, obs, sent) for w in (1, 0)]
+    assert_same(pending[0].result(timeout=30), expected[1])
+    assert_same(pending[1].result(timeout=30), expected[0])
+    assert server.pop_metrics()["batches"] == 1
+
+
+# ------------------------------------------------------------------------------ (b) versions
+
+
+def test_replies_carry_the_version_of_the_weights_that_chose_them(make_server):
+    setup = Setup("ppo/cartpole.yaml")
+    obs, sent, noise = setup.request(8, seed=1)
+    old = setup.local.get_weights()
+    new = {k: v + 0.5 * torch.randn_like(v) for k, v in old.items()}
+    server = make_server(setup, max_batch_size=8, max_wait_ms=10_000)
+    server.set_weights(old, 4)
+    before = server.act(0, obs, sent, None, True)
+    server.set_weights(new, 5)
+    after = server.act(0, obs, sent, None, True)
+    setup.local.set_weights(old, 4)
+    assert_same(before, setup.local_act(obs, noise, True))
+    setup.local.set_weights(new, 5)
+    assert_same(after, setup.local_act(obs, noise, True))
+    assert (before.version, after.version) == (4, 5) and not torch.equal(before.log_prob, after.log_prob)
+    # a request queued before new weights arrive is acted on (and tagged) with them
+    waiting = make_server(setup, max_batch_size=16, max_wait_ms=10_000)
+    waiting.set_weights(old, 4)
+    first = waiting.submit(0, obs, sent, None, True)
+    waiting.set_weights(new, 6)
+    waiting.submit(1, obs, sent, None, True)  # fills the batch
+    reply = first.result(timeout=30)
+    assert reply.version == 6 and torch.equal(reply.log_prob, after.log_prob)
+    client = RemotePolicy(direct_call(server), 2)
+    slots = ActionSlots(torch.empty(8, dtype=torch.long), torch.empty(8), torch.empty(8))
+    assert client.act(obs, sent, slots).version == 5 and client.version == 5
+
+
+def test_new_weights_never_mix_into_a_running_batch(make_server):
+    """Weights set from another thread while workers act: each reply is exactly the local policy's
+    under the weights its version names."""
+    setup = Setup("ppo/cartpole.yaml")
+    weights = [setup.local.get_weights()]
+    weights.append({k: v + 0.5 * torch.randn_like(v) for k, v in weights[0].items()})
+    requests = [setup.request(8, seed=s) for s in range(20)]
+    expected = []
+    for w in weights:  # by version parity
+        setup.local.set_weights(w, 0)
+        expected.append([setup.local_act(obs, noise, True) for obs, _, noise in requests])
+    server = make_server(setup, max_batch_size=16, max_wait_ms=1)
+    server.set_weights(weights[0], 0)
+    replies: dict[int, ActReply] = {}
+
+    def worker(w: int) -> None:
+        for i in range(w, 20, 2):
+            replies[i] = server.act(w, requests[i][0], requests[i][1], None, True)
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in (0, 1)]
+    for thread in threads:
+        thread.start()
+    version = 0
+    while any(thread.is_alive() for thread in threads) and version < 10_000:
+        version += 1
+        server.set_weights(weights[version % 2], version)
+        time.sleep(0.0005)  # let batches run between the changes
+    for thread in threads:
+        thread.join(timeout=60)
+    # which versions the replies carry depends on the threads' timing (both parities in most runs);
+    # what may never happen is a reply that is not exactly the local policy's under its version
+    assert len(replies) == 20 and version >= 2, (version, [r.version for r in replies.values()])
+    for i, reply in replies.items():
+        got = reply._replace(version=0)
+        assert_same(got, expected[reply.version % 2][i]._replace(version=0))
+
+
+# ------------------------------------------------------------------------------- (c) batching
+
+
+def test_a_lone_request_is_answered_after_max_wait_ms(make_server):
+    setup = Setup("ppo/cartpole.yaml")
+    server = make_server(setup, max_batch_size=1000, max_wait_ms=50)
+    obs, sent, noise = setup.request(8, seed=2)
+    start = time.monotonic()
+    reply = server.submit(0, obs, sent).result(timeout=30)  # never a hang: a timeout raises
+    elapsed = time.monotonic() - start
+    assert 0.05 <= elapsed < 20
+    assert_same(reply, setup.local_act(obs, noise, False))
+    metrics = server.pop_metrics()
+    assert metrics["batches"] == 1 and metrics["mean_wait_ms"] >= 49.9 and 0 < metrics["busy_fraction"] < 1
+
+
+def test_concurrent_workers_get_their_own_replies_in_batches_of_at_most_max_batch_size(make_server):
+    setup = Setup("ppo/cartpole.yaml")
+    server = make_server(setup, max_batch_size=16, max_wait_ms=2)
+    sizes = {w: [4 + (w + s) % 5 for s in range(8)] for w in range(4)}  # 4 to 8 rows per request
+    # drawn here: torch's global generator is one per process, not per thread
+    requests = {w: [setup.request(rows, seed=100 * w + s) for s, rows in enumerate(sizes[w])] for w in sizes}
+    expected = {w: [setup.local_act(obs, noise, False) for obs, _, noise in requests[w]] for w in sizes}
+    errors: list[BaseException] = []
+
+    def worker(w: int) -> None:
+        try:
+            for (obs, sent, _), want in zip(requests[w], expected[w]):
+                assert_same(server.act(w, obs, sent), want)
+        except BaseException as error:  # reported by the main thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors, errors
+    metrics = server.pop_metrics()
+    rows = sum(map(sum, sizes.values()))
+    assert metrics["requests"] == 32 and metrics["rows"] == rows and metrics["max_batch_rows"] <= 16
+    assert rows / 16 <= metrics["batches"] <= 32
+
+
+def test_a_full_batch_runs_at_once_and_a_workers_next_step_waits_for_the_next_batch(make_server):
+    setup = Setup("ppo/cartpole.yaml")
+    obs, sent, _ = setup.request(8, seed=3)
+    full = make_server(setup, max_batch_size=16, max_wait_ms=60_000)
+    start = time.monotonic()
+    pending = [full.submit(w, obs, sent) for w in (0, 1)]
+    for request in pending:
+        request.result(timeout=30)
+    assert time.monotonic() - start < 30  # long before max_wait_ms
+    assert full.pop_metrics()["batches"] == 1
+    same_worker = make_server(setup, max_batch_size=16, max_wait_ms=5)
+    for request in [same_worker.submit(0, obs, sent) for _ in range(2)]:
+        request.result(timeout=30)
+    oversized = same_worker.act(3, torch.cat([obs, obs]), torch.cat([sent, sent]))  # 16 rows alone
+    assert oversized.action.shape == (16,)
+    metrics = same_worker.pop_metrics()
+    assert metrics["batches"] == 3 and metrics["max_batch_rows"] == 16
+
+
+def test_closing_fails_queued_requests_instead_of_leaving_them_waiting():
+    setup = Setup("ppo/cartpole.yaml")
+    server = InferenceServer(setup.wiring.actor, max_batch_size=1000, max_wait_ms=60_000)
+    obs, sent, _ = setup.request(4, seed=4)
+    pending = server.submit(0, obs, sent)
+    server.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        pending.result(timeout=30)
+    with pytest.raises(RuntimeError, match="closed"):
+        server.submit(0, obs, sent)
+
+
+# ------------------------------------------------------------------------ (d) recurrent state
+
+#: per step: which workers submit, in which order, and whether together (one batch) or one by one
+SCHEDULE = [((0, 1), True), ((1, 0), True), ((0,), False), ((1, 0), False), ((0, 1), True), ((1,), False), ((0, 1), False), ((1, 0), True)]
+
+
+def test_recurrent_states_survive_interleaved_batches_and_reset_at_episode_starts(make_server):
+    setup = Setup(GRU)
+    n = setup.cfg.env.num_envs
+    server = make_server(setup, max_batch_size=2 * n, max_wait_ms=50)  # two requests fill a batch
+    generator = torch.Generator().manual_seed(0)
+    states = {w: torch.zeros(n, setup.spec.state_size) for w in (0, 1)}  # what each worker's storage holds
+    steps = {0: 0, 1: 0}
+    for workers, together in SCHEDULE:
+        step = []
+        for w in workers:
+            starts = torch.ones(n, dtype=torch.bool) if steps[w] == 0 else torch.rand(n, generator=generator) < 0.3
+            obs, sent, noise = setup.request(n, seed=1000 * w + steps[w])
+            expected = setup.local_act(obs, noise, True, states[w] * ~starts[:, None])  # the storage's zeroing
+            step.append((w, (w, obs, sent, starts, True), expected))
+        submitted = []
+        for w, request, expected in step:
+            submitted.append((w, server.submit(*request), expected))
+            if not together:
+                submitted[-1][1].result(timeout=30)
+        for w, pending, expected in submitted:
+            assert_same(pending.result(timeout=30), expected)
+            states[w], steps[w] = expected.state, steps[w] + 1
+    assert steps == {0: 7, 1: 7} and not torch.equal(states[0], states[1])
+    assert server.pop_metrics()["batches"] == 10  # 4 steps of both workers in one batch, 6 alone
+
+
+def test_a_client_resends_the_state_that_the_server_does_not_hold(make_server):
+    """A restarted server (it holds no state: it asks for it) and a restored storage (its state is
+    not the last reply's: the client sends it unasked)."""
+    setup = Setup(GRU)
+    n = setup.cfg.env.num_envs
+    servers = [make_server(setup, max_batch_size=n), make_server(setup, max_batch_size=n)]
+    current, sent_states = [servers[0]], []
+
+    def call(name: str, *args: Any) -> Any:
+        if name == "act":
+            sent_states.append(args[-1] is not None)
+        return getattr(current[0], name)(*args)
+
+    client = RemotePolicy(call, 0)
+    state = torch.zeros(n, setup.spec.state_size)
+    for step in range(6):
+        if step == 2:
+            current[0] = servers[1]
+        if step == 4:  # a checkpoint restored: other states, no episode starting
+            state = torch.randn(n, setup.spec.state_size, generator=torch.Generator().manual_seed(1))
+        obs, sent, noise = setup.request(n, seed=step)
+        slots = ActionSlots(torch.empty(n, dtype=torch.long), torch.empty(n), torch.empty(n))
+        acted = client.act(obs, sent, slots, state)
+        expected = setup.local_act(obs, noise, True, state)
+        assert_same(ActReply(slots.action, slots.log_prob, slots.value, acted.state, acted.version), expected)
+        state = expected.state * (torch.arange(n) % 3 != step % 3)[:, None]  # some episodes start
+    # sent on the first step, on the restarted server's request (a retry) and after the restore only
+    assert sent_states == [True, False, False, True, False, True, False]
+    with pytest.raises(MissingStateError):
+        servers[1].act(9, obs, sent, torch.zeros(n, dtype=torch.bool), True)
+
+
+# ----------------------------------------------------------------------- (e) whole rollouts
+
+
+@pytest.mark.parametrize("config", ["ppo/cartpole.yaml", GRU])
+def test_a_collection_worker_acting_through_the_server_collects_the_same_data(make_server, config):
+    setup = Setup(config, "storage.num_steps=16", "env.num_envs=8")
+    workers = [
+        CollectionWorker(1, env_factory=setup.env_factory, actor_factory=setup.wiring.actor, storage_factory=setup.wiring.storage, seed=7)
+        for _ in range(2)
+    ]
+    weights = setup.local.get_weights()
+    server = make_server(setup, max_batch_size=8, max_wait_ms=10_000)
+    server.set_weights(weights, 3)
+    workers[0].set_weights(weights, 3)
+    workers[1].policy = RemotePolicy(direct_call(server), 1)
+    episode_starts = 0
+    try:
+        for _ in range(2):  # the second rollout starts from the first's last state
+            (local, local_info), (remote, remote_info) = (w.collect_data() for w in workers)
+            assert local.keys() == remote.keys()
+            for key in local:
+                assert torch.equal(local[key], remote[key]), key
+            assert local_info["policy_version"] == remote_info["policy_version"] == 3
+            episode_starts += int((~local["valid"]).sum())
+        assert workers[0].evaluate(3) == workers[1].evaluate(3)  # test episodes: the stateless path
+    finally:
+        for worker in workers:
+            worker.close()
+    metrics = server.pop_metrics()
+    assert metrics["requests"] == 32 and metrics["score_requests"] == 2 and episode_starts > 0
