@@ -36,6 +36,7 @@ __all__ = [
     "DQNConfig",
     "EnvConfig",
     "IMPALAConfig",
+    "InferenceServerConfig",
     "PPOConfig",
     "RayConfig",
     "RecurrentConfig",
@@ -419,6 +420,18 @@ class RayConfig:
 
 
 @dataclass(frozen=True)
+class InferenceServerConfig:
+    """Central inference servers (``scheme.inference: central``): Ray actors that batch the
+    collection workers' env steps and run the policy (ARCHITECTURE.md, decision 36)."""
+
+    num_servers: int = param(1, "Inference servers; collection worker i acts through server (i - 1) % num_servers.", min=1)
+    max_batch_size: int = param(256, "Observation rows that start a batch at once (whole requests, never more rows unless one request has more).", min=1)
+    max_wait_ms: float = param(2.0, "The longest the first queued request waits for others, in milliseconds.", min=0)
+    num_cpus: float = param(1.0, "CPUs reserved per server.", min=0)
+    num_gpus: float = param(0.0, "GPUs reserved per server (above 0: the policy runs on run.device there).", min=0)
+
+
+@dataclass(frozen=True)
 class SchemeConfig:
     """How collection, gradient and update workers are laid out and talk."""
 
@@ -438,6 +451,11 @@ class SchemeConfig:
     ignore_worker_failures: bool = param(False, "Go on with fewer workers instead of replacing dead ones.")
     worker_timeout_s: float = param(60.0, "A worker that has not answered in this many seconds is treated as dead.", min=0, min_exclusive=True)
     ray: RayConfig = param(RayConfig(), "Ray: embedded or a cluster (only used with remote workers).")
+    inference: str = param(
+        "local", "Where collection workers' policy runs: 'local' (a copy in each worker) or 'central' (batched on inference servers).",
+        choices=("local", "central"),
+    )
+    inference_server: InferenceServerConfig = param(InferenceServerConfig(), "Central inference servers (scheme.inference: central).")
 
 
 @dataclass(frozen=True)
@@ -691,6 +709,7 @@ def _check_cross_field(config: Config) -> None:
             "config key 'scheme.update_execution' = 'decentralised' needs scheme.grad_communication "
             "'synchronous' (asynchronous gradients cannot be applied identically on every worker)"
         )
+    _check_inference(scheme)
     algo = config.algorithm
     if isinstance(algo, _ReplayConfig):
         if algo.minibatch_size > algo.start_steps:
@@ -725,6 +744,28 @@ def _check_cross_field(config: Config) -> None:
             raise ConfigError(f"config key '{section}.{name}' has {len(sizes):,} layers: at most {most} are allowed")
         if any(s < 1 or s > widest for s in sizes):
             raise ConfigError(f"config key '{section}.{name}' = {list(sizes)!r} is out of range: every width must be in 1..{widest:,}")
+
+
+def _check_inference(scheme: SchemeConfig) -> None:
+    """Central inference serves remote collection workers of a local gradient worker."""
+    if scheme.inference != "central":
+        return
+    servers = scheme.inference_server.num_servers
+    if scheme.num_col_workers == 0:
+        raise ConfigError(
+            "config key 'scheme.inference' = 'central' needs remote collection workers: scheme.num_col_workers is 0 "
+            "(set it >= 1, or use inference 'local')"
+        )
+    if servers > scheme.num_col_workers:
+        raise ConfigError(
+            f"config key 'scheme.inference_server.num_servers' = {servers} is more than scheme.num_col_workers = "
+            f"{scheme.num_col_workers}: a server would serve no worker; allowed: 1..{scheme.num_col_workers}"
+        )
+    if scheme.num_grad_workers > 0:
+        raise ConfigError(
+            f"config key 'scheme.inference' = 'central' with scheme.num_grad_workers = {scheme.num_grad_workers} is not yet "
+            "supported; central inference needs scheme.num_grad_workers = 0"
+        )
 
 
 def _check_sequences(config: Config) -> None:

@@ -106,6 +106,8 @@ def inapplicable_keys(config: Config, observation_space: gym.Space) -> list[tupl
         found += _group(scheme, "scheme", ["col_worker_resources"], "scheme.num_col_workers is 0")
     if not scheme.num_grad_workers:
         found += _group(scheme, "scheme", ["grad_worker_resources"], "scheme.num_grad_workers is 0")
+    if scheme.inference == "local":
+        found += _group(scheme, "scheme", ["inference_server"], "scheme.inference is 'local'")
     return found
 
 

@@ -18,6 +18,7 @@ import yaml
 
 from pytorchrl.config import Config, RunConfig, config_to_dict, load_run_config
 from pytorchrl.logging.writers import CSVWriter, ProgressLine, TensorBoardWriter, Writer
+from pytorchrl.scheme.base.inference_servers import METRICS as INFERENCE_METRICS
 from pytorchrl.scheme.scheme import Scheme, build_scheme
 from pytorchrl.utils.checkpoint import load_checkpoint, load_newest_checkpoint, prune_checkpoints, save_checkpoint
 from pytorchrl.utils.errors import CheckpointError, TrainingDiverged
@@ -147,7 +148,7 @@ class Learner:
             self._on_nonfinite(info)
         elif not info.get("skipped"):
             self._nonfinite_streak.clear()
-        for key in (*_MEAN_KEYS, "policy_lag_mean", "gradient_staleness", "worker_replace_s"):
+        for key in (*_MEAN_KEYS, "policy_lag_mean", "gradient_staleness", "worker_replace_s", *INFERENCE_METRICS):
             if key in info and info[key] is not None:
                 self._interval.setdefault(key, []).append(info[key])
         for key in ("collect_time_s", "gradient_time_s", "apply_time_s"):

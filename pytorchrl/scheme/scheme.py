@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -10,10 +11,12 @@ from pytorchrl.agent.algorithms import ALGORITHMS, wire
 from pytorchrl.config import Config, ConfigError, SchemeConfig
 from pytorchrl.config_applicability import warn_inapplicable
 from pytorchrl.envs.vec_env import VecEnv
+from pytorchrl.scheme.base.inference_servers import InferenceServers, server_resources
 from pytorchrl.scheme.base.ray_runtime import configure_ray
 from pytorchrl.scheme.base.worker_set import FaultTolerance, check_fits, cluster_resources
 from pytorchrl.scheme.collection.collection_worker_set import CollectionWorkerSet
 from pytorchrl.scheme.gradients.gradient_worker_set import GradientWorkerSet
+from pytorchrl.scheme.inference import InferenceServer, policy_spec
 from pytorchrl.scheme.updates.update_worker import UpdateWorker
 from pytorchrl.utils.memory import check_memory
 
@@ -30,7 +33,8 @@ class Scheme:
     :param device: torch device of the learner (gradient and update workers).
     :param torch_threads: ``torch.set_num_threads`` in every worker.
     :param seed: the run seed (of the workers' acting and shuffling streams).
-    :raises ConfigError: when the remote workers cannot fit the Ray cluster's resources.
+    :raises ConfigError: when the remote workers cannot fit the Ray cluster's resources, or
+        central inference is asked of an actor a shared server cannot serve.
     """
 
     def __init__(
@@ -48,6 +52,8 @@ class Scheme:
         self.config = config = config or SchemeConfig()
         col_resources = dataclasses.asdict(config.col_worker_resources)
         grad_resources = dataclasses.asdict(config.grad_worker_resources)
+        if config.inference == "central":  # before Ray starts: refused in a moment, not after Ray's start-up
+            _check_servable(actor_factory)
         if config.num_col_workers or config.num_grad_workers:
             configure_ray(address=config.ray.address, num_cpus=config.ray.num_cpus)
             groups = remote_worker_groups(config)
@@ -55,6 +61,7 @@ class Scheme:
             problem = check_fits(groups, *cluster_resources(need_memory=need_memory))
             if problem is not None:
                 raise ConfigError(problem)
+        self.inference = _start_inference(config, actor_factory, device) if config.inference == "central" else None
         fault = FaultTolerance(
             max_restarts=config.max_worker_restarts,
             restart_delay_s=config.worker_restart_delay_s,
@@ -75,6 +82,7 @@ class Scheme:
             fraction_workers=config.fraction_workers,
             compress=config.compress_data,
             fault=fault,
+            inference=self.inference,
         )
         grad_kwargs = {
             "col_workers_factory": col_workers_factory, "actor_factory": actor_factory, "algo_factory": algo_factory,
@@ -157,14 +165,44 @@ class Scheme:
 
     def close(self) -> None:
         self.grad_workers.close()
+        if self.inference is not None:
+            self.inference.close()
+
+
+def _start_inference(config: SchemeConfig, actor_factory: Callable[..., Any], device: str) -> InferenceServers:
+    """The central inference servers (their policy on ``device`` when they reserve a GPU, else on the CPU)."""
+    server = config.inference_server
+    server_factory = functools.partial(
+        InferenceServer, actor_factory, device=device if server.num_gpus > 0 else "cpu",
+        max_batch_size=server.max_batch_size, max_wait_ms=server.max_wait_ms,
+    )
+    return InferenceServers(
+        server_factory, num_servers=server.num_servers, num_clients=config.num_col_workers,
+        resources=server_resources(server.num_cpus, server.num_gpus), timeout_s=config.worker_timeout_s,
+    )
+
+
+def _check_servable(actor_factory: Callable[..., Any]) -> None:
+    """:raises ConfigError: for an actor whose exploration a shared server cannot reproduce
+    (noisy nets, Ornstein-Uhlenbeck noise: :func:`~pytorchrl.scheme.inference.policy_spec`)."""
+    import torch
+
+    try:
+        with torch.random.fork_rng(devices=[]):  # the probe must not shift the master actor's initialisation
+            policy_spec(actor_factory(torch.device("cpu")))
+    except ValueError as error:
+        raise ConfigError(f"config key 'scheme.inference' = 'central' cannot serve this actor: {error}; use inference 'local'") from None
 
 
 def remote_worker_groups(config: SchemeConfig) -> list[tuple[str, int, dict[str, Any]]]:
     """``(name, count, resources)`` of a scheme's remote workers: its gradient workers, then its
-    collection workers (``num_col_workers`` per gradient worker, or in all without any)."""
+    collection workers (``num_col_workers`` per gradient worker, or in all without any), then its
+    central inference servers."""
+    server = config.inference_server
     return [
         ("gradient worker", config.num_grad_workers, dataclasses.asdict(config.grad_worker_resources)),
         ("collection worker", config.num_col_workers * max(config.num_grad_workers, 1), dataclasses.asdict(config.col_worker_resources)),
+        ("inference server", server.num_servers if config.inference == "central" else 0, server_resources(server.num_cpus, server.num_gpus)),
     ]
 
 
@@ -196,6 +234,8 @@ def build_scheme(config: Config) -> Scheme:
     )
     check_memory(config, obs_space)  # before the driver builds the encoder once (wire) or any worker allocates
     wiring = wire(ALGORITHMS[config.algorithm.name], config, obs_space, action_space)
+    if config.scheme.inference == "central":
+        _check_servable(wiring.actor)  # a refusal before the warning on keys it would ignore
     warn_inapplicable(config, obs_space)  # once per run, after the checks that refuse it: the keys set that it will not use
     return Scheme(
         env_factory=env_factory,

@@ -28,6 +28,9 @@ class CollectionWorker:
         the run seed the env streams derive from, when not the factory's own).
     :param actor_factory: ``actor_factory(device) -> actor``, acted with by a
         :class:`~pytorchrl.agent.policy.LocalPolicy`.
+    :param policy_factory: ``policy_factory(index) -> ActingPolicy`` instead (central inference:
+        a :class:`~pytorchrl.scheme.inference.client.RemotePolicy`; the worker then builds no actor
+        and holds no network).
     :param storage_factory: ``storage_factory(device=...) -> storage``.
     :param collect: build train envs and collect (a local worker beside remote ones only holds weights).
     :param device: torch device for acting.
@@ -49,6 +52,7 @@ class CollectionWorker:
         torch_threads: int = 1,
         seed: int = 0,
         env_seed: int | None = None,
+        policy_factory: Callable[[int], ActingPolicy] | None = None,
     ) -> None:
         configure_process(torch_threads)
         self.index = index
@@ -56,11 +60,7 @@ class CollectionWorker:
         self._preempted: int | None = None
         self.device = torch.device(device)
         self.env_factory = env_factory
-        actor = actor_factory(self.device)
-        set_collector = getattr(actor, "set_collector", None)
-        if set_collector is not None:  # e.g. Ape-X: each collector explores at its own rate
-            set_collector(index)
-        self.policy: ActingPolicy = LocalPolicy(actor)
+        self.policy: ActingPolicy = policy_factory(index) if policy_factory is not None else self._local_policy(actor_factory)
         seeded = {} if env_seed is None else {"seed": env_seed}
         self.envs = env_factory(worker_index=index, **seeded) if collect else None
         self.storage: CollectionStorage | None = storage_factory(device=self.device) if collect else None
@@ -69,6 +69,13 @@ class CollectionWorker:
             self.storage.stream_id = derive_seed(seed, ACTING_ROLE, index)
         self.test_envs: VecEnv | None = None
         self._started = False
+
+    def _local_policy(self, actor_factory: Callable[..., Any]) -> LocalPolicy:
+        actor = actor_factory(self.device)
+        set_collector = getattr(actor, "set_collector", None)
+        if set_collector is not None:  # e.g. Ape-X: each collector explores at its own rate
+            set_collector(self.index)
+        return LocalPolicy(actor)
 
     # ---------------------------------------------------------------------- collection
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from pytorchrl.scheme.base.inference_servers import InferenceServers
 from pytorchrl.scheme.base.worker_set import FaultTolerance, WorkerSet, replica_ordinal
 from pytorchrl.scheme.collection.collection_worker import CollectionWorker
 from pytorchrl.utils.seeding import generation_seed
@@ -51,6 +52,10 @@ class CollectionWorkerSet:
         starts in the background while the others go on collecting, and gets the current weights
         with its first call once it is up. The rollout the dead one was collecting is counted
         in ``lost_batches``; rollouts already received are never lost.
+    :param inference: central inference servers (the scheme owns them): the remote workers act
+        through them, hold no network and are sent no weights; :meth:`sync_weights` sets the
+        servers' instead, and each round's info carries the servers' metrics. The local worker
+        keeps its own copy of the actor for evaluation.
 
     Remote workers can be added and removed while training runs (:meth:`add_workers`,
     :meth:`remove_workers`).
@@ -71,8 +76,10 @@ class CollectionWorkerSet:
         evaluation_only: bool = False,
         fault: FaultTolerance | None = None,
         seed_generation: int = 0,
+        inference: InferenceServers | None = None,
     ) -> None:
         self.communication = communication
+        self.inference = None if evaluation_only else inference
         self.max_policy_lag = max_policy_lag
         self.fraction_samples = fraction_samples
         self.fraction_workers = fraction_workers
@@ -81,6 +88,7 @@ class CollectionWorkerSet:
         factory = functools.partial(
             _make_collection_worker, worker_kwargs=worker_kwargs, offset=index_offset,
             local_collects=num_workers == 0 and not evaluation_only, set_generation=seed_generation,
+            policy_factory=None if self.inference is None else self.inference.policy_factory(),
         )
         self.workers: WorkerSet[CollectionWorker] = WorkerSet(
             factory, num_remote=num_workers, resources=resources, compress=compress, fault=fault, name="collection worker"
@@ -134,6 +142,8 @@ class CollectionWorkerSet:
             info["lost_batches"] = self.lost_batches - counts[2]
             info.update(self.workers.report())  # restarts since the last report, wherever the death was found
             info["healthy_workers"] = len(self.workers.remote_workers)
+            if self.inference is not None:
+                info.update(self.inference.pop_metrics())
             return [d for d, _ in results], info
 
     def _collect_sync(self) -> list[tuple[dict[str, torch.Tensor], dict[str, Any]]]:
@@ -285,10 +295,16 @@ class CollectionWorkerSet:
 
         Remote workers read them from the object store, where they are put once per version;
         a local worker that does not collect is left alone (evaluation sets its own weights).
+        With central inference the servers get them, before this returns, and the workers'
+        calls carry none.
         """
         self._version = version
         if not self.remote:
             self.local_worker.set_weights(weights, version)
+        elif self.inference is not None:
+            if self._weights is None or self._weights[0] != version:
+                self.inference.set_weights(weights, version)
+                self._weights = (version, None)
         elif self._weights is None or self._weights[0] != version:
             self._weights = (version, self.workers.put(weights))
 
@@ -374,7 +390,15 @@ def merge_collection_info(infos: list[dict[str, Any]], *, current_version: int) 
 
 
 def _make_collection_worker(
-    index: int, *, local: bool, worker_kwargs: dict[str, Any], offset: int, local_collects: bool, generation: int = 0, set_generation: int = 0
+    index: int,
+    *,
+    local: bool,
+    worker_kwargs: dict[str, Any],
+    offset: int,
+    local_collects: bool,
+    generation: int = 0,
+    set_generation: int = 0,
+    policy_factory: Callable[[int], Any] | None = None,
 ) -> CollectionWorker:
     # the collecting workers are numbered from `offset`: the local one when it collects, else the
     # remote ones (index 1 -> offset), so one remote worker collects what a local one would; a
@@ -382,6 +406,8 @@ def _make_collection_worker(
     kwargs = dict(worker_kwargs)
     if generation or set_generation:
         kwargs["seed"] = kwargs["env_seed"] = generation_seed(worker_kwargs.get("seed", 0), generation, set_generation)
+    if not local and policy_factory is not None:  # central inference: remote workers hold no network
+        kwargs["policy_factory"] = policy_factory
     return CollectionWorker(offset + replica_ordinal(index), collect=local_collects if local else True, **kwargs)
 
 

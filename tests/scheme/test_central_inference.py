@@ -1,0 +1,159 @@
+"""Central inference as a scheme mode (``scheme.inference: central``): Ray inference servers act
+for remote collection workers that hold no network.
+
+Real Ray actors on the session's 2-CPU local Ray; workers and servers reserve a tenth of a CPU
+so that they all fit.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+import torch
+
+from pytorchrl.cli import main
+from pytorchrl.config import from_dict
+from pytorchrl.learner import Learner
+from pytorchrl.scheme.base.inference_servers import METRICS
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+# 8 envs per worker: every request is a multiple of 4 rows, which the core found bitwise in any batch
+SMALL = {
+    "env": {"env_id": "CartPole-v1", "num_envs": 8},
+    "storage": {"num_steps": 16},
+    "algorithm": {"name": "ppo", "num_epochs": 2, "minibatch_size": 64, "lr": 1e-3},
+    "run": {"seed": 3, "target_steps": 10_000, "eval_every": 0},
+}
+LOCAL = {"num_col_workers": 2, "col_worker_resources": {"num_cpus": 0.1}}
+CENTRAL = {**LOCAL, "inference": "central", "inference_server": {"num_cpus": 0.1}}
+#: 2 workers x 8 envs x 16 steps = 256 samples a round, 2 epochs of 4 minibatches: 8 updates
+ROUND_UPDATES = 8
+
+
+def train(scheme: dict, updates: int, **sections: dict) -> tuple[Learner, list[dict]]:
+    raw = {**SMALL, **sections, "scheme": scheme}
+    learner = Learner.from_config(from_dict(raw), progress=False)
+    infos = [learner.step() for _ in range(updates)]
+    return learner, infos
+
+
+def test_central_collects_what_local_collects_and_reaches_the_same_weights(ray_session):
+    """Same seed, two remote workers: acting on a server changes where, not what."""
+    local, _ = train(LOCAL, 3 * ROUND_UPDATES)
+    central, infos = train(CENTRAL, 3 * ROUND_UPDATES)
+    try:
+        assert local.env_steps == central.env_steps == 3 * 2 * 8 * 16
+        a, b = local.scheme.algorithm.get_weights(), central.scheme.algorithm.get_weights()
+        assert a.keys() == b.keys()
+        for key in a:
+            assert torch.equal(a[key], b[key]), key
+        assert local.episodes == central.episodes
+        assert all(key in infos[0] for key in METRICS)
+        assert infos[0]["inference_batch_mean"] >= 8
+    finally:
+        local.close()
+        central.close()
+
+
+def test_two_central_runs_of_one_seed_are_identical(ray_session):
+    first, _ = train(CENTRAL, 2 * ROUND_UPDATES)
+    second, _ = train(CENTRAL, 2 * ROUND_UPDATES)
+    try:
+        a, b = first.scheme.algorithm.get_weights(), second.scheme.algorithm.get_weights()
+        assert all(torch.equal(a[k], b[k]) for k in a)
+        assert first.episodes == second.episodes
+    finally:
+        first.close()
+        second.close()
+
+
+def test_remote_workers_act_through_the_servers_without_a_network(ray_session):
+    learner, _ = train(CENTRAL, 1)
+    try:
+        col = learner.scheme.collection_workers
+        local_policy = type(col.local_worker.policy).__name__
+        remote = col.workers.call_all("get_weights")  # RemotePolicy.get_weights: the server's copy
+        master = learner.scheme.algorithm.get_weights(acting=True)
+        assert local_policy == "LocalPolicy"
+        for weights in remote:
+            assert all(torch.equal(weights[k], master[k]) for k in master)
+    finally:
+        learner.close()
+
+
+def test_asynchronous_collection_trains_and_logs_policy_lag(ray_session):
+    scheme = {**CENTRAL, "col_communication": "asynchronous"}
+    algorithm = {"name": "appo", "num_epochs": 1, "minibatch_size": 128, "lr": 1e-3}
+    learner, infos = train(scheme, 10, algorithm=algorithm)
+    try:
+        assert learner.scheme.algorithm.version == 10
+        lags = [i["policy_lag_mean"] for i in infos if "policy_lag_mean" in i]
+        assert lags and all(lag >= 0 for lag in lags)
+        assert "policy_lag_mean" in learner.metrics()
+    finally:
+        learner.close()
+
+
+def _bad(capsys, argv: list[str]) -> str:
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and err.startswith("pytorchrl: error: ") and "Traceback" not in err
+    return err
+
+
+CARTPOLE = "configs/ppo/cartpole.yaml"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["scheme.inference=central"], "'scheme.inference' = 'central' needs remote collection workers"),
+        (["scheme.inference=central", "scheme.num_col_workers=1", "scheme.inference_server.num_servers=2"],
+         "'scheme.inference_server.num_servers' = 2 is more than scheme.num_col_workers = 1"),
+        (["scheme.inference=central", "scheme.num_col_workers=1", "scheme.inference_server.max_batch_size=0"],
+         "'scheme.inference_server.max_batch_size' = 0 is out of range"),
+        (["scheme.inference=central", "scheme.num_col_workers=1", "scheme.inference_server.max_wait_ms=-1"],
+         "'scheme.inference_server.max_wait_ms' = -1.0 is out of range"),
+        (["scheme.inference=central", "scheme.num_col_workers=1", "scheme.num_grad_workers=1"], "is not yet supported"),
+        (["scheme.inference=centre"], "'scheme.inference' = 'centre' is not allowed"),
+        (["scheme.inference=central", "scheme.num_col_workers=1", "scheme.inference_server.num_cpus=64"],
+         "one inference server asks for 64 CPU"),
+    ],
+)
+def test_bad_central_input_exits_2_with_one_line(capsys, tmp_path, args, needle):
+    err = _bad(capsys, ["train", CARTPOLE, *args, "--run-dir", str(tmp_path / "r"), "--quiet"])
+    assert needle in err
+
+
+@pytest.mark.parametrize(
+    ("config", "override", "needle"),
+    [
+        ("configs/dqn/cartpole.yaml", "algorithm.noisy_nets=true", "noisy"),
+        ("configs/ddpg/pendulum.yaml", "algorithm.exploration_noise_type=ou", "ornstein"),
+    ],
+)
+def test_an_actor_the_server_cannot_serve_is_refused_at_scheme_build(capsys, tmp_path, config, override, needle):
+    args = ["scheme.inference=central", "scheme.num_col_workers=1", override]
+    err = _bad(capsys, ["train", config, *args, "--run-dir", str(tmp_path / "r"), "--quiet"])
+    assert "'scheme.inference' = 'central' cannot serve this actor" in err
+    assert needle.lower() in err.lower()
+
+
+def test_a_central_runs_progress_csv_has_the_inference_columns(ray_session, capsys, tmp_path):
+    run_dir = tmp_path / "run"
+    overrides = [f"scheme.{k}={v}" for k, v in {"inference": "central", "num_col_workers": 2, "col_worker_resources.num_cpus": 0.1,
+                                                   "inference_server.num_cpus": 0.1}.items()]
+    code = main(["train", CARTPOLE, *overrides, "run.target_steps=2048", "run.log_every=512", "run.eval_every=0",
+                 "--run-dir", str(run_dir), "--quiet"])
+    assert code == 0, capsys.readouterr().err
+    json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    with open(run_dir / "progress.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert rows
+    for key in METRICS:
+        assert all(row[key] != "" for row in rows), key
+    assert float(rows[-1]["inference_batch_mean"]) >= 16
