@@ -70,16 +70,19 @@ def test_two_central_runs_of_one_seed_are_identical(ray_session):
         second.close()
 
 
-def test_remote_workers_act_through_the_servers_without_a_network(ray_session):
-    learner, _ = train(CENTRAL, 1)
+def test_remote_workers_act_with_the_servers_weights_of_the_round(ray_session):
+    """The servers got the round's weights; the remote workers' get_weights is the server's copy
+    (a RemotePolicy's), and the master has moved on by one update since."""
+    learner = Learner.from_config(from_dict({**SMALL, "scheme": CENTRAL}), progress=False)
     try:
+        start = learner.scheme.algorithm.get_weights(acting=True)
+        learner.step()
         col = learner.scheme.collection_workers
-        local_policy = type(col.local_worker.policy).__name__
-        remote = col.workers.call_all("get_weights")  # RemotePolicy.get_weights: the server's copy
-        master = learner.scheme.algorithm.get_weights(acting=True)
-        assert local_policy == "LocalPolicy"
-        for weights in remote:
-            assert all(torch.equal(weights[k], master[k]) for k in master)
+        assert type(col.local_worker.policy).__name__ == "LocalPolicy"  # evaluation keeps a local copy
+        for weights in col.workers.call_all("get_weights"):
+            assert all(torch.equal(weights[k], start[k]) for k in start)
+        moved = learner.scheme.algorithm.get_weights(acting=True)
+        assert not all(torch.equal(moved[k], start[k]) for k in start)
     finally:
         learner.close()
 
