@@ -77,3 +77,18 @@ def pytest_runtest_makereport(item, call):
         if "could not import" in reason:
             report.outcome = "failed"
             report.longrepr = f"missing test dependency in CI: {reason} (add it to the 'test' extra in setup.py)"
+
+
+def checkpointed_run(config, run_dir: Path, steps: tuple[int, ...] = (0, 1, 2)) -> Path:
+    """A run directory with a checkpoint at each of ``steps`` (env steps set by hand, no training),
+    for tests that damage some of them."""
+    from pytorchrl.learner import Learner
+
+    learner = Learner.from_config(config, run_dir=run_dir, progress=False)
+    try:
+        for step in steps:
+            learner.env_steps = step
+            learner.checkpoint()
+    finally:
+        learner.close()
+    return run_dir

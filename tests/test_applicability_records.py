@@ -22,7 +22,7 @@ from pytorchrl.config import config_to_dict, from_dict, load_run_config
 from pytorchrl.config_applicability import IgnoredConfigKeysWarning, inapplicable_keys, warn_inapplicable
 from pytorchrl.learner import Learner
 from pytorchrl.utils.errors import CheckpointError, ConfigError
-from tests.conftest import CONFIGS, REPO
+from tests.conftest import CONFIGS, REPO, checkpointed_run
 
 CARTPOLE = str(CONFIGS / "ppo" / "cartpole.yaml")
 VECTOR = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
@@ -186,13 +186,7 @@ def test_a_time_limited_run_ends_with_one_row(tmp_path):
 
 
 def test_a_truncated_newest_checkpoint_is_one_warning_line(tmp_path, capsys):
-    learner = Learner.from_config(from_dict(TINY), run_dir=tmp_path / "run", progress=False)
-    try:
-        for steps in (0, 1, 2):
-            learner.env_steps = steps
-            learner.checkpoint()
-    finally:
-        learner.close()
+    checkpointed_run(from_dict(TINY), tmp_path / "run")
     for step in (1, 2):
         state = tmp_path / "run" / "checkpoints" / f"step_{step}" / "state.pt"
         state.write_bytes(state.read_bytes()[:100])

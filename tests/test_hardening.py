@@ -23,7 +23,7 @@ from pytorchrl.scheme.scheme import build_scheme, resolve_device
 from pytorchrl.tuning import load_space
 from pytorchrl.utils.checkpoint import load_checkpoint
 from pytorchrl.utils.errors import ConfigError, InputError, TrainingDiverged
-from tests.conftest import CONFIGS
+from tests.conftest import CONFIGS, checkpointed_run
 
 CARTPOLE = CONFIGS / "ppo" / "cartpole.yaml"
 
@@ -196,13 +196,7 @@ def test_nan_is_written_as_nan_not_as_an_empty_cell(tmp_path):
 
 
 def test_every_checkpoint_corrupt_is_one_line_without_warnings(tmp_path, capsys):
-    learner = Learner.from_config(load_config(CARTPOLE, ["env.num_envs=2", "env.num_test_envs=1"]), run_dir=tmp_path / "run", progress=False)
-    try:
-        for steps in (0, 1, 2):
-            learner.env_steps = steps
-            learner.checkpoint()
-    finally:
-        learner.close()
+    checkpointed_run(load_config(CARTPOLE, ["env.num_envs=2", "env.num_test_envs=1"]), tmp_path / "run")
     for state in (tmp_path / "run" / "checkpoints").glob("step_*/state.pt"):
         state.write_bytes(state.read_bytes()[:100])  # truncated, as by a full disk
     with warnings.catch_warnings(record=True) as caught:
