@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from pytorchrl.utils.errors import InputError
+from pytorchrl.utils.strict_yaml import load_yaml
 
 #: keys that differ between runs of one experiment without making it another
 RUN_KEYS = ("seed", "max_time_s", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints", "stop_at_return", "target_steps")
@@ -71,7 +71,7 @@ def load_run(path: str | Path) -> Run:
         raise InputError(f"{str(csv_path)!r} has no rows yet")
     columns = {name: [_number(row.get(name)) for row in rows] for name in rows[0]}
     config_path = path / "config.yaml"
-    config = (yaml.safe_load(config_path.read_text()) or {}) if config_path.is_file() else {}
+    config = (load_yaml(config_path, "run config") or {}) if config_path.is_file() else {}  # the loader train uses: a recursive alias is one line
     return Run(path, columns, config)
 
 

@@ -63,3 +63,11 @@ def test_bad_plot_input_is_one_line_and_exit_2(tmp_path, capsys, args, needle):
     code = main(["plot", *[str(run) if a == "RUN" else a for a in args], "-o", str(tmp_path / "x.png")])
     err = capsys.readouterr().err
     assert code == 2 and needle in err and err.count("\n") == 1
+
+
+def test_a_run_config_with_a_recursive_alias_is_one_line(tmp_path, capsys):
+    run = _run_dir(tmp_path, "a", 0, [(100, 1.0, "5")])
+    (run / "config.yaml").write_text("env: &loop\n  inner: *loop\n")
+    assert main(["plot", str(run), "-o", str(tmp_path / "c.png")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "config.yaml" in err[0] and not (tmp_path / "c.png").exists()
