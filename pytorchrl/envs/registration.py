@@ -195,3 +195,6 @@ if "pytorchrl/PendulumNoVelocity-v1" not in gym.registry:
 for _name, _cls in (("SlowCartPole-v1", SlowCartPoleEnv), ("CrashingCartPole-v1", CrashingCartPoleEnv), ("CartPoleNoVelocity-v1", CartPoleNoVelocityEnv)):
     if f"pytorchrl/{_name}" not in gym.registry:
         gym.register(id=f"pytorchrl/{_name}", entry_point=f"{__name__}:{_cls.__name__}", max_episode_steps=500, reward_threshold=475.0)
+
+if "pytorchrl/Latency-v0" not in gym.registry:  # a slow simulator's stand-in for scale tests
+    gym.register(id="pytorchrl/Latency-v0", entry_point="pytorchrl.envs.latency:LatencyEnv")

@@ -3,8 +3,9 @@
 Every numeric progress.csv column of a log row becomes a gauge ``pytorchrl_<column>`` labelled
 with the run's name, so one Prometheus can watch several runs. Worker health is in the row
 already: ``healthy_workers``, ``worker_restarts``, ``env_restarts``, ``lost_batches``,
-``dropped_batches``, ``preempted_batches``, ``policy_lag_mean``, ``gradient_staleness`` (and the
-inference server's batch sizes once it reports them). A column left empty in a row (an
+``dropped_batches``, ``preempted_batches``, ``policy_lag_mean``, ``gradient_staleness``, and with
+central inference the servers' ``inference_batch_mean``, ``inference_wait_ms``,
+``inference_requests_per_s`` and ``inference_busy_fraction``. A column left empty in a row (an
 evaluation not due) keeps its last value. The gauges change when a row is written, so
 ``run.log_every`` sets how fresh they are; a scrape costs the training loop nothing (the server
 is a daemon thread reading a registry that is written once per row).
@@ -36,6 +37,10 @@ HELP = {
     "preempted_batches": "Rollouts cut short by a synchronous round's fraction_samples/fraction_workers so far.",
     "policy_lag_mean": "Mean policy versions between acting and learning, over the last log interval.",
     "gradient_staleness": "Mean versions behind of asynchronous gradients, over the last log interval.",
+    "inference_batch_mean": "Central inference: observation rows per server batch, over the last log interval.",
+    "inference_wait_ms": "Central inference: mean milliseconds a request queued before its batch ran.",
+    "inference_requests_per_s": "Central inference: act requests per second, all servers.",
+    "inference_busy_fraction": "Central inference: share of the time the servers ran the policy (mean over servers).",
 }
 
 

@@ -83,6 +83,7 @@ class Scheme:
             compress=config.compress_data,
             fault=fault,
             inference=self.inference,
+            weight_sync_every=config.inference_server.weight_sync_every,
         )
         grad_kwargs = {
             "col_workers_factory": col_workers_factory, "actor_factory": actor_factory, "algo_factory": algo_factory,
@@ -179,6 +180,7 @@ def _start_inference(config: SchemeConfig, actor_factory: Callable[..., Any], de
     return InferenceServers(
         server_factory, num_servers=server.num_servers, num_clients=config.num_col_workers,
         resources=server_resources(server.num_cpus, server.num_gpus), timeout_s=config.worker_timeout_s,
+        max_restarts=config.max_worker_restarts,
     )
 
 

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import signal
+import threading
 
 import pytest
+import ray
 import torch
 
 from pytorchrl.cli import main
@@ -87,6 +91,16 @@ def test_remote_workers_act_with_the_servers_weights_of_the_round(ray_session):
         learner.close()
 
 
+def test_weight_sync_every_holds_the_servers_weights_back_and_policy_lag_counts_it(ray_session):
+    """weight_sync_every 16 with 8 updates a round: the servers get weights for rounds 1 and 3
+    only, so round 2 acts with version 0 at version 8."""
+    scheme = {**CENTRAL, "inference_server": {"num_cpus": 0.1, "weight_sync_every": 2 * ROUND_UPDATES}}
+    learner, infos = train(scheme, 3 * ROUND_UPDATES)
+    learner.close()
+    lags = [i["policy_lag_mean"] for i in infos if "policy_lag_mean" in i]
+    assert lags == [0, ROUND_UPDATES, 0]
+
+
 def test_asynchronous_collection_trains_and_logs_policy_lag(ray_session):
     scheme = {**CENTRAL, "col_communication": "asynchronous"}
     algorithm = {"name": "appo", "num_epochs": 1, "minibatch_size": 128, "lr": 1e-3}
@@ -96,6 +110,44 @@ def test_asynchronous_collection_trains_and_logs_policy_lag(ray_session):
         lags = [i["policy_lag_mean"] for i in infos if "policy_lag_mean" in i]
         assert lags and all(lag >= 0 for lag in lags)
         assert "policy_lag_mean" in learner.metrics()
+    finally:
+        learner.close()
+
+
+def test_a_killed_server_is_started_again_with_the_newest_weights_and_the_run_goes_on(ray_session):
+    """SIGKILL the server between rounds, then again while its workers wait on it: Ray starts it
+    again, it takes the round's weights from the box before it answers, the requests it was
+    serving are sent again, and the restarts count as worker restarts."""
+    env = {"env_id": "pytorchrl/SlowCartPole-v1", "num_envs": 8, "env_kwargs": {"step_sleep_s": 0.004}}  # ~0.5 s rounds
+    learner = Learner.from_config(from_dict({**SMALL, "env": env, "scheme": CENTRAL}), progress=False)
+    algorithm, server = learner.scheme.algorithm, learner.scheme.inference.handles[0]
+
+    def kill() -> None:
+        os.kill(ray.get(server.pid.remote()), signal.SIGKILL)
+
+    def round_with_server_weights_checked() -> dict:
+        acting = algorithm.get_weights(acting=True)
+        info = learner.step()  # a round's first step: new weights to the servers, then a whole collection
+        served = ray.get(server.call.remote("get_weights"))
+        assert all(torch.equal(served[k], acting[k]) for k in acting)
+        infos.append(info)
+        infos.extend(learner.step() for _ in range(ROUND_UPDATES - 1))
+        return info
+
+    infos: list[dict] = []
+    try:
+        round_with_server_weights_checked()
+        first_pid = ray.get(server.pid.remote())
+        kill()  # between rounds
+        round_with_server_weights_checked()
+        killer = threading.Timer(0.25, kill)  # mid-collection, with requests waiting on it
+        killer.start()
+        round_with_server_weights_checked()
+        killer.join()
+        assert ray.get(server.pid.remote()) != first_pid
+        assert sum(i.get("worker_restarts", 0) for i in infos) == 2
+        assert learner.env_steps == 3 * 2 * 8 * 16  # every round collected whole
+        assert all(i["lost_batches"] == 0 for i in infos if "lost_batches" in i)
     finally:
         learner.close()
 

@@ -33,6 +33,17 @@ def test_packing_round_trips_nested_tensors_of_every_dtype_with_and_without_lz4(
     assert compression.pack({"plain": 1}) == {"plain": 1}
 
 
+def test_packing_keeps_named_tuples_such_as_an_inference_reply():
+    """A central-inference reply travels packed: its NamedTuple type, tensors and Nones survive."""
+    from pytorchrl.scheme.inference.server import ActReply
+
+    reply = ActReply(torch.tensor([1, 0]), torch.tensor([-0.5, -0.7]), None, None, 3)
+    out = compression.unpack(compression.pack((reply, "act")))
+    assert type(out[0]) is ActReply and out[1] == "act"
+    assert torch.equal(out[0].action, reply.action) and torch.equal(out[0].log_prob, reply.log_prob)
+    assert out[0].value is None and out[0].state is None and out[0].version == 3
+
+
 CPU1 = {"num_cpus": 1.0, "num_gpus": 0.0, "memory": None, "resources": {}}
 
 

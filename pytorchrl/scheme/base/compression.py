@@ -90,7 +90,7 @@ def _strip(obj: Any, arrays: list[tuple[int, np.ndarray]], offset: int) -> tuple
         for v in obj:
             item, offset = _strip(v, arrays, offset)
             items.append(item)
-        return type(obj)(items), offset
+        return _same_sequence(obj, items), offset
     return obj, offset
 
 
@@ -127,8 +127,13 @@ def _fill(obj: Any, buffer: np.ndarray) -> Any:
     if isinstance(obj, (list, tuple)):
         if all(type(v) in _PLAIN for v in obj):
             return obj
-        return type(obj)(_fill(v, buffer) for v in obj)
+        return _same_sequence(obj, [_fill(v, buffer) for v in obj])
     return obj
+
+
+def _same_sequence(like: list | tuple, items: list[Any]) -> Any:
+    """``items`` as a sequence of ``like``'s type (a NamedTuple's fields are positional)."""
+    return type(like)(*items) if hasattr(like, "_fields") else type(like)(items)
 
 
 def nbytes(obj: Any) -> int:

@@ -14,11 +14,13 @@ Like :mod:`.worker_set`, Ray is imported here only when a server is asked for.
 from __future__ import annotations
 
 import functools
+import os
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
+from pytorchrl.scheme.base import compression
 from pytorchrl.scheme.base.worker_set import STARTUP_TIMEOUT_S, remote_threads
 from pytorchrl.scheme.inference.client import RemotePolicy
 from pytorchrl.utils.errors import WorkerFailure
@@ -28,19 +30,72 @@ from pytorchrl.utils.runtime import cap_threads
 METRICS = ("inference_batch_mean", "inference_wait_ms", "inference_requests_per_s", "inference_busy_fraction")
 
 
+#: a server's threads (Ray's ``max_concurrency``) at the least: every client's ``act`` waits for its
+#: batch in one, so workers added during training up to this many per server never queue for one
+MIN_SERVER_THREADS = 128
+
+
 class _ServerHost:
     """The Ray actor: hosts one inference server and runs its methods by name, from many threads
-    at once (its ``max_concurrency`` lets every client's ``act`` wait for its batch together)."""
+    at once (its ``max_concurrency`` lets every client's ``act`` wait for its batch together).
 
-    def __init__(self, server_factory: Callable[[], Any], max_threads: int) -> None:
+    Started again by Ray when its process dies (up to ``scheme.max_worker_restarts`` times), it
+    first takes the newest weights the learner left in the :class:`_ServerBox`, so a restarted
+    server acts with the same weights and version as the others before it answers anyone.
+    """
+
+    def __init__(self, box_name: str, max_threads: int) -> None:
+        import ray
+
         cap_threads(max_threads)
-        self.server = server_factory()
+        # the factory and the weights come from the box, not as constructor arguments: Ray keeps
+        # those in its object store, where they may be gone when it restarts the actor
+        started: Any = ray.get(ray.get_actor(box_name).start.remote())  # (the factory ref, the newest weights or None)
+        factory_refs, latest = started
+        self.server: Any = ray.get(factory_refs[0])()
+        if latest is not None:
+            (ref,), version = latest
+            self.server.set_weights(compression.unpack(ray.get(ref)), version)
 
     def ready(self) -> bool:
         return True
 
+    def pid(self) -> int:
+        """The server's process id (for resource monitoring)."""
+        return os.getpid()
+
     def call(self, method: str, *args: Any) -> Any:
-        return getattr(self.server, method)(*args)
+        """``server.method(*args)`` (the learner's calls: weights, counters); packed arguments
+        are unpacked."""
+        return getattr(self.server, method)(*(compression.unpack(a) for a in args))
+
+    def request(self, method: str, args: Any) -> Any:
+        """A client's call: ``server.method(*args)`` with the arguments and the result packed
+        (:mod:`.compression`), since pickled torch tensors cost a request more CPU than the rest
+        of its round trip (BENCHMARKS.md, "Central inference at scale")."""
+        return compression.pack(getattr(self.server, method)(*compression.unpack(args)))
+
+
+class _ServerBox:
+    """A small actor that holds what a (re)starting server needs, the server factory's and the
+    newest weights' object refs (not the objects: wrapped in lists, Ray keeps the refs alive
+    without fetching them), and counts server starts."""
+
+    def __init__(self, factory_ref: list[Any]) -> None:
+        self.factory_ref = factory_ref
+        self.latest: tuple[list[Any], int] | None = None
+        self.starts = 0
+
+    def put(self, refs: list[Any], version: int) -> None:
+        self.latest = (refs, version)
+
+    def start(self) -> tuple[list[Any], tuple[list[Any], int] | None]:
+        """A server starts: the factory, and the newest weights if the learner has set any."""
+        self.starts += 1
+        return self.factory_ref, self.latest
+
+    def count(self) -> int:
+        return self.starts
 
 
 #: per process: the handle last resolved for a server name
@@ -50,9 +105,9 @@ _handles: dict[str, Any] = {}
 class ServerCall:
     """``call(method, *args)`` on the server named ``name`` (the :class:`RemotePolicy` transport).
 
-    A call that finds the server's process dead resolves the name again and retries once (a
-    server restarted under its name is then reached); a reply not back in ``timeout_s`` raises,
-    which fails the collection worker's call like any other fault.
+    A call that finds the server's process dead is sent again once Ray has started it again
+    under its name (:func:`call_surviving`); a reply not back in ``timeout_s``, or a server whose
+    restarts are used up, raises, which fails the collection worker's call like any other fault.
 
     :param name: the server actor's Ray name.
     :param timeout_s: the longest one call waits (None: no limit).
@@ -62,13 +117,36 @@ class ServerCall:
         self.name, self.timeout_s = name, timeout_s
 
     def __call__(self, method: str, *args: Any) -> Any:
-        import ray
+        packed = compression.pack(args)
+        return compression.unpack(call_surviving(self.name, lambda h: h.request.remote(method, packed), self.timeout_s))
 
-        handle = _handles.get(self.name) or _resolve(self.name)
+
+def call_surviving(name: str, submit: Callable[[Any], Any], timeout_s: float | None) -> Any:
+    """``ray.get(submit(handle))`` on the actor named ``name``, sent again while Ray restarts it.
+
+    :raises ray.exceptions.RayActorError: the actor is gone for good (its restarts used up).
+    :raises ray.exceptions.GetTimeoutError: no reply within ``timeout_s`` in all.
+    """
+    import ray
+
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        handle = _handles.get(name) or _resolve(name)
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
         try:
-            return ray.get(handle.call.remote(method, *args), timeout=self.timeout_s)
+            return ray.get(submit(handle), timeout=left)
         except ray.exceptions.RayActorError:
-            return ray.get(_resolve(self.name).call.remote(method, *args), timeout=self.timeout_s)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
+            try:  # a name that still resolves is an actor being restarted
+                _resolve(name)
+            except ValueError:
+                raise WorkerFailure(f"inference server {name} died and its restarts (scheme.max_worker_restarts) are used up") from None
+            time.sleep(_RETRY_S)
+
+
+#: the pause before a call is sent again to a server being restarted
+_RETRY_S = 0.05
 
 
 def _resolve(name: str) -> Any:
@@ -92,10 +170,14 @@ class InferenceServers:
     :param num_clients: collection workers that will call them (sizes each actor's thread pool).
     :param resources: ``num_cpus``, ``num_gpus`` of each server.
     :param timeout_s: the clients' per-call timeout (``scheme.worker_timeout_s``).
+    :param max_restarts: how many times Ray starts each server again after its process dies
+        (``scheme.max_worker_restarts``); the restarted server takes the newest weights first,
+        and a request it was serving is sent again by its client (:class:`ServerCall`).
     """
 
     def __init__(
-        self, server_factory: Callable[[], Any], *, num_servers: int, num_clients: int, resources: dict[str, float], timeout_s: float | None = None
+        self, server_factory: Callable[[], Any], *, num_servers: int, num_clients: int, resources: dict[str, float], timeout_s: float | None = None,
+        max_restarts: int = 0,
     ) -> None:
         import ray
 
@@ -106,17 +188,20 @@ class InferenceServers:
         self.names = tuple(f"pytorchrl-inference-{token}-{i}" for i in range(num_servers))
         self.timeout_s = timeout_s
         host: Any = ray.remote(_ServerHost)
+        box_name = f"pytorchrl-inference-{token}-box"
+        self._box: Any = ray.remote(_ServerBox).options(name=box_name, num_cpus=0).remote([ray.put(server_factory)])
         options = {
             "num_cpus": float(resources.get("num_cpus", 1.0)), "num_gpus": float(resources.get("num_gpus", 0.0)),
-            "max_concurrency": num_clients + 2, "max_restarts": 0,
+            "max_concurrency": max(num_clients + 2, MIN_SERVER_THREADS), "max_restarts": max_restarts,
         }
-        self.handles: list[Any] = [host.options(name=name, **options).remote(server_factory, remote_threads(resources)) for name in self.names]
+        self.handles: list[Any] = [host.options(name=name, **options).remote(box_name, remote_threads(resources)) for name in self.names]
         ready, _ = ray.wait([h.ready.remote() for h in self.handles], num_returns=len(self.handles), timeout=STARTUP_TIMEOUT_S)
         if len(ready) < len(self.handles):
             self.close()
             raise WorkerFailure(f"inference servers did not start within {STARTUP_TIMEOUT_S:g} s; is the Ray cluster overloaded?")
         ray.get(ready)  # a server that could not start raises its error here
         self._since = time.monotonic()
+        self._starts = num_servers  # server starts counted so far (the box counts them)
 
     def policy_factory(self) -> Callable[[int], RemotePolicy]:
         """``factory(collector_index) -> RemotePolicy`` for the collection workers (picklable)."""
@@ -126,21 +211,27 @@ class InferenceServers:
         """Every server acts with ``weights`` of ``version`` from its next batch on; returns once all have them."""
         import ray
 
-        ref = ray.put(weights)  # once, read by every server
-        ray.get([h.call.remote("set_weights", ref, version) for h in self.handles])
+        ref = ray.put(compression.pack(weights))  # once, read by every server; packed, as a worker's are
+        ray.get(self._box.put.remote([ref], version))  # first: a server restarting from now on starts with these
+        for name in self.names:
+            call_surviving(name, lambda h: h.call.remote("set_weights", ref, version), STARTUP_TIMEOUT_S)
 
     def pop_metrics(self) -> dict[str, float]:
         """The servers' counters since the last call, merged: ``inference_batch_mean`` (rows per
         batch), ``inference_wait_ms`` (mean queueing of a request), ``inference_requests_per_s``
-        (all servers) and ``inference_busy_fraction`` (mean over servers)."""
+        (all servers), ``inference_busy_fraction`` (mean over servers), and ``server_restarts``
+        (servers Ray started again after their process died)."""
         import ray
 
-        parts = ray.get([h.call.remote("pop_metrics") for h in self.handles])
+        parts = [call_surviving(name, lambda h: h.call.remote("pop_metrics"), STARTUP_TIMEOUT_S) for name in self.names]
         now = time.monotonic()
         elapsed, self._since = max(now - self._since, 1e-9), now
         requests = sum(p["requests"] for p in parts)
         batches = sum(p["batches"] for p in parts)
+        starts = ray.get(self._box.count.remote())
+        restarts, self._starts = starts - self._starts, starts
         return {
+            "server_restarts": restarts,
             "inference_batch_mean": sum(p["rows"] for p in parts) / max(batches, 1),
             "inference_wait_ms": sum(p["mean_wait_ms"] * p["requests"] for p in parts) / max(requests, 1),
             "inference_requests_per_s": requests / elapsed,
@@ -150,7 +241,7 @@ class InferenceServers:
     def close(self) -> None:
         import ray
 
-        for handle in self.handles:
+        for handle in [*self.handles, self._box]:
             ray.kill(handle)
         self.handles = []
 

@@ -56,6 +56,9 @@ class CollectionWorkerSet:
         through them, hold no network and are sent no weights; :meth:`sync_weights` sets the
         servers' instead, and each round's info carries the servers' metrics. The local worker
         keeps its own copy of the actor for evaluation.
+    :param weight_sync_every: central inference: set the servers' weights once the learner is
+        this many versions past them (fewer weight transfers; the actions still carry the
+        version that chose them, so policy lag counts it).
 
     Remote workers can be added and removed while training runs (:meth:`add_workers`,
     :meth:`remove_workers`).
@@ -77,9 +80,11 @@ class CollectionWorkerSet:
         fault: FaultTolerance | None = None,
         seed_generation: int = 0,
         inference: InferenceServers | None = None,
+        weight_sync_every: int = 1,
     ) -> None:
         self.communication = communication
         self.inference = None if evaluation_only else inference
+        self.weight_sync_every = weight_sync_every
         self.max_policy_lag = max_policy_lag
         self.fraction_samples = fraction_samples
         self.fraction_workers = fraction_workers
@@ -143,7 +148,9 @@ class CollectionWorkerSet:
             info.update(self.workers.report())  # restarts since the last report, wherever the death was found
             info["healthy_workers"] = len(self.workers.remote_workers)
             if self.inference is not None:
-                info.update(self.inference.pop_metrics())
+                served = self.inference.pop_metrics()
+                info["worker_restarts"] = info.get("worker_restarts", 0) + served.pop("server_restarts")  # a server is a worker
+                info.update(served)
             return [d for d, _ in results], info
 
     def _collect_sync(self) -> list[tuple[dict[str, torch.Tensor], dict[str, Any]]]:
@@ -302,7 +309,7 @@ class CollectionWorkerSet:
         if not self.remote:
             self.local_worker.set_weights(weights, version)
         elif self.inference is not None:
-            if self._weights is None or self._weights[0] != version:
+            if self._weights is None or version - self._weights[0] >= self.weight_sync_every:
                 self.inference.set_weights(weights, version)
                 self._weights = (version, None)
         elif self._weights is None or self._weights[0] != version:

@@ -265,15 +265,16 @@ class InferenceServer:
             return batch
 
     def _run_batch(self, batch: list[PendingAct]) -> None:
-        start = time.monotonic()
         try:
             with self._policy_lock:
+                start = time.monotonic()  # busy (and done waiting) from here: a scoring call may have held the lock
                 replies = self._act_groups(batch)
+                busy_s = time.monotonic() - start
         except Exception as error:  # the callers get it instead of waiting forever
             for request in batch:
                 request.finish(error=error)
             return
-        self._counters.batch(batch, start, time.monotonic() - start)
+        self._counters.batch(batch, start, busy_s)
         for request, reply in zip(batch, replies):
             request.finish(reply)
 
@@ -349,11 +350,11 @@ class InferenceServer:
         return self._serialised(self.policy.score_sequence, obs, actions, state, starts)
 
     def _serialised(self, fn: Callable[..., tuple[torch.Tensor, torch.Tensor]], *tensors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        start = time.monotonic()
         with self._policy_lock, torch.inference_mode():
+            start = time.monotonic()  # busy from here: the wait for the lock is not work
             log_prob, value = fn(*(t.to(self.device) for t in tensors))
             out = log_prob.cpu(), value.cpu()
-        self._counters.scoring(time.monotonic() - start)
+            self._counters.scoring(time.monotonic() - start)
         return out
 
     def evaluation_step(self, obs: torch.Tensor, state: Any, starts: torch.Tensor | None, deterministic: bool) -> tuple[torch.Tensor, Any]:
