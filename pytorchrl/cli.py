@@ -17,10 +17,13 @@ import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pytorchrl.utils.errors import InputError, TrainingDiverged, WorkerFailure
+from pytorchrl.utils.errors import ConfigError, InputError, TrainingDiverged, WorkerFailure
 from pytorchrl.utils.runtime import configure_process
+
+if TYPE_CHECKING:
+    from pytorchrl.config import Config
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -64,11 +67,17 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"pytorchrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    train = sub.add_parser("train", help="train from a YAML config (or resume a run)")
+    train = sub.add_parser("train", help="train from a YAML config, or an env's default config with --algo/--env (or resume a run)")
     train.add_argument("config", nargs="?", help="YAML config file, e.g. configs/ppo/cartpole.yaml")
     train.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. algorithm.lr=3e-4 run.seed=3")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue RUN_DIR from its newest intact checkpoint")
-    train.add_argument("--run-dir", help="run directory (default runs/<config name>-<timestamp>)")
+    train.add_argument(
+        "--algo", metavar="ALGO",
+        help="instead of a CONFIG.yaml, with --env: the shipped config for that env and algorithm, else the default of the env's "
+        "family (ppo, a2c, impala, appo, dqn, sac, td3 or ddpg; the choice is printed on stderr)",
+    )
+    train.add_argument("--env", metavar="ENV_ID", help="with --algo: the env to train on, e.g. CartPole-v1, LunarLander-v3, ALE/Breakout-v5")
+    train.add_argument("--run-dir", help="run directory (default runs/<config name>-<timestamp>; a family default's: runs/<algo>-<env id>-<timestamp>)")
     train.add_argument("--quiet", action="store_true", help="no progress line")
     train.add_argument(
         "--address", metavar="ADDR",
@@ -162,18 +171,22 @@ def _run_training(args: argparse.Namespace) -> dict[str, Any]:
     from pytorchrl.learner import Learner
     from pytorchrl.utils.paths import check_run_dir
 
-    if args.resume and args.config is not None:  # `train --resume DIR k=v`: the first override lands in `config`
-        args.overrides = [args.config, *args.overrides]
+    picking = _check_algo_env(args)
+    if (args.resume or picking) and args.config is not None:  # `train --resume DIR k=v`, `--algo A --env E k=v`: the first override lands in `config`
+        args.overrides, args.config = [args.config, *args.overrides], None
     _check_overrides(args.overrides)
     if args.address:
         args.overrides = [*args.overrides, f"scheme.ray.address={args.address}"]
     if args.resume:
         learner = Learner.resume(args.resume, args.overrides, progress=not args.quiet)
     else:
-        if args.config is None:
-            raise InputError("train needs a CONFIG.yaml (or --resume RUN_DIR)")
-        config = load_config(args.config, args.overrides)
-        run_dir = Path(args.run_dir) if args.run_dir else _default_run_dir(args.config)
+        if picking:
+            config, name = _default_config(args.algo, args.env, args.overrides)
+        elif args.config is None:
+            raise InputError("train needs a CONFIG.yaml, or --algo ALGO --env ENV_ID (or --resume RUN_DIR)")
+        else:
+            config, name = load_config(args.config, args.overrides), _config_name(args.config)
+        run_dir = Path(args.run_dir) if args.run_dir else _default_run_dir(name)
         check_run_dir(run_dir, "--run-dir" if args.run_dir else "run directory")  # first: `exists()` below raises on a too-long name
         if (run_dir / "config.yaml").exists():  # a new run there would mix its logs and checkpoints with the old one's
             raise InputError(
@@ -194,16 +207,58 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+def _check_algo_env(args: argparse.Namespace) -> bool:
+    """Whether ``train`` was given ``--algo``/``--env``, refusing them beside ``--resume`` or a
+    CONFIG.yaml, and either one without the other (one line each)."""
+    if args.algo is None and args.env is None:
+        return False
+    flags = " and ".join(f for f, v in (("--algo", args.algo), ("--env", args.env)) if v is not None)
+    if args.resume:
+        raise InputError(f"--resume RUN_DIR continues the run with its own config.yaml: drop {flags} (change keys with KEY=VALUE overrides)")
+    if args.config is not None and "=" not in args.config:  # one with `=` is the first override
+        raise InputError(f"train takes a CONFIG.yaml or --algo ALGO --env ENV_ID, not both: drop {args.config!r} or {flags}")
+    if args.env is None:
+        raise InputError(f"--algo {args.algo} needs --env ENV_ID too, e.g. --algo {args.algo} --env CartPole-v1 (or give a CONFIG.yaml instead)")
+    if args.algo is None:
+        from pytorchrl.config import ALGORITHM_NAMES
+
+        raise InputError(f"--env {args.env} needs --algo ALGO too, one of {', '.join(ALGORITHM_NAMES)} (or give a CONFIG.yaml instead)")
+    return True
+
+
+def _default_config(algo: str, env_id: str, overrides: list[str]) -> tuple[Config, str]:
+    """The config ``train --algo --env`` trains (the shipped one, else the env family's default,
+    with the overrides on top, checked as a YAML config is), and its run name; prints the choice."""
+    from pytorchrl.config import apply_overrides, from_dict
+    from pytorchrl.defaults import choose_config, shown_path
+
+    choice = choose_config(algo, env_id, overrides)
+    try:
+        config = from_dict(apply_overrides(choice.raw, overrides))
+    except ConfigError as exc:  # the default itself is valid: an override is at fault, or its clash with the default's values
+        origin = shown_path(choice.path) if choice.path is not None else f"the {algo} {choice.family} family default"
+        raise ConfigError(f"{origin} with your overrides: {exc}") from None
+    print(f"pytorchrl: {choice.message}", file=sys.stderr)
+    if choice.path is not None:
+        return config, _config_name(str(choice.path))
+    assert choice.run_name is not None  # a family default names its run
+    return config, choice.run_name
+
+
 def _check_overrides(overrides: list[str]) -> None:
     for item in overrides:
         if "=" not in item:
             raise InputError(f"argument {item!r} is not a KEY=VALUE override (e.g. run.seed=3)")
 
 
-def _default_run_dir(config_path: str) -> Path:
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+def _config_name(config_path: str) -> str:
+    """A config's name in its run directory's: its folder and file name (``ppo-cartpole``)."""
     parts = Path(config_path).with_suffix("").parts
-    name = "-".join(parts[-2:]) if len(parts) >= 2 else parts[-1]
+    return "-".join(parts[-2:]) if len(parts) >= 2 else parts[-1]
+
+
+def _default_run_dir(name: str) -> Path:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
     return Path("runs") / f"{name}-{stamp}"
 
 

@@ -74,6 +74,22 @@ def check_env_id(env_id: str) -> None:
     raise InputError(f"env.env_id = {env_id!r} is not a registered gymnasium id nor 'module:function'{hint}")
 
 
+def env_spaces(env_id: str, env_kwargs: dict | None = None) -> tuple[gym.Space, gym.Space]:
+    """The observation and action spaces of one env of ``env_id`` as made, before any check of
+    them (:meth:`VecEnv.create_factory` checks them): what ``train --algo/--env`` picks its
+    default from. ALE ids give the raw game's spaces, not the preprocessed frames.
+
+    :raises InputError: for an unknown env id, or an env that cannot be made (one line).
+    """
+    check_env_id(env_id)
+    kwargs = dict(env_kwargs or {})
+    with _env_errors(env_id, "env.env_kwargs", kwargs):
+        env = _make_single_env(env_id, kwargs, None)
+        spaces = env.observation_space, env.action_space
+        env.close()
+    return spaces
+
+
 def _import_env_families() -> None:
     """Register pytorchrl's own envs (test and fault-injection envs) and ale-py's, if installed."""
     importlib.import_module("pytorchrl.envs.registration")
