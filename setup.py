@@ -27,14 +27,15 @@ setup(
     extras_require={
         "test": [
             "pytest>=7", "pytest-timeout>=2.1", "ruff>=0.4", "mypy>=1.8", "types-PyYAML", "pygame>=2.1", "pillow>=9",
-            "ale-py>=0.10", "opencv-python-headless>=4", "gymnasium[mujoco]>=1.0", "matplotlib>=3.5", "prometheus-client>=0.20", "ray[tune]>=2.9",
+            "ale-py>=0.10", "opencv-python-headless>=4", "gymnasium[mujoco]>=1.0", "Box2D>=2.3.10", "matplotlib>=3.5", "prometheus-client>=0.20", "ray[tune]>=2.9",
             "stable-baselines3>=2.3",  # tests scripts/sb3_pong_same_frames.py, the peer wrapper
         ],
         "video": ["pygame>=2.1", "pillow>=9"],
         "plot": ["matplotlib>=3.5"],
         "prometheus": ["prometheus-client>=0.20"],
         "tune": ["ray[tune]>=2.9"],
-        "box2d": ["gymnasium[box2d]>=1.0"],
+        # Box2D's own wheels: gymnasium[box2d] pins box2d-py, which builds from source with swig and a compiler
+        "box2d": ["Box2D>=2.3.10", "pygame>=2.1"],
         "mujoco": ["gymnasium[mujoco]>=1.0"],
         "atari": ["gymnasium[atari]>=1.0", "ale-py>=0.10", "opencv-python-headless>=4"],
     },

@@ -368,7 +368,8 @@ def choose_config(algo: str, env_id: str, overrides: Sequence[str] = (), *, conf
         raise InputError(f"--algo {algo!r} is not an algorithm{hint}; allowed: {', '.join(ALGORITHM_NAMES)}")
     env_section = _section(_check_overrides(algo, env_id, overrides), "env")
     check_env_id(env_id)  # an unknown id: the message a config's env.env_id gets
-    path = shipped_config(algo, env_id, configs)
+    env_kwargs = env_section.get("env_kwargs")
+    path = shipped_config(algo, env_id, configs, env_kwargs if isinstance(env_kwargs, dict) else None)
     if path is not None:
         return Choice(read_mapping(path, "config file"), f"using {shown_path(path)} (shipped for {env_id})", path=path)
     return _family_choice(algo, env_id, env_section, configs)
@@ -443,30 +444,32 @@ def is_short_classic_control(env_id: str, max_episode_steps: int | None = None) 
     return steps is not None and steps <= SHORT_EPISODE_STEPS
 
 
-def shipped_config(algo: str, env_id: str, configs: Path = CONFIGS) -> Path | None:
-    """The plainest shipped config (``configs/*/*.yaml``) whose ``env.env_id`` is ``env_id`` and
-    whose ``algorithm.name`` is ``algo``; None if there is none."""
+def shipped_config(algo: str, env_id: str, configs: Path = CONFIGS, env_kwargs: dict[str, Any] | None = None) -> Path | None:
+    """The plainest shipped config (``configs/*/*.yaml``) whose ``env.env_id`` is ``env_id``,
+    whose ``env.env_kwargs`` are ``env_kwargs`` (none: none; so LunarLander-v3 with
+    ``continuous: true`` is another env) and whose ``algorithm.name`` is ``algo``; None if there is none."""
     matches = [
         (rank, path)
-        for (found_env, found_algo, rank, path) in _shipped_index(configs.resolve())
-        if (found_env, found_algo) == (env_id, algo)
+        for (found_env, found_algo, found_kwargs, rank, path) in _shipped_index(configs.resolve())
+        if (found_env, found_algo) == (env_id, algo) and found_kwargs == repr(sorted((env_kwargs or {}).items()))
     ]
     return min(matches)[1] if matches else None
 
 
 @functools.lru_cache(maxsize=4)
-def _shipped_index(configs: Path) -> tuple[tuple[str, str, tuple[int, int], Path], ...]:
-    """``(env_id, algorithm name, plainness, path)`` of every config under ``configs`` (files
-    that are not run configs, such as search spaces, are skipped)."""
+def _shipped_index(configs: Path) -> tuple[tuple[str, str, str, tuple[int, int], Path], ...]:
+    """``(env_id, algorithm name, env kwargs (sorted items' repr), plainness, path)`` of every
+    config under ``configs`` (files that are not run configs, such as search spaces, are skipped)."""
     index = []
     for path in sorted(configs.glob("*/*.yaml")):
         try:
             raw = read_mapping(path, "config file")
         except ConfigError:
             continue
-        env_id, algo = _section(raw, "env").get("env_id"), _section(raw, "algorithm").get("name", "ppo")
-        if isinstance(env_id, str) and isinstance(algo, str):
-            index.append((env_id, algo, _plainness(raw), path))
+        env = _section(raw, "env")
+        env_id, algo, kwargs = env.get("env_id"), _section(raw, "algorithm").get("name", "ppo"), env.get("env_kwargs") or {}
+        if isinstance(env_id, str) and isinstance(algo, str) and isinstance(kwargs, dict):
+            index.append((env_id, algo, repr(sorted(kwargs.items())), _plainness(raw), path))
     return tuple(index)
 
 

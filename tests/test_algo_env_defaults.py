@@ -153,8 +153,8 @@ def test_a_bad_override_names_the_default_it_applies_to(capsys, quiet_first):
     assert (
         "configs/ppo/cartpole.yaml with your overrides: unknown config key 'algorithm.lrr'; did you mean 'algorithm.lr'?" in err
     )
-    err = _bad(capsys, ["train", "--algo", "sac", "--env", "MountainCarContinuous-v0", "run.target_steps=256"])
-    assert "the sac box-vector family default with your overrides: config key 'algorithm.start_steps' = 1000" in err
+    err = _bad(capsys, ["train", "--algo", "ddpg", "--env", "MountainCarContinuous-v0", "run.target_steps=256"])
+    assert "the ddpg box-vector family default with your overrides: config key 'algorithm.start_steps' = 1000" in err
 
 
 # ----------------------------------------------------------------------------- shipped configs
@@ -217,22 +217,31 @@ def test_family_for_picks_by_id_then_spaces():
 
 
 @pytest.mark.timeout(30)
-def test_envs_without_a_shipped_config_get_their_family_default():
+def test_envs_without_a_shipped_config_get_their_family_default(tmp_path):
     for algo in ("ppo", "dqn"):
-        choice = choose_config(algo, "LunarLander-v3")
+        choice = choose_config(algo, "LunarLander-v3", configs=tmp_path)  # no shipped configs at all
         assert choice.path is None and choice.family == "discrete-vector" and choice.run_name == f"{algo}-LunarLander-v3"
         assert choice.message.startswith(
             f"no shipped config for {algo} on LunarLander-v3; using the {algo} family default for discrete actions with vector observations ("
         )
         assert choice.raw["env"]["env_id"] == "LunarLander-v3" and choice.raw["algorithm"]["name"] == algo
         assert choice.raw["run"]["target_steps"] == DISCRETE_VECTOR["target_steps"] == 100_000
-    sac = choose_config("sac", "MountainCarContinuous-v0")
+    sac = choose_config("sac", "MountainCarContinuous-v0", configs=tmp_path)
     assert sac.family == "box-vector" and sac.raw["algorithm"]["start_steps"] == 1000  # short classic control
     assert "algorithm.start_steps 1000 on a short classic-control env" in sac.message
     # env.env_kwargs can change the spaces: LunarLander's continuous variant has Box actions (and is not classic control)
-    continuous = choose_config("sac", "LunarLander-v3", ["env.env_kwargs={continuous: true}"])
+    continuous = choose_config("sac", "LunarLander-v3", ["env.env_kwargs={continuous: true}"], configs=tmp_path)
     assert continuous.family == "box-vector" and continuous.raw["algorithm"]["start_steps"] == 10_000
     assert continuous.raw["run"]["target_steps"] == 1_000_000
+
+
+@pytest.mark.timeout(30)
+def test_a_shipped_config_matches_on_env_kwargs_too():
+    """LunarLander-v3 with continuous actions is another env than without: the shipped
+    continuous SAC config serves the first only."""
+    assert choose_config("sac", "LunarLander-v3", ["env.env_kwargs={continuous: true}"]).path == CONFIGS / "sac" / "lunarlander_continuous.yaml"
+    assert choose_config("sac", "LunarLander-v3").path is None
+    assert choose_config("dqn", "LunarLander-v3").path == CONFIGS / "dqn" / "lunarlander.yaml"
 
 
 @pytest.mark.timeout(30)
@@ -309,7 +318,7 @@ def test_train_with_a_family_default_saves_its_config(capsys, tmp_path):
         "--algo",
         "ppo",
         "--env",
-        "MountainCar-v0",
+        "CartPole-v0",  # no shipped config (CartPole-v1 has them)
         "run.target_steps=256",
         "run.eval_every=0",
         "--quiet",
@@ -319,12 +328,12 @@ def test_train_with_a_family_default_saves_its_config(capsys, tmp_path):
     assert main(argv) == 0
     err = capsys.readouterr().err
     assert (
-        "pytorchrl: no shipped config for ppo on MountainCar-v0; using the ppo family default for discrete actions with vector "
+        "pytorchrl: no shipped config for ppo on CartPole-v0; using the ppo family default for discrete actions with vector "
         "observations (configs/ppo/cartpole.yaml with 8 envs" in err
     )
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())
     family = DISCRETE_VECTOR["algorithms"]["ppo"]["config"]
     for section in ("env", "storage", "algorithm"):
         assert {k: saved[section][k] for k in family[section]} == family[section], section
-    assert saved["env"]["env_id"] == "MountainCar-v0"
+    assert saved["env"]["env_id"] == "CartPole-v0"
     assert (saved["run"]["target_steps"], saved["run"]["eval_every"]) == (256, 0)  # the overrides, on top of the family's
