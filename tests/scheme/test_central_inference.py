@@ -62,6 +62,39 @@ def test_central_collects_what_local_collects_and_reaches_the_same_weights(ray_s
         central.close()
 
 
+R2D2 = {  # an LSTM Q-network over windows of stored states: the server keeps each env's state
+    "env": {"env_id": "pytorchrl/CartPoleNoVelocity-v1", "num_envs": 8},
+    "actor": {"hidden_sizes": [16], "recurrent": {"type": "lstm", "hidden_size": 16}},
+    "storage": {"capacity": 4096, "sequence_length": 8, "burn_in": 2},
+    "algorithm": {"name": "dqn", "n_step": 3, "double_q": True, "prioritized_replay": True, "minibatch_size": 8,
+                  "update_every": 16, "updates_per_step": 0.125, "start_steps": 256, "target_update_interval": 8},
+}
+APEX = {  # per-worker epsilon: the server runs one policy call per exploration rate in a batch
+    "env": {"env_id": "CartPole-v1", "num_envs": 8},
+    "storage": {"capacity": 4096},
+    "algorithm": {"name": "dqn", "exploration_initial_eps": 0.4, "exploration_final_eps": 0.4, "apex_epsilon_alpha": 7.0,
+                  "prioritized_replay": True, "actor_priorities": True, "n_step": 3, "minibatch_size": 16,
+                  "update_every": 16, "updates_per_step": 0.25, "start_steps": 256, "target_update_interval": 8},
+}
+
+
+@pytest.mark.parametrize("sections", [R2D2, APEX], ids=["r2d2", "apex"])
+def test_recurrent_and_apex_replay_layouts_learn_centrally_as_locally(ray_session, sections):
+    """Through Ray, for the replay layouts: the recurrent states the server keeps per (worker,
+    env), and one policy call per epsilon group, give the data and weights of local inference."""
+    local, _ = train(LOCAL, 12, **sections)
+    central, _ = train(CENTRAL, 12, **sections)
+    try:
+        assert local.env_steps == central.env_steps > 256  # past start_steps: the learner has trained
+        assert central.scheme.algorithm.version == local.scheme.algorithm.version > 0
+        a, b = local.scheme.algorithm.get_weights(), central.scheme.algorithm.get_weights()
+        assert all(torch.equal(a[k], b[k]) for k in a)
+        assert local.episodes == central.episodes
+    finally:
+        local.close()
+        central.close()
+
+
 def test_two_central_runs_of_one_seed_are_identical(ray_session):
     first, _ = train(CENTRAL, 2 * ROUND_UPDATES)
     second, _ = train(CENTRAL, 2 * ROUND_UPDATES)

@@ -124,8 +124,9 @@ class ServerCall:
 def call_surviving(name: str, submit: Callable[[Any], Any], timeout_s: float | None) -> Any:
     """``ray.get(submit(handle))`` on the actor named ``name``, sent again while Ray restarts it.
 
-    :raises ray.exceptions.RayActorError: the actor is gone for good (its restarts used up).
-    :raises ray.exceptions.GetTimeoutError: no reply within ``timeout_s`` in all.
+    :raises WorkerFailure: the actor is gone for good (its restarts used up: its name no longer resolves).
+    :raises ray.exceptions.GetTimeoutError: no reply within ``timeout_s`` in all (or the
+        ``RayActorError`` of the last try, when the time ran out while it was restarting).
     """
     import ray
 
