@@ -27,7 +27,6 @@ from pytorchrl.utils.runtime import cpu_model
 from pytorchrl.utils.seeding import get_rng_state, seed_everything, set_rng_state
 
 #: interval means of these per-update diagnostics go into each log row
-_MEAN_KEYS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance", "lr", "clip_range")
 
 
 #: event counters kept over the whole run (and its checkpoints)
@@ -77,6 +76,8 @@ class Learner:
         self._returns: deque[float] = deque(maxlen=100)
         self._lengths: deque[float] = deque(maxlen=100)
         self._interval: dict[str, list[float]] = {}
+        #: the diagnostics the algorithm's updates report (its ``metrics``), logged as interval means
+        self._algorithm_metrics: tuple[str, ...] = tuple(getattr(scheme.algorithm, "metrics", ()))
         self._round_end = True
         self._round_wall_time_s: float | None = None  # wall_time_s when the last round ended
         self._eval_steps = -1
@@ -148,7 +149,7 @@ class Learner:
             self._on_nonfinite(info)
         elif not info.get("skipped"):
             self._nonfinite_streak.clear()
-        for key in (*_MEAN_KEYS, "policy_lag_mean", "gradient_staleness", "worker_replace_s", *INFERENCE_METRICS):
+        for key in (*self._algorithm_metrics, "policy_lag_mean", "gradient_staleness", "worker_replace_s", *INFERENCE_METRICS):
             if key in info and info[key] is not None:
                 self._interval.setdefault(key, []).append(info[key])
         for key in ("collect_time_s", "gradient_time_s", "apply_time_s"):
@@ -341,6 +342,7 @@ class Learner:
             "gradient_staleness": 0.0,
             "eval_time_s": 0.0,  # in every row: progress.csv's header is fixed by the first, often before an evaluation
         }
+        row.update(dict.fromkeys(self._algorithm_metrics))  # columns from the first row on, empty until an update reports them
         for key, values in self._interval.items():
             row[key] = values[0] if key.endswith("_time_s") else _mean(values)
         row.update(self._eval_row)

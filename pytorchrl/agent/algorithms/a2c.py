@@ -30,6 +30,7 @@ class A2C(Algorithm):
     recurrent = True
     action_masks = True
     tunable = (*Algorithm.tunable, "ent_coef", "vf_coef")
+    metrics = ("policy_loss", "value_loss", "entropy", "explained_variance", "lr")
 
     @classmethod
     def wire(cls, config: Config, observation_space: gym.Space, action_space: gym.Space) -> Wiring:

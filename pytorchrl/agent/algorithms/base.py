@@ -44,6 +44,9 @@ class Algorithm:
     #: hyper-parameters (``algorithm.*`` keys, attribute names here) that may change while it
     #: trains (:meth:`set_hyperparameters`; what population-based training perturbs)
     tunable: ClassVar[tuple[str, ...]] = ("lr", "max_grad_norm")
+    #: the diagnostics its updates report (keys of an update's info, averaged over a log
+    #: interval into progress.csv, TensorBoard and Prometheus; a column from the first row on)
+    metrics: ClassVar[tuple[str, ...]] = ()
     #: takes a recurrent core (``actor.recurrent``) and action masks (``env.action_mask``)
     recurrent: ClassVar[bool] = False
     action_masks: ClassVar[bool] = False

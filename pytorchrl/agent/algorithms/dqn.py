@@ -61,6 +61,7 @@ class DQN(Algorithm):
 
     config_class = DQNConfig
     tunable = (*Algorithm.tunable, "tau")
+    metrics = ("value_loss", "q_mean", "td_abs_mean", "epsilon")
     recurrent = True
     action_masks = True
     action_spaces = (gym.spaces.Discrete,)

@@ -21,7 +21,7 @@ The losses:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import torch
@@ -56,6 +56,7 @@ class IMPALA(Algorithm):
     recurrent = True
     action_masks = True
     tunable = (*Algorithm.tunable, "ent_coef", "vf_coef", "rho_bar", "c_bar", "num_epochs")
+    metrics: ClassVar[tuple[str, ...]] = ("policy_loss", "value_loss", "entropy", "approx_kl", "rho_mean", "explained_variance", "lr")
 
     @classmethod
     def wire(cls, config: Config, observation_space: gym.Space, action_space: gym.Space) -> Wiring:
@@ -205,6 +206,7 @@ class APPO(IMPALA):
 
     config_class = APPOConfig
     tunable = (*IMPALA.tunable, "clip_range")
+    metrics = (*IMPALA.metrics, "clip_fraction")
 
     def __init__(
         self, actor: nn.Module, device: str | torch.device = "cpu", *, clip_range: float = 0.2, proximal_policy: str = "behaviour", **kwargs: Any

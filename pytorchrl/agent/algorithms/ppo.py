@@ -39,6 +39,7 @@ class PPO(Algorithm):
     recurrent = True
     action_masks = True
     tunable = (*Algorithm.tunable, "clip_range", "clip_range_vf", "ent_coef", "vf_coef", "target_kl", "num_epochs")
+    metrics = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance", "lr", "clip_range")
 
     @classmethod
     def wire(cls, config: Config, observation_space: gym.Space, action_space: gym.Space) -> Wiring:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -40,6 +40,7 @@ class _PolicyCritic(Algorithm):
     policy = "gaussian"
     num_critics = 2
     tunable = (*Algorithm.tunable, "tau")
+    metrics: ClassVar[tuple[str, ...]] = ("value_loss", "policy_loss", "q_mean")
 
     @classmethod
     def check_action_space(cls, action_space: gym.Space) -> str | None:
@@ -117,6 +118,7 @@ class SAC(_PolicyCritic):
     config_class = SACConfig
     action_spaces = (gym.spaces.Box, gym.spaces.Discrete)
     recurrent = True
+    metrics = (*_PolicyCritic.metrics, "entropy", "ent_coef")
 
     def __init__(
         self, actor: Any, device: str | torch.device = "cpu", *, lr: float = 3e-4, minibatch_size: int = 256, tau: float = 0.005,
