@@ -3,8 +3,8 @@
 The shipped config for that env and algorithm if there is one, else a *family default* derived
 from the env's id and spaces:
 
-- shipped configs are found by reading each ``configs/*/*.yaml``'s ``env.env_id`` and
-  ``algorithm.name`` (never from file names); of several, the plainest (:func:`_plainness`: no
+- shipped configs are found by reading each ``configs/*/*.yaml``'s ``env.env_id``,
+  ``env.env_kwargs`` and ``algorithm.name`` (never from file names); of several, the plainest (:func:`_plainness`: no
   remote workers or central inference, no recurrent core or action mask, then the fewest keys).
   An installed package without the ``configs/`` folder of a checkout has none, and uses the
   families;
