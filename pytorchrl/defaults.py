@@ -168,6 +168,20 @@ _OFF_POLICY_REPLAY = {
 }
 _TD3_STYLE = {"lr": 1.0e-3, "exploration_noise": 0.1, **_OFF_POLICY_REPLAY}
 
+
+def _td3_style(name: str, source: str) -> AlgorithmDefault:
+    """TD3's and DDPG's default for Box actions: the same settings, ``algorithm.name`` apart."""
+    return {
+        "source": source,
+        "config": {
+            "env": {"num_envs": 1, "num_test_envs": 5},
+            "actor": {"hidden_sizes": [400, 300], "activation": "relu"},
+            "storage": {"capacity": 1_000_000},
+            "algorithm": {"name": name, **_TD3_STYLE},
+            "run": dict(_OFF_POLICY_RUN),
+        },
+    }
+
 BOX_VECTOR: Family = {
     "name": "box-vector",
     "applies": "Box actions with vector observations",
@@ -187,28 +201,14 @@ BOX_VECTOR: Family = {
                 "run": dict(_OFF_POLICY_RUN),
             },
         },
-        "td3": {
-            "source": "rl-zoo's MuJoCo TD3 settings, as configs/td3/halfcheetah.yaml: 400-300 ReLU, lr 1e-3, batch 256, 1M buffer, "
+        "td3": _td3_style(
+            "td3", "rl-zoo's MuJoCo TD3 settings, as configs/td3/halfcheetah.yaml: 400-300 ReLU, lr 1e-3, batch 256, 1M buffer, "
             "tau 0.005, gamma 0.99, Gaussian exploration noise 0.1, a gradient step per env step, 10k random steps first",
-            "config": {
-                "env": {"num_envs": 1, "num_test_envs": 5},
-                "actor": {"hidden_sizes": [400, 300], "activation": "relu"},
-                "storage": {"capacity": 1_000_000},
-                "algorithm": {"name": "td3", **_TD3_STYLE},
-                "run": dict(_OFF_POLICY_RUN),
-            },
-        },
-        "ddpg": {
-            "source": "rl-zoo's MuJoCo DDPG settings, TD3's: 400-300 ReLU, lr 1e-3, batch 256, 1M buffer, tau 0.005, gamma 0.99, "
+        ),
+        "ddpg": _td3_style(
+            "ddpg", "rl-zoo's MuJoCo DDPG settings, TD3's: 400-300 ReLU, lr 1e-3, batch 256, 1M buffer, tau 0.005, gamma 0.99, "
             "Gaussian exploration noise 0.1, a gradient step per env step, 10k random steps first",
-            "config": {
-                "env": {"num_envs": 1, "num_test_envs": 5},
-                "actor": {"hidden_sizes": [400, 300], "activation": "relu"},
-                "storage": {"capacity": 1_000_000},
-                "algorithm": {"name": "ddpg", **_TD3_STYLE},
-                "run": dict(_OFF_POLICY_RUN),
-            },
-        },
+        ),
         "ppo": {
             "source": "rl-zoo's MuJoCo PPO defaults, hyperparams/ppo.yml &mujoco-defaults: normalised observations and rewards, "
             "and SB3's PPO defaults, 1 env x 2048 steps, 10 epochs of 64, lr 3e-4, clip 0.2, GAE 0.95, gamma 0.99, 64-64 tanh",

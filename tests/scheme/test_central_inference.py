@@ -37,6 +37,15 @@ CENTRAL = {**LOCAL, "inference": "central", "inference_server": {"num_cpus": 0.1
 ROUND_UPDATES = 8
 
 
+def assert_same_run(first: Learner, second: Learner) -> None:
+    """The two learners' weights are bitwise equal and they saw the same episodes."""
+    a, b = first.scheme.algorithm.get_weights(), second.scheme.algorithm.get_weights()
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    assert first.episodes == second.episodes
+
+
 def train(scheme: dict, updates: int, **sections: dict) -> tuple[Learner, list[dict]]:
     raw = {**SMALL, **sections, "scheme": scheme}
     learner = Learner.from_config(from_dict(raw), progress=False)
@@ -50,11 +59,7 @@ def test_central_collects_what_local_collects_and_reaches_the_same_weights(ray_s
     central, infos = train(CENTRAL, 3 * ROUND_UPDATES)
     try:
         assert local.env_steps == central.env_steps == 3 * 2 * 8 * 16
-        a, b = local.scheme.algorithm.get_weights(), central.scheme.algorithm.get_weights()
-        assert a.keys() == b.keys()
-        for key in a:
-            assert torch.equal(a[key], b[key]), key
-        assert local.episodes == central.episodes
+        assert_same_run(local, central)
         assert all(key in infos[0] for key in METRICS)
         assert infos[0]["inference_batch_mean"] >= 8
     finally:
@@ -87,9 +92,7 @@ def test_recurrent_and_apex_replay_layouts_learn_centrally_as_locally(ray_sessio
     try:
         assert local.env_steps == central.env_steps > 256  # past start_steps: the learner has trained
         assert central.scheme.algorithm.version == local.scheme.algorithm.version > 0
-        a, b = local.scheme.algorithm.get_weights(), central.scheme.algorithm.get_weights()
-        assert all(torch.equal(a[k], b[k]) for k in a)
-        assert local.episodes == central.episodes
+        assert_same_run(local, central)
     finally:
         local.close()
         central.close()
@@ -99,9 +102,7 @@ def test_two_central_runs_of_one_seed_are_identical(ray_session):
     first, _ = train(CENTRAL, 2 * ROUND_UPDATES)
     second, _ = train(CENTRAL, 2 * ROUND_UPDATES)
     try:
-        a, b = first.scheme.algorithm.get_weights(), second.scheme.algorithm.get_weights()
-        assert all(torch.equal(a[k], b[k]) for k in a)
-        assert first.episodes == second.episodes
+        assert_same_run(first, second)
     finally:
         first.close()
         second.close()
