@@ -74,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--algo", metavar="ALGO",
         help="instead of a CONFIG.yaml, with --env: the shipped config for that env and algorithm, else the default of the env's "
-        "family (ppo, a2c, impala, appo, dqn, sac, td3 or ddpg; the choice is printed on stderr)",
+        "family (an algorithm name, e.g. ppo, dqn or sac; the choice is printed on stderr)",
     )
     train.add_argument("--env", metavar="ENV_ID", help="with --algo: the env to train on, e.g. CartPole-v1, LunarLander-v3, ALE/Breakout-v5")
     train.add_argument("--run-dir", help="run directory (default runs/<config name>-<timestamp>; a family default's: runs/<algo>-<env id>-<timestamp>)")
@@ -220,9 +220,9 @@ def _check_algo_env(args: argparse.Namespace) -> bool:
     if args.env is None:
         raise InputError(f"--algo {args.algo} needs --env ENV_ID too, e.g. --algo {args.algo} --env CartPole-v1 (or give a CONFIG.yaml instead)")
     if args.algo is None:
-        from pytorchrl.config import ALGORITHM_NAMES
+        from pytorchrl.agent.algorithms import ALGORITHMS
 
-        raise InputError(f"--env {args.env} needs --algo ALGO too, one of {', '.join(ALGORITHM_NAMES)} (or give a CONFIG.yaml instead)")
+        raise InputError(f"--env {args.env} needs --algo ALGO too, one of {', '.join(ALGORITHMS)} (or give a CONFIG.yaml instead)")
     return True
 
 

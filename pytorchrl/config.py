@@ -3,7 +3,9 @@
 A config has six sections: ``env``, ``actor``, ``storage``, ``algorithm``, ``scheme``, ``run``.
 Each is a frozen dataclass whose fields carry their documentation and constraints in
 ``metadata`` (see :func:`param`), so that validation, the error messages and the docs come from
-one place. ``algorithm.name`` picks the algorithm's own dataclass.
+one place. ``algorithm.name`` picks the algorithm's own dataclass, a subclass of
+:class:`AlgorithmConfig` that lives in the algorithm's module and is found through the registry
+(:data:`pytorchrl.agent.algorithms.ALGORITHMS`).
 
 Every bad value raises :class:`ConfigError` with one line naming the key, the value and what
 is allowed.
@@ -18,7 +20,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -26,25 +28,18 @@ from pytorchrl.utils.errors import ConfigError
 from pytorchrl.utils.strict_yaml import BadStructure, DuplicateKey, load_yaml, parse_yaml, yaml_problem
 
 __all__ = [
-    "A2CConfig",
-    "APPOConfig",
     "ActorConfig",
+    "AlgorithmConfig",
     "AtariConfig",
     "Config",
     "ConfigError",
-    "DDPGConfig",
-    "DQNConfig",
     "EnvConfig",
-    "IMPALAConfig",
     "InferenceServerConfig",
-    "PPOConfig",
     "RayConfig",
     "RecurrentConfig",
     "RunConfig",
-    "SACConfig",
     "SchemeConfig",
     "StorageConfig",
-    "TD3Config",
     "WorkerResources",
     "apply_overrides",
     "config_to_dict",
@@ -226,179 +221,45 @@ MAX_LAYERS, MAX_CNN_STACKS = 64, 8
 #: a recurrent core's hidden_size x num_layers (a step costs about gates x hidden_size^2 multiply-adds per layer)
 MAX_RECURRENT_UNITS = 8_192
 
-ALGORITHM_NAMES = ("ppo", "a2c", "impala", "appo", "dqn", "sac", "td3", "ddpg")
-
-
 @dataclass(frozen=True)
-class _OnPolicyConfig:
-    """Hyper-parameters shared by the on-policy algorithms."""
+class AlgorithmConfig:
+    """What every algorithm's config holds and answers; each algorithm module subclasses it
+    with its hyper-parameters (their defaults written there once) and the checks and facts
+    below. ``algorithm.name`` picks the subclass through the registry,
+    :data:`pytorchrl.agent.algorithms.ALGORITHMS`, the only list of algorithm names."""
 
-    name: str = param("ppo", "The algorithm.", choices=ALGORITHM_NAMES)
-    lr: float = param(3e-4, "Adam learning rate.", min=0, min_exclusive=True)
-    anneal_lr: bool = param(False, "Decay the learning rate linearly to 0 over run.target_steps.")
-    gamma: float = param(0.99, "Discount factor.", min=0, max=1)
-    gae_lambda: float = param(0.95, "GAE lambda (Schulman et al. 2016); 1 gives Monte-Carlo returns.", min=0, max=1)
-    normalize_advantages: bool = param(True, "Normalise advantages per minibatch to zero mean, unit std.")
-    ent_coef: float = param(0.0, "Entropy bonus coefficient.", min=0)
-    vf_coef: float = param(0.5, "Value loss coefficient.", min=0)
-    max_grad_norm: float | None = param(0.5, "Clip the global gradient norm to this (null: no clipping).", min=0, min_exclusive=True)
-    adam_eps: float = param(1e-5, "Adam epsilon.", min=0, min_exclusive=True)
+    name: str = param("ppo", "The algorithm: a name in pytorchrl.agent.algorithms.ALGORITHMS.")
 
+    #: it learns from a replay buffer (``storage.capacity`` applies; its buffer's memory is estimated)
+    replay: ClassVar[bool] = False
+    #: ``storage.sequence_length`` applies without a recurrent core (V-trace unrolls)
+    unrolls: ClassVar[bool] = False
+    #: ``algorithm.*`` keys a checkpoint fixes (they shape the network: ``evaluate`` and ``train
+    #: --resume`` refuse overrides of them, as of :data:`~pytorchrl.config_applicability.TRAINED_KEYS`)
+    trained_keys: ClassVar[tuple[str, ...]] = ()
+    #: for the memory estimate: MLPs it keeps (None: the actor's, 1 shared or 2) and CNN
+    #: extractors or recurrent cores it keeps at least (None: likewise)
+    networks: ClassVar[int | None] = None
+    encoders: ClassVar[int | None] = None
 
-@dataclass(frozen=True)
-class PPOConfig(_OnPolicyConfig):
-    """Proximal Policy Optimisation (Schulman et al. 2017), clipped objective."""
+    def check(self, config: Config) -> None:
+        """Checks of this section against the rest of ``config`` (:class:`ConfigError`, one line)."""
 
-    num_epochs: int = param(10, "Passes over each rollout.", min=1, max=10_000)
-    minibatch_size: int = param(64, "Transitions per gradient step.", min=1, max=10_000_000)
-    clip_range: float = param(0.2, "Clip range of the probability ratio.", min=0, min_exclusive=True)
-    anneal_clip_range: bool = param(False, "Decay clip_range linearly to 0 over run.target_steps.")
-    clip_range_vf: float | None = param(None, "Clip the value update around the old value (null: off).", min=0, min_exclusive=True)
-    target_kl: float | None = param(None, "Stop a rollout's epochs early once the approximate KL exceeds this.", min=0, min_exclusive=True)
+    def switched_off(self, config: Config) -> list[tuple[bool, list[str], str]]:
+        """Rules ``(applies, keys, why)``: this section's keys (names without ``algorithm.``) that
+        its other keys or the run switch off when ``applies`` (see
+        :func:`~pytorchrl.config_applicability.inapplicable_keys`)."""
+        return []
 
-
-@dataclass(frozen=True)
-class A2CConfig(_OnPolicyConfig):
-    """Advantage Actor-Critic (Mnih et al. 2016), synchronous, one gradient step per rollout."""
-
-    name: str = param("a2c", "The algorithm.", choices=ALGORITHM_NAMES)
-    lr: float = param(7e-4, "Adam learning rate.", min=0, min_exclusive=True)
-    gae_lambda: float = param(1.0, "GAE lambda; 1 gives the n-step returns of the original A2C.", min=0, max=1)
-    normalize_advantages: bool = param(False, "Normalise advantages to zero mean, unit std.")
+    def steps_per_round(self, config: Config) -> tuple[str, int]:
+        """The steps of every env one round collects, and the key that sets them."""
+        return "storage.num_steps", config.storage.num_steps
 
 
-@dataclass(frozen=True)
-class IMPALAConfig(_OnPolicyConfig):
-    """IMPALA (Espeholt et al. 2018): actor-critic on V-trace targets, for lagged (asynchronous) rollouts."""
+def _default_algorithm() -> AlgorithmConfig:
+    from pytorchrl.agent.algorithms import ALGORITHMS
 
-    name: str = param("impala", "The algorithm.", choices=ALGORITHM_NAMES)
-    lr: float = param(5e-4, "Adam learning rate.", min=0, min_exclusive=True)
-    gae_lambda: float = param(1.0, "V-trace lambda: scales the trace weights c_t.", min=0, max=1)
-    normalize_advantages: bool = param(False, "Normalise advantages per minibatch to zero mean, unit std.")
-    ent_coef: float = param(0.01, "Entropy bonus coefficient.", min=0)
-    rho_bar: float = param(1.0, "Truncation of the V-trace importance weights rho_t.", min=0, min_exclusive=True)
-    c_bar: float = param(1.0, "Truncation of the V-trace trace weights c_t.", min=0, min_exclusive=True)
-    num_epochs: int = param(1, "Passes over each batch.", min=1, max=10_000)
-    minibatch_size: int | None = param(
-        None, "Transitions per gradient step: whole env sequences, or shuffled transitions with targets: round (null: the whole batch).", min=1, max=10_000_000
-    )
-    targets: str = param(
-        "minibatch",
-        "When the V-trace targets are computed: 'minibatch' (in each minibatch's loss, with the current network, on whole sequences: IMPALA)"
-        " or 'round' (once per round, with the network as the round starts, as PPO computes GAE; memoryless minibatches are then shuffled transitions).",
-        choices=("minibatch", "round"),
-    )
-
-
-@dataclass(frozen=True)
-class APPOConfig(IMPALAConfig):
-    """APPO: PPO's clipped surrogate on V-trace advantages, around the behaviour or the learner's policy."""
-
-    name: str = param("appo", "The algorithm.", choices=ALGORITHM_NAMES)
-    normalize_advantages: bool = param(True, "Normalise advantages per minibatch to zero mean, unit std.")
-    num_epochs: int = param(4, "Passes over each batch.", min=1, max=10_000)
-    clip_range: float = param(0.2, "Clip range of the probability ratio to the proximal policy.", min=0, min_exclusive=True)
-    proximal_policy: str = param(
-        "behaviour",
-        "What the ratio is clipped around: 'behaviour' (the policy that collected the rollout) or 'learner' (the learner's policy when the round starts,"
-        " the behaviour's lag weighted by min(rho_bar, pi_learner / mu): Hilton et al. 2021's decoupled objective).",
-        choices=("behaviour", "learner"),
-    )
-
-
-@dataclass(frozen=True)
-class _ReplayConfig:
-    """Hyper-parameters shared by the algorithms that learn from a replay buffer."""
-
-    name: str = param("dqn", "The algorithm.", choices=ALGORITHM_NAMES)
-    lr: float = param(3e-4, "Adam learning rate.", min=0, min_exclusive=True)
-    gamma: float = param(0.99, "Discount factor.", min=0, max=1)
-    minibatch_size: int = param(256, "Transitions per gradient step.", min=1, max=10_000_000)
-    update_every: int | None = param(
-        None, "Env steps (per env) between rounds of gradient steps; a round makes update_every * num_envs * updates_per_step of them (null: storage.num_steps).", min=1, max=1_000_000
-    )
-    updates_per_step: float = param(1.0, "Gradient steps per collected transition (the replay ratio).", min=0, min_exclusive=True, max=1_000)
-    start_steps: int = param(1000, "Transitions collected before the first gradient step (SAC/TD3/DDPG act uniformly at random until then).", min=0)
-    tau: float = param(0.005, "Polyak step of the target networks per update (1: copy).", min=0, max=1, min_exclusive=True)
-    n_step: int = param(1, "n-step returns (a Rainbow component for DQN).", min=1, max=10_000)
-    prioritized_replay: bool = param(False, "Prioritized replay, proportional over a sum tree (a Rainbow component for DQN).")
-    per_alpha: float = param(0.6, "Prioritized replay: priority exponent.", min=0)
-    per_beta0: float = param(0.4, "Prioritized replay: initial importance-sampling exponent, annealed to 1.", min=0, max=1)
-    max_grad_norm: float | None = param(None, "Clip the global gradient norm to this (null: no clipping).", min=0, min_exclusive=True)
-    priority_eta: float = param(
-        0.9, "Recurrent DQN/SAC with prioritized replay: a window's priority is eta * max + (1 - eta) * mean of its TD errors (R2D2).", min=0, max=1
-    )
-
-
-@dataclass(frozen=True)
-class DQNConfig(_ReplayConfig):
-    """DQN (Mnih et al. 2015) with each Rainbow component (Hessel et al. 2018) switchable."""
-
-    name: str = param("dqn", "The algorithm.", choices=ALGORITHM_NAMES)
-    lr: float = param(1e-4, "Adam learning rate.", min=0, min_exclusive=True)
-    minibatch_size: int = param(64, "Transitions per gradient step.", min=1, max=10_000_000)
-    target_update_interval: int = param(1000, "Gradient steps between target-network updates.", min=1)
-    tau: float = param(1.0, "Each target update moves the target this far towards the online network (1: copy; <1: Polyak).", min=0, max=1, min_exclusive=True)
-    exploration_fraction: float = param(0.1, "Share of run.target_steps over which epsilon decays linearly.", min=0, max=1)
-    exploration_initial_eps: float = param(1.0, "Epsilon at the start.", min=0, max=1)
-    exploration_final_eps: float = param(0.05, "Epsilon after the decay.", min=0, max=1)
-    max_grad_norm: float | None = param(10.0, "Clip the global gradient norm to this (null: no clipping).", min=0, min_exclusive=True)
-    adam_eps: float = param(1.5e-4, "Adam epsilon.", min=0, min_exclusive=True)
-    double_q: bool = param(False, "Rainbow: double Q-learning (online net picks the bootstrap action, target net values it).")
-    dueling: bool = param(False, "Rainbow: dueling value and advantage streams.")
-    noisy_nets: bool = param(False, "Rainbow: noisy linear heads explore instead of epsilon-greedy (epsilon is then 0).")
-    distributional: bool = param(False, "Rainbow: C51 distributional Q-learning.")
-    num_atoms: int = param(51, "C51: atoms of the return distribution.", min=2, max=10_000)
-    v_min: float = param(-10.0, "C51: smallest return on the support.")
-    v_max: float = param(10.0, "C51: largest return on the support.")
-    actor_priorities: bool = param(False, "Ape-X: collection workers score their transitions' TD errors as initial priorities (with prioritized_replay).")
-    apex_epsilon_alpha: float | None = param(
-        None, "Ape-X: collector i of N explores with epsilon ** (1 + alpha * i / (N - 1)) (Horgan et al. 2018 use 7 with epsilon 0.4); null: off.", min=0
-    )
-    head_hidden_sizes: tuple[int, ...] = param(
-        (), "Hidden layers of each Q head stream (the advantage's, and the value's with dueling), noisy with noisy_nets; Hessel et al.'s Rainbow network: [512] with actor.cnn_features=0 and actor.hidden_sizes=[]."
-    )
-    rainbow: bool = param(False, "Turn every Rainbow component on (double_q, dueling, n_step >= 3, prioritized_replay, noisy_nets, distributional).")
-
-
-@dataclass(frozen=True)
-class SACConfig(_ReplayConfig):
-    """Soft actor-critic (Haarnoja et al. 2018): squashed Gaussian policy, twin critics, learned
-    entropy coefficient; on a Discrete action space, discrete SAC (Christodoulou 2019)."""
-
-    name: str = param("sac", "The algorithm.", choices=ALGORITHM_NAMES)
-    target_entropy: float | None = param(None, "Entropy the coefficient is tuned towards (null: -action_dim on a Box; 0.89 * log(num_actions) on a Discrete space).")
-    init_ent_coef: float = param(1.0, "Initial entropy coefficient.", min=0, min_exclusive=True)
-    learn_ent_coef: bool = param(True, "Tune the entropy coefficient automatically (else keep init_ent_coef).")
-
-
-@dataclass(frozen=True)
-class TD3Config(_ReplayConfig):
-    """TD3 (Fujimoto et al. 2018): deterministic policy, clipped double Q, target smoothing, delayed policy updates."""
-
-    name: str = param("td3", "The algorithm.", choices=ALGORITHM_NAMES)
-    lr: float = param(1e-3, "Adam learning rate.", min=0, min_exclusive=True)
-    policy_delay: int = param(2, "Gradient steps per policy and target update.", min=1)
-    target_policy_noise: float = param(0.2, "Std of the smoothing noise on target actions, in [-1, 1] action units (0: none).", min=0)
-    target_noise_clip: float = param(0.5, "Clip of the target smoothing noise.", min=0)
-    exploration_noise: float = param(0.1, "Scale (sigma) of the exploration noise, in [-1, 1] action units.", min=0)
-    exploration_noise_type: str = param("gaussian", "Exploration noise: independent Gaussian per step, or an Ornstein-Uhlenbeck process per env.", choices=("gaussian", "ou"))
-    ou_theta: float = param(0.15, "Ornstein-Uhlenbeck mean reversion rate.", min=0, min_exclusive=True)
-    ou_dt: float = param(1e-2, "Ornstein-Uhlenbeck time step.", min=0, min_exclusive=True)
-
-
-@dataclass(frozen=True)
-class DDPGConfig(TD3Config):
-    """DDPG (Lillicrap et al. 2016): TD3 with one critic, no target smoothing, a policy update every step."""
-
-    name: str = param("ddpg", "The algorithm.", choices=ALGORITHM_NAMES)
-    policy_delay: int = param(1, "Gradient steps per policy and target update.", min=1)
-    target_policy_noise: float = param(0.0, "Std of the smoothing noise on target actions (0: none, as in DDPG).", min=0)
-
-
-ALGORITHM_CONFIGS: dict[str, type] = {"ppo": PPOConfig, "a2c": A2CConfig, "impala": IMPALAConfig, "appo": APPOConfig, "dqn": DQNConfig,
-    "sac": SACConfig, "td3": TD3Config, "ddpg": DDPGConfig,
-}
+    return ALGORITHMS["ppo"].config_class()
 
 
 @dataclass(frozen=True)
@@ -500,7 +361,7 @@ class Config:
     env: EnvConfig = param(EnvConfig(), "The environments.")
     actor: ActorConfig = param(ActorConfig(), "The policy network.")
     storage: StorageConfig = param(StorageConfig(), "The rollout storage.")
-    algorithm: PPOConfig | A2CConfig | IMPALAConfig | APPOConfig | DQNConfig | SACConfig | TD3Config | DDPGConfig = param(PPOConfig(), "The algorithm; 'name' picks which.")
+    algorithm: AlgorithmConfig = field(default_factory=_default_algorithm, metadata={"doc": "The algorithm; 'name' picks which."})
     scheme: SchemeConfig = param(SchemeConfig(), "Worker layout and communication.")
     run: RunConfig = param(RunConfig(), "Budget, logging, evaluation, checkpoints.")
 
@@ -600,10 +461,12 @@ def from_dict(raw: dict) -> Config:
     algo = raw.get("algorithm") or {}
     if not isinstance(algo, dict):
         raise ConfigError(f"config key 'algorithm' = {algo!r} is a section, not a value: set its keys (e.g. algorithm.name={algo})")
+    from pytorchrl.agent.algorithms import ALGORITHMS
+
     name = algo.get("name", "ppo")
-    if not isinstance(name, str) or name not in ALGORITHM_CONFIGS:
-        raise ConfigError(_bad_choice("algorithm.name", name, tuple(ALGORITHM_CONFIGS)))
-    sections = {"algorithm": ALGORITHM_CONFIGS[name]}
+    if not isinstance(name, str) or name not in ALGORITHMS:
+        raise ConfigError(_bad_choice("algorithm.name", name, tuple(ALGORITHMS)))
+    sections = {"algorithm": ALGORITHMS[name].config_class}
     config = _build(Config, raw, "", sections)
     _check_cross_field(config)
     _check_work(config)
@@ -713,40 +576,19 @@ def _check_cross_field(config: Config) -> None:
             "'synchronous' (asynchronous gradients cannot be applied identically on every worker)"
         )
     _check_inference(scheme)
-    algo = config.algorithm
-    if isinstance(algo, _ReplayConfig):
-        if algo.minibatch_size > algo.start_steps:
-            raise ConfigError(
-                f"config key 'algorithm.minibatch_size' = {algo.minibatch_size} is larger than algorithm.start_steps = "
-                f"{algo.start_steps}: the first gradient step would sample more transitions than the buffer holds; "
-                "raise start_steps or lower minibatch_size"
-            )
-        if algo.update_every is not None and config.storage.num_steps not in (StorageConfig.num_steps, algo.update_every):
-            raise ConfigError(
-                f"config key 'algorithm.update_every' = {algo.update_every} disagrees with storage.num_steps = {config.storage.num_steps}: "
-                "both set the steps per round for a replay algorithm; set one of them"
-            )
-        if algo.start_steps > config.run.target_steps:
-            raise ConfigError(
-                f"config key 'algorithm.start_steps' = {algo.start_steps} is larger than run.target_steps = {config.run.target_steps}: "
-                "the run would end (or overrun its budget) before its first gradient step; lower start_steps or raise target_steps"
-            )
-        if algo.start_steps > config.storage.capacity:
-            raise ConfigError(f"config key 'algorithm.start_steps' = {algo.start_steps} is larger than storage.capacity = {config.storage.capacity}")
-        if isinstance(algo, DQNConfig) and algo.v_min >= algo.v_max:
-            raise ConfigError(f"config key 'algorithm.v_min' = {algo.v_min} must be below algorithm.v_max = {algo.v_max}")
     _check_sequences(config)
-    widths: list[tuple[str, object, str, int, int]] = [
-        ("actor", config.actor, "hidden_sizes", MAX_WIDTH, MAX_LAYERS), ("actor", config.actor, "cnn_channels", MAX_CHANNELS, MAX_CNN_STACKS)
-    ]
-    if isinstance(config.algorithm, DQNConfig):
-        widths.append(("algorithm", config.algorithm, "head_hidden_sizes", MAX_WIDTH, MAX_LAYERS))
-    for section, values, name, widest, most in widths:
-        sizes = getattr(values, name) or ()
-        if len(sizes) > most:  # the count, not the list: it may be 300,000 long
-            raise ConfigError(f"config key '{section}.{name}' has {len(sizes):,} layers: at most {most} are allowed")
-        if any(s < 1 or s > widest for s in sizes):
-            raise ConfigError(f"config key '{section}.{name}' = {list(sizes)!r} is out of range: every width must be in 1..{widest:,}")
+    config.algorithm.check(config)
+    check_widths("actor.hidden_sizes", config.actor.hidden_sizes, MAX_WIDTH, MAX_LAYERS)
+    check_widths("actor.cnn_channels", config.actor.cnn_channels, MAX_CHANNELS, MAX_CNN_STACKS)
+
+
+def check_widths(key: str, sizes: tuple[int, ...] | None, widest: int = MAX_WIDTH, most: int = MAX_LAYERS) -> None:
+    """A list of layer widths: at most ``most`` layers, each 1..``widest`` wide."""
+    sizes = sizes or ()
+    if len(sizes) > most:  # the count, not the list: it may be 300,000 long
+        raise ConfigError(f"config key {key!r} has {len(sizes):,} layers: at most {most} are allowed")
+    if any(s < 1 or s > widest for s in sizes):
+        raise ConfigError(f"config key {key!r} = {list(sizes)!r} is out of range: every width must be in 1..{widest:,}")
 
 
 def _check_inference(scheme: SchemeConfig) -> None:
@@ -772,51 +614,29 @@ def _check_inference(scheme: SchemeConfig) -> None:
 
 
 def _check_sequences(config: Config) -> None:
-    """The sequence keys against each other: sequences need a core (or V-trace), fit the rollout
-    (on-policy) and are longer than their burn-in."""
-    storage, algo = config.storage, config.algorithm
-    recurrent = config.actor.recurrent.type != "none"
-    length, burn_in = storage.sequence_length, storage.burn_in
-    if not recurrent:
-        # memoryless, only V-trace cuts sequences (its unroll length); the on-policy checks below apply to it
-        if length is not None and not isinstance(algo, IMPALAConfig):
-            raise ConfigError(
-                f"config key 'storage.sequence_length' = {length} is for recurrent policies (and IMPALA/APPO's V-trace unrolls); "
-                "set actor.recurrent.type to 'gru' or 'lstm'"
-            )
-        if burn_in:
-            raise ConfigError(f"config key 'storage.burn_in' = {burn_in} is for recurrent policies; set actor.recurrent.type to 'gru' or 'lstm'")
-    if isinstance(algo, _OnPolicyConfig):
-        if length is not None and length > storage.num_steps:
-            raise ConfigError(
-                f"config key 'storage.sequence_length' = {length} is longer than the rollout (storage.num_steps = {storage.num_steps}); "
-                "sequences are cut from one rollout"
-            )
-        if burn_in:
-            raise ConfigError(f"config key 'storage.burn_in' = {burn_in} is for replayed sequences (recurrent DQN/SAC); on-policy sequences start from their stored state")
+    """Sequences need a recurrent core (or an algorithm that unrolls without one, V-trace), and
+    only a core warms up over a burn-in; the algorithm's :meth:`AlgorithmConfig.check` checks the rest."""
+    if config.actor.recurrent.type != "none":
         return
-    if recurrent and isinstance(algo, _ReplayConfig):
-        if length is None:
-            raise ConfigError(f"config key 'storage.sequence_length' is required for a recurrent {algo.name.upper()} (R2D2-style sequence replay); e.g. 40")
-        if burn_in >= length:
-            raise ConfigError(
-                f"config key 'storage.burn_in' = {burn_in} must be below storage.sequence_length = {length} "
-                "(the burn-in only warms up the state; the loss needs the steps after it)"
-            )
-        if length > storage.capacity:
-            raise ConfigError(f"config key 'storage.sequence_length' = {length} is larger than storage.capacity = {storage.capacity}")
-        if getattr(algo, "actor_priorities", False):
-            raise ConfigError("config key 'algorithm.actor_priorities' = true is not available with a recurrent DQN (sequence priorities come from the learner)")
+    from pytorchrl.agent.algorithms import ALGORITHMS
+
+    length, burn_in = config.storage.sequence_length, config.storage.burn_in
+    if length is not None and not config.algorithm.unrolls:
+        unrolling = "/".join(name.upper() for name, cls in ALGORITHMS.items() if cls.config_class.unrolls)
+        raise ConfigError(
+            f"config key 'storage.sequence_length' = {length} is for recurrent policies (and {unrolling}'s V-trace unrolls); "
+            "set actor.recurrent.type to 'gru' or 'lstm'"
+        )
+    if burn_in:
+        raise ConfigError(f"config key 'storage.burn_in' = {burn_in} is for recurrent policies; set actor.recurrent.type to 'gru' or 'lstm'")
 
 
 def round_env_steps(config: Config) -> tuple[str, int]:
     """The env steps one round of collection makes, and the product they come from (for messages):
     ``env.num_envs x steps x max(1, scheme.num_col_workers)``, where steps is ``storage.num_steps``
     (on-policy rollouts) or ``algorithm.update_every`` (replay algorithms, when set)."""
-    algo, workers = config.algorithm, max(1, config.scheme.num_col_workers)
-    steps_key, steps = "storage.num_steps", config.storage.num_steps
-    if isinstance(algo, _ReplayConfig) and algo.update_every is not None:
-        steps_key, steps = "algorithm.update_every", algo.update_every
+    workers = max(1, config.scheme.num_col_workers)
+    steps_key, steps = config.algorithm.steps_per_round(config)
     total = config.env.num_envs * steps * workers
     return f"env.num_envs x {steps_key} x max(1, scheme.num_col_workers) = {config.env.num_envs} x {steps} x {workers} = {total:,}", total
 

@@ -29,17 +29,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from pytorchrl.config import (
-    AtariConfig,
-    Config,
-    DQNConfig,
-    SACConfig,
-    TD3Config,
-    _OnPolicyConfig,
-    _ReplayConfig,
-    config_to_dict,
-    from_dict,
-)
+from pytorchrl.config import AtariConfig, Config, config_to_dict, from_dict
 from pytorchrl.envs.atari import is_atari_id
 from pytorchrl.utils.errors import ConfigError
 from pytorchrl.utils.spaces import is_image_space
@@ -56,16 +46,14 @@ class IgnoredConfigKeysWarning(UserWarning):
 #: weights would load and act on other inputs). The others stay open, e.g. sticky actions
 #: (``env.atari.repeat_action_probability``), ``run.eval_deterministic``, time limits
 #: (``env.max_episode_steps``), ``env.env_kwargs`` (the spaces must stay the same), the number of
-#: envs, the budget and every training hyper-parameter of a resumed run.
+#: envs, the budget and every training hyper-parameter of a resumed run. The algorithm's config
+#: adds its own (``AlgorithmConfig.trained_keys``: DQN's head shapes and return support).
 TRAINED_KEYS = (
     "env.env_id", "env.normalize_obs", "env.clip_obs",
     "env.atari.frame_skip", "env.atari.screen_size", "env.atari.frame_stack", "env.atari.full_action_space",
     "actor.encoder", "actor.hidden_sizes", "actor.activation", "actor.cnn_channels", "actor.cnn_features", "actor.shared_network",
     "actor.recurrent.type", "actor.recurrent.hidden_size", "actor.recurrent.num_layers",
     "algorithm.name",
-    # DQN's Q-network: its heads' shapes and the support of its return distribution
-    "algorithm.rainbow", "algorithm.dueling", "algorithm.noisy_nets", "algorithm.distributional", "algorithm.num_atoms",
-    "algorithm.v_min", "algorithm.v_max", "algorithm.head_hidden_sizes",
 )
 
 _MISSING = object()
@@ -99,8 +87,8 @@ def inapplicable_keys(config: Config, observation_space: gym.Space) -> list[tupl
     if not env.normalize_reward:
         found += _group(env, "env", ["clip_reward", "reward_gamma"], "env.normalize_reward is false")
     found += _actor_keys(config, observation_space)
-    if isinstance(config.algorithm, _OnPolicyConfig):
-        found += _group(config.storage, "storage", ["capacity", "checkpoint_buffer"], f"{config.algorithm.name} is on-policy: it keeps no replay buffer")
+    if not config.algorithm.replay:
+        found += _group(config.storage, "storage", ["capacity", "checkpoint_buffer"], f"{config.algorithm.name} keeps no replay buffer")
     found += _algorithm_keys(config)
     if not scheme.num_col_workers:
         found += _group(scheme, "scheme", ["col_worker_resources"], "scheme.num_col_workers is 0")
@@ -130,33 +118,9 @@ def _actor_keys(config: Config, observation_space: gym.Space) -> list[tuple[list
 
 
 def _algorithm_keys(config: Config) -> list[tuple[list[str], str]]:
-    """The algorithm's keys that its other keys switch off."""
-    algo: Any = config.algorithm
-    rules: list[tuple[bool, list[str], str]] = []
-    rainbow = isinstance(algo, DQNConfig) and algo.rainbow  # turns every component on (DQN.wire)
-    if isinstance(algo, _ReplayConfig):
-        prioritized = algo.prioritized_replay or rainbow
-        recurrent = config.actor.recurrent.type != "none"
-        rules += [
-            (not prioritized, ["per_alpha", "per_beta0", "priority_eta"], "algorithm.prioritized_replay is false"),
-            (prioritized and not recurrent, ["priority_eta"], "it weighs the priorities of replayed sequences: actor.recurrent.type is 'none'"),
-        ]
-    if isinstance(algo, DQNConfig):
-        collectors = max(config.scheme.num_col_workers, 1) * max(config.scheme.num_grad_workers, 1)
-        rules += [
-            (not (algo.prioritized_replay or rainbow), ["actor_priorities"], "algorithm.prioritized_replay is false"),
-            (not (algo.distributional or rainbow), ["num_atoms", "v_min", "v_max"], "algorithm.distributional is false"),
-            (algo.noisy_nets or rainbow, ["exploration_fraction", "exploration_initial_eps", "exploration_final_eps", "apex_epsilon_alpha"],
-             "noisy nets explore instead of epsilon-greedy (algorithm.noisy_nets or rainbow)"),
-            (collectors == 1, ["apex_epsilon_alpha"], "it spreads epsilon over several collectors; this run has one"),
-        ]
-    if isinstance(algo, TD3Config):
-        rules += [
-            (algo.exploration_noise_type != "ou", ["ou_theta", "ou_dt"], f"algorithm.exploration_noise_type is {algo.exploration_noise_type!r}"),
-            (algo.target_policy_noise == 0, ["target_noise_clip"], "algorithm.target_policy_noise is 0"),
-        ]
-    if isinstance(algo, SACConfig):
-        rules.append((not algo.learn_ent_coef, ["target_entropy"], "algorithm.learn_ent_coef is false"))
+    """The algorithm's keys that its other keys switch off (:meth:`~pytorchrl.config.AlgorithmConfig.switched_off`)."""
+    algo = config.algorithm
+    rules = algo.switched_off(config)
     found: list[tuple[list[str], str]] = []
     reported: set[str] = set()  # a key two rules switch off is named once, by the first
     for applies, names, why in rules:
@@ -216,7 +180,7 @@ def check_trained_keys(trained: Config, raw: dict, overrides: Sequence[str], whe
     except ConfigError as exc:
         raise ConfigError(f"overrides of {where}: {exc}") from None
     changed = []
-    for key in TRAINED_KEYS:
+    for key in (*TRAINED_KEYS, *(f"algorithm.{name}" for name in trained.algorithm.trained_keys)):
         before, after = _get(trained, key), _get(config, key)
         if before is not _MISSING and config_to_dict(before) != config_to_dict(after):
             changed.append((key, before, after))

@@ -31,7 +31,7 @@ from typing import Any, TypedDict
 import gymnasium as gym
 
 from pytorchrl.agent.algorithms import ALGORITHMS
-from pytorchrl.config import ALGORITHM_NAMES, apply_overrides, read_mapping, set_values
+from pytorchrl.config import apply_overrides, read_mapping, set_values
 from pytorchrl.envs.atari import is_atari_id
 from pytorchrl.envs.vec_env import check_env_id, env_spaces
 from pytorchrl.utils.errors import ConfigError, InputError
@@ -362,10 +362,10 @@ def choose_config(algo: str, env_id: str, overrides: Sequence[str] = (), *, conf
     :raises InputError: one line naming what would work, for an unknown algorithm or env id, an
         env no family covers, an algorithm that does not fit its actions or has no default there.
     """
-    if algo not in ALGORITHM_NAMES:
-        near = difflib.get_close_matches(algo, ALGORITHM_NAMES, n=1)
+    if algo not in ALGORITHMS:
+        near = difflib.get_close_matches(algo, list(ALGORITHMS), n=1)
         hint = f" (did you mean {near[0]!r}?)" if near else ""
-        raise InputError(f"--algo {algo!r} is not an algorithm{hint}; allowed: {', '.join(ALGORITHM_NAMES)}")
+        raise InputError(f"--algo {algo!r} is not an algorithm{hint}; allowed: {', '.join(ALGORITHMS)}")
     env_section = _section(_check_overrides(algo, env_id, overrides), "env")
     check_env_id(env_id)  # an unknown id: the message a config's env.env_id gets
     env_kwargs = env_section.get("env_kwargs")
@@ -501,7 +501,7 @@ def _check_overrides(algo: str, env_id: str, overrides: Sequence[str]) -> dict[s
 
 def _fitting_algorithms(action_space: gym.Space) -> list[str]:
     """The algorithms that act in ``action_space``, as each declares (``check_action_space``)."""
-    return [name for name in ALGORITHM_NAMES if ALGORITHMS[name].check_action_space(action_space) is None]
+    return [name for name, cls in ALGORITHMS.items() if cls.check_action_space(action_space) is None]
 
 
 def _section(raw: dict[str, Any], key: str) -> dict[str, Any]:

@@ -79,13 +79,13 @@ def shipped_configs() -> list[Path]:
 
 def _keys(raw: dict[str, Any]) -> list[tuple[str, str]]:
     """Every (section, key) of the schema for this config's algorithm."""
-    from pytorchrl.config import ALGORITHM_CONFIGS, Config
+    from pytorchrl.agent.algorithms import ALGORITHMS
+    from pytorchrl.config import Config
 
     name = (raw.get("algorithm") or {}).get("name", "ppo") if isinstance(raw.get("algorithm"), dict) else "ppo"
     out = []
     for section in dataclasses.fields(Config):
-        cls = ALGORITHM_CONFIGS.get(name, ALGORITHM_CONFIGS["ppo"]) if section.name == "algorithm" else section.type
-        cls = cls if isinstance(cls, type) else type(section.default)
+        cls: Any = ALGORITHMS.get(name, ALGORITHMS["ppo"]).config_class if section.name == "algorithm" else type(section.default)
         out += [(section.name, f.name) for f in dataclasses.fields(cls) if not dataclasses.is_dataclass(f.type if isinstance(f.type, type) else None)]
     return out
 

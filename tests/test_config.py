@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytorchrl.config import A2CConfig, ConfigError, PPOConfig, config_to_dict, from_dict, load_config
+from pytorchrl.agent.algorithms import A2CConfig, PPOConfig
+from pytorchrl.config import ConfigError, config_to_dict, from_dict, load_config
 from tests.conftest import CONFIGS
 
 

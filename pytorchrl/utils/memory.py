@@ -25,11 +25,6 @@ from pytorchrl.utils.spaces import is_image_space, obs_layout
 
 #: bytes per parameter: the weight, its gradient and Adam's two moments, float32
 BYTES_PER_PARAMETER = 16
-#: MLPs an algorithm keeps (policy and value; SAC/TD3: policy, two critics and their targets)
-NETWORKS = {"dqn": 2, "sac": 6, "td3": 6, "ddpg": 4}
-#: CNN extractors and recurrent cores a replay algorithm keeps at least: the online network's (SAC/TD3/DDPG:
-#: the critics' shared one) and its target's; on-policy actors keep one per network (one when shared)
-ENCODERS = {"dqn": 2, "sac": 2, "td3": 2, "ddpg": 2}
 _GIB = 1 << 30
 
 
@@ -38,7 +33,7 @@ def estimate_bytes(config: Config, observation_space: gym.Space) -> dict[str, tu
     layout = obs_layout(observation_space)
     obs_bytes = math.prod(layout.shape) * (1 if layout.is_uint8 else 4)
     parts = {**network_bytes(config, observation_space), **env_bytes(config)}
-    if config.algorithm.name in NETWORKS:
+    if config.algorithm.replay:
         parts["replay buffer"] = ("storage.capacity", config.storage.capacity, config.storage.capacity * obs_bytes)
     else:
         steps = config.storage.num_steps
@@ -62,8 +57,10 @@ def network_bytes(config: Config, observation_space: gym.Space) -> dict[str, tup
         extractor, inputs = cnn_parameters(config, observation_space)
     widths = [inputs, *actor.hidden_sizes]
     params = sum(a * b for a, b in itertools.pairwise(widths))
-    copies = NETWORKS.get(config.algorithm.name, 1 if actor.shared_network else 2)
-    encoders = ENCODERS.get(config.algorithm.name, 1 if actor.shared_network else 2)
+    # the MLPs and the CNN extractors or recurrent cores the algorithm keeps (its config says;
+    # else the actor's: policy and value, or one shared)
+    own = 1 if actor.shared_network else 2
+    copies, encoders = config.algorithm.networks or own, config.algorithm.encoders or own
     parts: dict[str, tuple[str, Any, int]] = {"networks": ("actor.hidden_sizes", list(actor.hidden_sizes), params * copies * BYTES_PER_PARAMETER)}
     if extractor:
         key = ("actor.cnn_channels", list(actor.cnn_channels or ())) if actor.encoder == "impala_resnet" else ("actor.cnn_features", actor.cnn_features)

@@ -13,7 +13,7 @@ from pytorchrl.agent.actors.on_policy import OnPolicyActor
 from pytorchrl.agent.algorithms import ALGORITHMS
 from pytorchrl.agent.storages.off_policy.replay_storage import ReplayStorage
 from pytorchrl.agent.storages.on_policy.gae_buffer import GAEBuffer
-from pytorchrl.config import ALGORITHM_CONFIGS, load_config
+from pytorchrl.config import from_dict, load_config
 from pytorchrl.envs.vec_env import VecEnv
 from pytorchrl.utils.errors import InputError
 from pytorchrl.utils.spaces import obs_layout, pack_dict
@@ -270,16 +270,25 @@ def test_uint8_rollouts_cross_a_ray_worker_as_uint8(ray_session):
         scheme.close()
 
 
-def test_every_registered_algorithm_declares_its_config_and_wiring():
-    for name, cls in ALGORITHMS.items():
-        assert cls.config_class is ALGORITHM_CONFIGS[name], name
-        assert "wire" in vars(cls) or any("wire" in vars(base) for base in cls.__mro__[1:-2]), name
+def test_the_registry_is_the_only_list_of_algorithms():
+    """Each registered class declares its config, whose ``name`` is its registry key and which the
+    loader resolves through the registry; the loader, the scheme, the memory estimate and the
+    key-applicability rules name no algorithm (the default, ppo, apart)."""
     import inspect
 
+    from pytorchrl import config as config_module
+    from pytorchrl import config_applicability
     from pytorchrl.scheme import scheme
+    from pytorchrl.utils import memory
 
-    source = inspect.getsource(scheme)
-    assert not any(f'"{name}"' in source or cls.__name__ + "(" in source for name, cls in ALGORITHMS.items())
+    for name, cls in ALGORITHMS.items():
+        assert cls.config_class().name == name
+        assert from_dict({"algorithm": {"name": name}}).algorithm == cls.config_class()
+        assert "wire" in vars(cls) or any("wire" in vars(base) for base in cls.__mro__[1:-2]), name
+    for module in (config_module, scheme, memory, config_applicability):
+        source = inspect.getsource(module)
+        named = [name for name, cls in ALGORITHMS.items() if (name != "ppo" and f'"{name}"' in source) or cls.__name__ + "(" in source or cls.config_class.__name__ in source]
+        assert not named, (module.__name__, named)
 
 
 @pytest.mark.parametrize(

@@ -160,9 +160,9 @@ def test_linear_annealing_of_lr_and_clip_range():
     algo = PPO(_actor(), lr=1e-3, clip_range=0.2, anneal_lr=True, anneal_clip_range=True)
     algo.set_progress(0.25)
     assert algo.lr == pytest.approx(7.5e-4) and algo.optimizer.param_groups[0]["lr"] == pytest.approx(7.5e-4)
-    assert algo.clip_range == pytest.approx(0.15)
+    assert algo.config.clip_range == pytest.approx(0.15)
     algo.set_progress(1.5)
-    assert algo.lr == 0.0 and algo.clip_range == 0.0
+    assert algo.lr == 0.0 and algo.config.clip_range == 0.0
     fixed = PPO(_actor(), lr=1e-3)
     fixed.set_progress(0.5)
-    assert fixed.lr == 1e-3 and fixed.clip_range == 0.2
+    assert fixed.lr == 1e-3 and fixed.config.clip_range == 0.2

@@ -96,7 +96,7 @@ def test_losses_on_a_fixed_batch(cls):
     mask = batch["valid"].reshape(-1).float()
     count = mask.sum()
     adv = adv.reshape(-1)
-    if algo.normalize_advantages:
+    if algo.config.normalize_advantages:
         keep = mask.bool()
         adv = (adv - adv[keep].mean()) / (adv[keep].std() + 1e-8) * mask
     if cls is IMPALA:

@@ -347,6 +347,10 @@ class PolicyCriticActor(nn.Module):
         (``x += -theta x dt + sqrt(dt) N(0, 1)``, scaled by ``exploration_noise``; temporally
         correlated, as in DDPG) instead of independent Gaussian draws. Its state lives in each
         collection worker's actor and carries over episode ends.
+    :param target_policy: keep a target copy of a stochastic policy too (MPO; TD3 and DDPG's
+        deterministic policy always has one); a policy with a target learns no entropy coefficient.
+    :param duals: learned Lagrange multipliers (MPO): a parameter vector of this many entries,
+        trained with the rest, never sent to collection workers.
     :param recurrent: recurrent cores (recurrent SAC): one after the policy's torso, whose state
         the collection workers carry (``act_recurrent``), and one after the critics' extractor,
         which the learner runs over replayed windows from a zero state warmed up by the burn-in
@@ -371,6 +375,7 @@ class PolicyCriticActor(nn.Module):
         self, observation_space: gym.Space, action_space: gym.Space, *, policy: str = "gaussian", num_critics: int = 2,
         encoder: EncoderSpec = EncoderSpec(hidden_sizes=(256, 256), activation="relu"), shared_network: bool = False,
         exploration_noise: float = 0.1, ou_noise: tuple[float, float] | None = None, recurrent: RecurrentSpec | None = None,
+        target_policy: bool = False, duals: int = 0,
     ) -> None:
         super().__init__()
         self.discrete = policy == "categorical"
@@ -419,9 +424,10 @@ class PolicyCriticActor(nn.Module):
             self.target_critic_extractor.requires_grad_(False)
         if self.shared_network:
             self.acting_prefixes = (*self.acting_prefixes, "critic_extractor.")
-        has_target_policy = policy == "deterministic"
+        has_target_policy = policy == "deterministic" or target_policy
         self.target_policy = copy.deepcopy(nn.ModuleList([self.policy_torso, self.policy_head])).requires_grad_(False) if has_target_policy else None
         self.log_alpha = None if has_target_policy else nn.Parameter(torch.zeros(()))  # SAC's entropy coefficient, learned
+        self.duals = nn.Parameter(torch.zeros(duals)) if duals else None  # MPO's Lagrange multipliers, learned
         self.exploration_noise = exploration_noise
         self.ou_noise = ou_noise
         self._ou_state: torch.Tensor | None = None  # per env, made on first use

@@ -2,31 +2,38 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from pytorchrl.agent.algorithms.base import Algorithm, normalized
-from pytorchrl.agent.algorithms.wiring import Wiring, actor_critic_wiring
-from pytorchrl.config import A2CConfig, Config
+from pytorchrl.agent.algorithms.families import OnPolicyConfig, actor_critic_wiring
+from pytorchrl.agent.algorithms.wiring import Wiring
+from pytorchrl.config import Config, param
+
+
+@dataclass(frozen=True)
+class A2CConfig(OnPolicyConfig):
+    """Advantage Actor-Critic (Mnih et al. 2016), synchronous, one gradient step per rollout."""
+
+    name: str = param("a2c", "The algorithm.")
+    lr: float = param(7e-4, "Adam learning rate.", min=0, min_exclusive=True)
+    gae_lambda: float = param(1.0, "GAE lambda; 1 gives the n-step returns of the original A2C.", min=0, max=1)
+    normalize_advantages: bool = param(False, "Normalise advantages to zero mean, unit std.")
 
 
 class A2C(Algorithm):
     """One gradient step per rollout on ``-A * log pi + vf_coef * (V - R)^2 - ent_coef * H``.
 
-    :param actor: an actor with ``evaluate_actions``.
-    :param lr: Adam learning rate.
-    :param ent_coef: entropy bonus coefficient.
-    :param vf_coef: value loss coefficient.
-    :param max_grad_norm: global gradient-norm clip.
-    :param normalize_advantages: normalise advantages over the rollout.
-    :param anneal_lr: decay lr linearly to 0 over training.
+    Its actor has ``evaluate_actions``; its hyper-parameters are :class:`A2CConfig`'s; the
+    whole rollout is one minibatch.
     """
 
     config_class = A2CConfig
+    config: A2CConfig
     recurrent = True
     action_masks = True
     tunable = (*Algorithm.tunable, "ent_coef", "vf_coef")
@@ -36,34 +43,15 @@ class A2C(Algorithm):
     def wire(cls, config: Config, observation_space: gym.Space, action_space: gym.Space) -> Wiring:
         return actor_critic_wiring(cls, config, observation_space, action_space)
 
-    def __init__(
-        self,
-        actor: nn.Module,
-        device: str | torch.device = "cpu",
-        *,
-        lr: float = 7e-4,
-        ent_coef: float = 0.0,
-        vf_coef: float = 0.5,
-        max_grad_norm: float | None = 0.5,
-        normalize_advantages: bool = False,
-        anneal_lr: bool = False,
-        adam_eps: float = 1e-5,
-    ) -> None:
-        super().__init__(actor, device, lr=lr, adam_eps=adam_eps, max_grad_norm=max_grad_norm, anneal_lr=anneal_lr)
-        self.ent_coef = ent_coef
-        self.vf_coef = vf_coef
-        self.normalize_advantages = normalize_advantages
-        self.minibatch_size = None  # the whole rollout, one step
-
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor | None, dict[str, float]]:
         log_prob, entropy, value, batch = self.evaluate_transitions(batch)
         advantages = batch["advantages"]
-        if self.normalize_advantages:
+        if self.config.normalize_advantages:
             advantages = normalized(advantages)
         policy_loss = -(advantages * log_prob).mean()
         value_loss = F.mse_loss(value, batch["returns"])
         entropy_mean = entropy.mean()
-        loss = policy_loss + self.vf_coef * value_loss - self.ent_coef * entropy_mean
+        loss = policy_loss + self.config.vf_coef * value_loss - self.config.ent_coef * entropy_mean
         stats = torch.stack([policy_loss, value_loss, entropy_mean]).detach().tolist()
         info: dict[str, Any] = dict(zip(("policy_loss", "value_loss", "entropy"), stats))
         info["lr"] = self.lr

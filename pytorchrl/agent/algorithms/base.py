@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -14,7 +15,7 @@ from pytorchrl.agent.policy import ModuleWeights
 
 if TYPE_CHECKING:
     from pytorchrl.agent.algorithms.wiring import Wiring
-    from pytorchrl.config import Config
+    from pytorchrl.config import AlgorithmConfig, Config
 
 
 class Algorithm:
@@ -25,20 +26,15 @@ class Algorithm:
     :meth:`apply_gradients` (optionally given gradients from elsewhere) steps the optimizer and
     bumps the policy ``version``.
 
-    :param actor: the network.
-    :param lr: learning rate.
-    :param adam_eps: Adam epsilon.
-    :param max_grad_norm: global gradient-norm clip (None: off), applied to the gradient that is
-        actually stepped (so to the average, when gradients of several workers are averaged).
-    :param device: torch device of the actor.
-    :param anneal_lr: decay the learning rate linearly to 0 over training (see :meth:`set_progress`).
+    Its hyper-parameters are its config's (:attr:`config_class`, defined in the algorithm's
+    module with their defaults, written once), each an attribute: ``max_grad_norm`` clips the
+    global norm of the gradient that is actually stepped (so of the average, when gradients of
+    several workers are averaged); ``anneal_lr`` decays the learning rate linearly to 0 over
+    training (see :meth:`set_progress`).
     """
 
-    #: passes over each batch of collected data, and transitions per gradient step
-    num_epochs: int = 1
-    minibatch_size: int | None = None
     #: the algorithm's own config dataclass (``algorithm.name`` picks it)
-    config_class: ClassVar[type]
+    config_class: ClassVar[type[AlgorithmConfig]]
     #: the action spaces it acts in
     action_spaces: ClassVar[tuple[type[gym.Space], ...]] = (gym.spaces.Discrete, gym.spaces.Box, gym.spaces.MultiDiscrete)
     #: hyper-parameters (``algorithm.*`` keys, attribute names here) that may change while it
@@ -47,6 +43,8 @@ class Algorithm:
     #: the diagnostics its updates report (keys of an update's info, averaged over a log
     #: interval into progress.csv, TensorBoard and Prometheus; a column from the first row on)
     metrics: ClassVar[tuple[str, ...]] = ()
+    #: keywords of its constructor that are not hyper-parameters (DQN's and SAC's ``burn_in``)
+    constructor_keys: ClassVar[tuple[str, ...]] = ()
     #: takes a recurrent core (``actor.recurrent``) and action masks (``env.action_mask``)
     recurrent: ClassVar[bool] = False
     action_masks: ClassVar[bool] = False
@@ -65,17 +63,56 @@ class Algorithm:
             return None
         return " or ".join(f"a {space.__name__}" for space in cls.action_spaces) + " action space"
 
-    def __init__(
-        self, actor: nn.Module, device: str | torch.device = "cpu", *, lr: float, adam_eps: float = 1e-5,
-        max_grad_norm: float | None = None, anneal_lr: bool = False,
-    ) -> None:
+    @property
+    def lr(self) -> float:
+        """The learning rate now."""
+        return float(self.config.lr)
+
+    @property
+    def max_grad_norm(self) -> float | None:
+        """The global gradient-norm clip now (None: off)."""
+        return getattr(self.config, "max_grad_norm", None)
+
+    @property
+    def num_epochs(self) -> int:
+        """Passes over each batch of collected data (1 unless the config says)."""
+        return int(getattr(self.config, "num_epochs", 1))
+
+    @property
+    def minibatch_size(self) -> int | None:
+        """Transitions per gradient step (None: the whole batch, unless the config says)."""
+        return getattr(self.config, "minibatch_size", None)
+
+    @classmethod
+    def resolve_config(cls, config: AlgorithmConfig | None = None, overrides: dict[str, Any] | None = None) -> Any:
+        """``config`` (default: the config class's defaults) with ``overrides`` replacing its values.
+
+        :raises TypeError: a config of another algorithm, or an override that is not one of its keys.
+        """
+        config = cls.config_class() if config is None else config
+        if not isinstance(config, cls.config_class):
+            raise TypeError(f"{cls.__name__} takes a {cls.config_class.__name__}, not a {type(config).__name__}")
+        keys = [f.name for f in dataclasses.fields(config) if f.name != "name"]
+        unknown = sorted(set(overrides or ()) - set(keys))
+        if unknown:
+            raise TypeError(f"{cls.__name__} has no hyper-parameter {unknown[0]!r}; it has {', '.join(keys)}")
+        return dataclasses.replace(config, **(overrides or {}))
+
+    def __init__(self, actor: nn.Module, device: str | torch.device = "cpu", config: AlgorithmConfig | None = None, **overrides: Any) -> None:
+        """:param actor: the network.
+        :param device: torch device of the actor.
+        :param config: the hyper-parameters (default: the config class's defaults), read as
+            ``self.config.<key>``; needs ``lr``, and reads ``adam_eps``, ``max_grad_norm``,
+            ``anneal_lr``, ``num_epochs`` and ``minibatch_size`` where it has them.
+        :param overrides: hyper-parameters replacing the config's (``PPO(actor, lr=1e-3)``).
+        """
+        #: the hyper-parameters as they are now: a frozen config, replaced when one changes
+        #: (:meth:`update_algorithm_parameter`, schedules, population-based training)
+        self.config = self.resolve_config(config, overrides)
         # duck-typed: on-policy and off-policy actors offer different methods (get_action, evaluate_actions, ...)
         self.actor: Any = actor
         self.device = torch.device(device)
-        self.lr = lr
-        self.initial_lr = lr
-        self.max_grad_norm = max_grad_norm
-        self.anneal_lr = anneal_lr
+        self.initial_lr = self.lr
         self.params: list[torch.Tensor] = [p for p in actor.parameters() if p.requires_grad]
         # Every parameter is a view into one flat buffer and every .grad a view into another:
         # autograd accumulates into existing grads in place, so zeroing, clipping, copying out and
@@ -94,7 +131,7 @@ class Algorithm:
         self.segments = self._segments()
         self._targets = self._flat_targets()
         # fused Adam: one kernel per segment
-        self.optimizer = torch.optim.Adam(self.segments, lr=lr, eps=adam_eps, fused=True)
+        self.optimizer = torch.optim.Adam(self.segments, lr=self.lr, eps=getattr(self.config, "adam_eps", 1e-8), fused=True)
         self.version = 0
         self._weights = ModuleWeights(self.actor)
         self.stop_round = False
@@ -161,9 +198,11 @@ class Algorithm:
                 target.lerp_(online, tau)
 
     @classmethod
-    def create_factory(cls, **kwargs: Any) -> Callable[..., Algorithm]:
-        """A picklable ``factory(actor, device="cpu") -> Algorithm``."""
-        return functools.partial(cls, **kwargs)
+    def create_factory(cls, config: AlgorithmConfig | None = None, **kwargs: Any) -> Callable[..., Algorithm]:
+        """A picklable ``factory(actor, device="cpu") -> Algorithm`` with ``config`` and keywords
+        (hyper-parameters replacing the config's, and the constructor's own), checked here."""
+        cls.resolve_config(config, {k: v for k, v in kwargs.items() if k not in cls.constructor_keys})
+        return functools.partial(cls, config=config, **kwargs)
 
     # ---------------------------------------------------------------------------- acting
 
@@ -222,8 +261,9 @@ class Algorithm:
         if not bool(torch.isfinite(norm)):
             self.flat_grad.zero_()
             return False
-        if self.max_grad_norm is not None:
-            self.flat_grad.mul_(torch.clamp(self.max_grad_norm / (norm + 1e-6), max=1.0))
+        max_norm = self.max_grad_norm
+        if max_norm is not None:
+            self.flat_grad.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
         self._adam_step()
         self.version += 1
         return True
@@ -263,14 +303,14 @@ class Algorithm:
     def set_progress(self, progress: float) -> None:
         """Tell the algorithm how far training is (0 to 1 of ``run.target_steps``) for schedules."""
         self.progress = progress
-        if self.anneal_lr:
+        if getattr(self.config, "anneal_lr", False):
             self.update_algorithm_parameter("lr", self.initial_lr * max(0.0, 1.0 - progress))
 
     def update_algorithm_parameter(self, name: str, value: Any) -> None:
         """Set a hyper-parameter (``lr``, ``clip_range``, ...) while training."""
-        if not hasattr(self, name):
+        if name == "name" or name not in {f.name for f in dataclasses.fields(self.config)}:
             raise AttributeError(f"{type(self).__name__} has no parameter {name!r}")
-        setattr(self, name, value)
+        self.config = dataclasses.replace(self.config, **{name: value})
         if name == "lr":
             for group in self.optimizer.param_groups:
                 group["lr"] = value

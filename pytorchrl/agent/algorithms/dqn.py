@@ -18,6 +18,7 @@ of the window's steps is then exactly the one-step loss above, per step.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -26,40 +27,89 @@ import torch.nn.functional as F
 
 from pytorchrl.agent.actors.off_policy import OffPolicyActor
 from pytorchrl.agent.algorithms.base import Algorithm
+from pytorchrl.agent.algorithms.families import ReplayConfig, replay_storage_factory
 from pytorchrl.agent.algorithms.sequences import Window
-from pytorchrl.agent.algorithms.wiring import (
-    Wiring,
-    action_mask_slice,
-    encoder_spec,
-    num_collectors,
-    recurrent_spec,
-    replay_storage_factory,
-)
-from pytorchrl.config import Config, DQNConfig
+from pytorchrl.agent.algorithms.wiring import Wiring, action_mask_slice, encoder_spec, num_collectors, recurrent_spec
+from pytorchrl.config import Config, ConfigError, check_widths, param
+
+
+@dataclass(frozen=True)
+class DQNConfig(ReplayConfig):
+    """DQN (Mnih et al. 2015) with each Rainbow component (Hessel et al. 2018) switchable."""
+
+    networks = 2  # the Q-network and its target
+    trained_keys = ("rainbow", "dueling", "noisy_nets", "distributional", "num_atoms", "v_min", "v_max", "head_hidden_sizes")
+
+    name: str = param("dqn", "The algorithm.")
+    lr: float = param(1e-4, "Adam learning rate.", min=0, min_exclusive=True)
+    minibatch_size: int = param(64, "Transitions per gradient step.", min=1, max=10_000_000)
+    target_update_interval: int = param(1000, "Gradient steps between target-network updates.", min=1)
+    tau: float = param(1.0, "Each target update moves the target this far towards the online network (1: copy; <1: Polyak).", min=0, max=1, min_exclusive=True)
+    exploration_fraction: float = param(0.1, "Share of run.target_steps over which epsilon decays linearly.", min=0, max=1)
+    exploration_initial_eps: float = param(1.0, "Epsilon at the start.", min=0, max=1)
+    exploration_final_eps: float = param(0.05, "Epsilon after the decay.", min=0, max=1)
+    max_grad_norm: float | None = param(10.0, "Clip the global gradient norm to this (null: no clipping).", min=0, min_exclusive=True)
+    adam_eps: float = param(1.5e-4, "Adam epsilon.", min=0, min_exclusive=True)
+    double_q: bool = param(False, "Rainbow: double Q-learning (online net picks the bootstrap action, target net values it).")
+    dueling: bool = param(False, "Rainbow: dueling value and advantage streams.")
+    noisy_nets: bool = param(False, "Rainbow: noisy linear heads explore instead of epsilon-greedy (epsilon is then 0).")
+    distributional: bool = param(False, "Rainbow: C51 distributional Q-learning.")
+    num_atoms: int = param(51, "C51: atoms of the return distribution.", min=2, max=10_000)
+    v_min: float = param(-10.0, "C51: smallest return on the support.")
+    v_max: float = param(10.0, "C51: largest return on the support.")
+    actor_priorities: bool = param(False, "Ape-X: collection workers score their transitions' TD errors as initial priorities (with prioritized_replay).")
+    apex_epsilon_alpha: float | None = param(
+        None, "Ape-X: collector i of N explores with epsilon ** (1 + alpha * i / (N - 1)) (Horgan et al. 2018 use 7 with epsilon 0.4); null: off.", min=0
+    )
+    head_hidden_sizes: tuple[int, ...] = param(
+        (), "Hidden layers of each Q head stream (the advantage's, and the value's with dueling), noisy with noisy_nets; Hessel et al.'s Rainbow network: [512] with actor.cnn_features=0 and actor.hidden_sizes=[]."
+    )
+    rainbow: bool = param(False, "Turn every Rainbow component on (double_q, dueling, n_step >= 3, prioritized_replay, noisy_nets, distributional).")
+
+    def resolved(self) -> DQNConfig:
+        """The config the algorithm runs with: ``rainbow`` turns every component on."""
+        if not self.rainbow:
+            return self
+        return dataclasses.replace(
+            self, double_q=True, dueling=True, n_step=max(self.n_step, 3), prioritized_replay=True, noisy_nets=True, distributional=True, rainbow=False
+        )
+
+    def prioritized(self) -> bool:
+        return self.prioritized_replay or self.rainbow
+
+    def check(self, config: Config) -> None:
+        super().check(config)
+        if self.v_min >= self.v_max:
+            raise ConfigError(f"config key 'algorithm.v_min' = {self.v_min} must be below algorithm.v_max = {self.v_max}")
+        if self.actor_priorities and config.actor.recurrent.type != "none":
+            raise ConfigError("config key 'algorithm.actor_priorities' = true is not available with a recurrent DQN (sequence priorities come from the learner)")
+        check_widths("algorithm.head_hidden_sizes", self.head_hidden_sizes)
+
+    def switched_off(self, config: Config) -> list[tuple[bool, list[str], str]]:
+        collectors = num_collectors(config)
+        noisy, distributional = self.noisy_nets or self.rainbow, self.distributional or self.rainbow
+        return [
+            *super().switched_off(config),
+            (not self.prioritized(), ["actor_priorities"], "algorithm.prioritized_replay is false"),
+            (not distributional, ["num_atoms", "v_min", "v_max"], "algorithm.distributional is false"),
+            (noisy, ["exploration_fraction", "exploration_initial_eps", "exploration_final_eps", "apex_epsilon_alpha"],
+             "noisy nets explore instead of epsilon-greedy (algorithm.noisy_nets or rainbow)"),
+            (collectors == 1, ["apex_epsilon_alpha"], "it spreads epsilon over several collectors; this run has one"),
+        ]
 
 
 class DQN(Algorithm):
     """Q-learning on replayed transitions, with a target network.
 
-    :param actor: an :class:`~pytorchrl.agent.actors.off_policy.OffPolicyActor`.
-    :param lr: Adam learning rate.
-    :param minibatch_size: transitions per gradient step.
-    :param double_q: pick the bootstrap action with the online network, value it with the target.
-    :param target_update_interval: gradient steps between target updates.
-    :param tau: each target update moves the target this far towards the online network (1: copy).
-    :param exploration_fraction: share of ``run.target_steps`` over which epsilon decays linearly.
-    :param exploration_initial_eps: epsilon at the start.
-    :param exploration_final_eps: epsilon after the decay.
-    :param max_grad_norm: global gradient-norm clip (None: off).
-    :param adam_eps: Adam epsilon.
-    :param gamma: discount (recurrent: the returns within a window; else the storage's).
-    :param n_step: steps of the returns within a window (recurrent).
-    :param burn_in: first steps of a window that only warm up the state (recurrent).
-    :param priority_eta: a window's priority mixes the max and mean TD error (recurrent).
-    :param device: torch device.
+    Its actor is an :class:`~pytorchrl.agent.actors.off_policy.OffPolicyActor`; its
+    hyper-parameters are :class:`DQNConfig`'s (``rainbow`` resolved: every component on).
+    ``gamma`` and ``n_step`` make the returns within a replayed window when recurrent (else the
+    storage's); ``priority_eta`` mixes a window's max and mean TD error.
     """
 
     config_class = DQNConfig
+    config: DQNConfig
+    constructor_keys = ("burn_in",)
     tunable = (*Algorithm.tunable, "tau")
     metrics = ("value_loss", "q_mean", "td_abs_mean", "epsilon")
     recurrent = True
@@ -70,56 +120,27 @@ class DQN(Algorithm):
     def wire(cls, config: Config, observation_space: gym.Space, action_space: gym.Space) -> Wiring:
         """A Q-network actor (``rainbow`` turns every component on; noisy nets replace
         epsilon-greedy exploration) on a replay storage."""
-        algo = config.algorithm
-        assert isinstance(algo, DQNConfig)
-        if algo.rainbow:
-            algo = dataclasses.replace(
-                algo, double_q=True, dueling=True, n_step=max(algo.n_step, 3), prioritized_replay=True, noisy_nets=True, distributional=True
-            )
-            config = dataclasses.replace(config, algorithm=algo)
+        assert isinstance(config.algorithm, DQNConfig)
+        algo = config.algorithm.resolved()
+        config = dataclasses.replace(config, algorithm=algo)
         actor_factory = OffPolicyActor.create_factory(
             observation_space, action_space, encoder=encoder_spec(config.actor), dueling=algo.dueling, noisy=algo.noisy_nets,
             num_atoms=algo.num_atoms if algo.distributional else 1, v_min=algo.v_min, v_max=algo.v_max,
             apex_alpha=algo.apex_epsilon_alpha, num_collectors=num_collectors(config), recurrent=recurrent_spec(config.actor),
             action_mask=action_mask_slice(config, observation_space), head_hidden_sizes=tuple(algo.head_hidden_sizes),
         )
-        explore = (0.0, 0.0) if algo.noisy_nets else (algo.exploration_initial_eps, algo.exploration_final_eps)
-        algo_factory = cls.create_factory(
-            lr=algo.lr, minibatch_size=algo.minibatch_size, double_q=algo.double_q, target_update_interval=algo.target_update_interval,
-            tau=algo.tau, exploration_fraction=algo.exploration_fraction, exploration_initial_eps=explore[0],
-            exploration_final_eps=explore[1], max_grad_norm=algo.max_grad_norm, adam_eps=algo.adam_eps,
-            gamma=algo.gamma, n_step=algo.n_step, burn_in=config.storage.burn_in, priority_eta=algo.priority_eta,
-        )
         storage_factory = replay_storage_factory(config, observation_space, action_space, actor_priorities=algo.actor_priorities)
-        return Wiring(actor=actor_factory, storage=storage_factory, algorithm=algo_factory)
+        return Wiring(actor=actor_factory, storage=storage_factory, algorithm=cls.create_factory(algo, burn_in=config.storage.burn_in))
 
     def __init__(
-        self,
-        actor: Any,
-        device: str | torch.device = "cpu",
-        *,
-        lr: float = 1e-4,
-        minibatch_size: int = 64,
-        double_q: bool = False,
-        target_update_interval: int = 1,
-        tau: float = 1.0,
-        exploration_fraction: float = 0.1,
-        exploration_initial_eps: float = 1.0,
-        exploration_final_eps: float = 0.05,
-        max_grad_norm: float | None = 10.0,
-        adam_eps: float = 1.5e-4,
-        gamma: float = 0.99,
-        n_step: int = 1,
-        burn_in: int = 0,
-        priority_eta: float = 0.9,
+        self, actor: Any, device: str | torch.device = "cpu", config: DQNConfig | None = None, *, burn_in: int = 0, **overrides: Any
     ) -> None:
-        super().__init__(actor, device, lr=lr, adam_eps=adam_eps, max_grad_norm=max_grad_norm)
-        self.minibatch_size = minibatch_size
-        self.gamma, self.n_step, self.burn_in, self.priority_eta = gamma, n_step, burn_in, priority_eta
-        self.double_q = double_q
-        self.target_update_interval = target_update_interval
-        self.tau = tau
-        self.exploration = (exploration_fraction, exploration_initial_eps, exploration_final_eps)
+        """:param burn_in: first steps of a replayed window that only warm up the state (recurrent; ``storage.burn_in``)."""
+        super().__init__(actor, device, self.resolve_config(config, overrides).resolved())
+        self.burn_in = burn_in
+        # noisy nets explore instead of epsilon-greedy
+        initial, final = (0.0, 0.0) if self.config.noisy_nets else (self.config.exploration_initial_eps, self.config.exploration_final_eps)
+        self.exploration = (self.config.exploration_fraction, initial, final)
         self._priorities: torch.Tensor | None = None
         self.set_progress(0.0)
 
@@ -133,7 +154,7 @@ class DQN(Algorithm):
         rows = torch.arange(len(actions))
         with torch.no_grad():  # the target network runs once: it both values and (without double Q) picks
             next_logits = target.logits(batch["next_obs"])
-            chooser = q_net.forward(batch["next_obs"]) if self.double_q else target.values(next_logits)
+            chooser = q_net.forward(batch["next_obs"]) if self.config.double_q else target.values(next_logits)
             next_out = next_logits[rows, self.actor.masked(chooser, batch["next_obs"]).argmax(-1)]  # [batch, atoms] of the bootstrap action
         out = q_net.logits(batch["obs"])[rows, actions]
         loss, info, self._priorities = self._loss(out, next_out, batch["rewards"], batch["discounts"], batch.get("weights"))
@@ -174,14 +195,14 @@ class DQN(Algorithm):
         with torch.no_grad():
             target_logits = target.logits_sequence(obs, state, starts, burn)  # [L + 1 - burn, B, A, atoms]
         online_logits = q_net.logits_sequence(obs, state, starts, burn)
-        window = Window(batch, burn, gamma=self.gamma, n_step=self.n_step)
+        window = Window(batch, burn, gamma=self.config.gamma, n_step=self.config.n_step)
         with torch.no_grad():
-            values = q_net.values(online_logits.detach()) if self.double_q else target.values(target_logits)
+            values = q_net.values(online_logits.detach()) if self.config.double_q else target.values(target_logits)
             chooser = self.actor.masked(window.at_boot(values), window.at_boot(obs[burn:]))
             next_out = window.at_boot(target_logits)[torch.arange(len(chooser)), chooser.argmax(-1)]
         out = window.now(online_logits)[torch.arange(len(chooser)), window.now(batch["actions"][burn:]).long()]
         loss, info, td = self._loss(out, next_out, window.returns, window.discounts, window.weights)
-        self._priorities = window.priorities(td, self.priority_eta)
+        self._priorities = window.priorities(td, self.config.priority_eta)
         return loss, info
 
     def pop_priorities(self) -> torch.Tensor | None:
@@ -191,8 +212,8 @@ class DQN(Algorithm):
 
     def apply_gradients(self, gradients: torch.Tensor | None = None) -> bool:
         applied = super().apply_gradients(gradients)
-        if applied and self.version % self.target_update_interval == 0:
-            self.update_targets(self.tau)
+        if applied and self.version % self.config.target_update_interval == 0:
+            self.update_targets(self.config.tau)
         return applied
 
     def set_progress(self, progress: float) -> None:

@@ -21,6 +21,7 @@ The losses:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -28,31 +29,63 @@ import torch
 from torch import nn
 
 from pytorchrl.agent.algorithms.base import Algorithm, normalized
-from pytorchrl.agent.algorithms.wiring import Wiring, actor_critic_wiring
+from pytorchrl.agent.algorithms.families import OnPolicyConfig, actor_critic_wiring
+from pytorchrl.agent.algorithms.wiring import Wiring
 from pytorchrl.agent.storages.on_policy.vtrace_buffer import compute_vtrace
-from pytorchrl.config import APPOConfig, Config, IMPALAConfig
+from pytorchrl.config import Config, param
+
+
+@dataclass(frozen=True)
+class IMPALAConfig(OnPolicyConfig):
+    """IMPALA (Espeholt et al. 2018): actor-critic on V-trace targets, for lagged (asynchronous) rollouts."""
+
+    unrolls = True
+
+    name: str = param("impala", "The algorithm.")
+    lr: float = param(5e-4, "Adam learning rate.", min=0, min_exclusive=True)
+    gae_lambda: float = param(1.0, "V-trace lambda: scales the trace weights c_t.", min=0, max=1)
+    normalize_advantages: bool = param(False, "Normalise advantages per minibatch to zero mean, unit std.")
+    ent_coef: float = param(0.01, "Entropy bonus coefficient.", min=0)
+    rho_bar: float = param(1.0, "Truncation of the V-trace importance weights rho_t.", min=0, min_exclusive=True)
+    c_bar: float = param(1.0, "Truncation of the V-trace trace weights c_t.", min=0, min_exclusive=True)
+    num_epochs: int = param(1, "Passes over each batch.", min=1, max=10_000)
+    minibatch_size: int | None = param(
+        None, "Transitions per gradient step: whole env sequences, or shuffled transitions with targets: round (null: the whole batch).", min=1, max=10_000_000
+    )
+    targets: str = param(
+        "minibatch",
+        "When the V-trace targets are computed: 'minibatch' (in each minibatch's loss, with the current network, on whole sequences: IMPALA)"
+        " or 'round' (once per round, with the network as the round starts, as PPO computes GAE; memoryless minibatches are then shuffled transitions).",
+        choices=("minibatch", "round"),
+    )
+
+
+@dataclass(frozen=True)
+class APPOConfig(IMPALAConfig):
+    """APPO: PPO's clipped surrogate on V-trace advantages, around the behaviour or the learner's policy."""
+
+    name: str = param("appo", "The algorithm.")
+    normalize_advantages: bool = param(True, "Normalise advantages per minibatch to zero mean, unit std.")
+    num_epochs: int = param(4, "Passes over each batch.", min=1, max=10_000)
+    clip_range: float = param(0.2, "Clip range of the probability ratio to the proximal policy.", min=0, min_exclusive=True)
+    proximal_policy: str = param(
+        "behaviour",
+        "What the ratio is clipped around: 'behaviour' (the policy that collected the rollout) or 'learner' (the learner's policy when the round starts,"
+        " the behaviour's lag weighted by min(rho_bar, pi_learner / mu): Hilton et al. 2021's decoupled objective).",
+        choices=("behaviour", "learner"),
+    )
 
 
 class IMPALA(Algorithm):
     """Importance-weighted actor-learner with V-trace targets.
 
-    :param actor: an actor with ``evaluate_actions`` and ``get_value``.
-    :param lr: Adam learning rate.
-    :param gamma: discount.
-    :param gae_lambda: V-trace lambda (the traces ``c_t`` are scaled by it).
-    :param rho_bar: truncation of the importance weights of the targets and the policy gradient.
-    :param c_bar: truncation of the trace weights.
-    :param num_epochs: passes over each batch (1 in the paper).
-    :param minibatch_size: transitions per gradient step (None: the whole batch).
-    :param ent_coef: entropy bonus coefficient.
-    :param vf_coef: value loss coefficient.
-    :param max_grad_norm: global gradient-norm clip.
-    :param normalize_advantages: normalise advantages per minibatch.
-    :param anneal_lr: decay lr linearly to 0 over training.
-    :param targets: when the V-trace targets are computed: ``minibatch`` or ``round`` (module doc).
+    Its actor has ``evaluate_actions`` and ``get_value``; its hyper-parameters are
+    :class:`IMPALAConfig`'s (``gae_lambda`` scales the traces ``c_t``; ``rho_bar`` truncates the
+    importance weights of the targets and the policy gradient; ``targets``: see the module doc).
     """
 
     config_class = IMPALAConfig
+    config: IMPALAConfig
     recurrent = True
     action_masks = True
     tunable = (*Algorithm.tunable, "ent_coef", "vf_coef", "rho_bar", "c_bar", "num_epochs")
@@ -62,39 +95,10 @@ class IMPALA(Algorithm):
     def wire(cls, config: Config, observation_space: gym.Space, action_space: gym.Space) -> Wiring:
         return actor_critic_wiring(cls, config, observation_space, action_space, vtrace=True)
 
-    def __init__(
-        self,
-        actor: nn.Module,
-        device: str | torch.device = "cpu",
-        *,
-        lr: float = 5e-4,
-        gamma: float = 0.99,
-        gae_lambda: float = 1.0,
-        rho_bar: float = 1.0,
-        c_bar: float = 1.0,
-        num_epochs: int = 1,
-        minibatch_size: int | None = None,
-        ent_coef: float = 0.01,
-        vf_coef: float = 0.5,
-        max_grad_norm: float | None = 0.5,
-        normalize_advantages: bool = False,
-        anneal_lr: bool = False,
-        adam_eps: float = 1e-5,
-        targets: str = "minibatch",
-    ) -> None:
-        if targets not in ("minibatch", "round"):
-            raise ValueError(f"targets must be 'minibatch' or 'round', got {targets!r}")
-        super().__init__(actor, device, lr=lr, adam_eps=adam_eps, max_grad_norm=max_grad_norm, anneal_lr=anneal_lr)
-        self.gamma = gamma
-        self.gae_lambda = gae_lambda
-        self.rho_bar = rho_bar
-        self.c_bar = c_bar
-        self.num_epochs = num_epochs
-        self.minibatch_size = minibatch_size
-        self.ent_coef = ent_coef
-        self.vf_coef = vf_coef
-        self.normalize_advantages = normalize_advantages
-        self.targets = targets
+    def __init__(self, actor: nn.Module, device: str | torch.device = "cpu", config: IMPALAConfig | None = None, **overrides: Any) -> None:
+        super().__init__(actor, device, config, **overrides)
+        if self.config.targets not in ("minibatch", "round"):
+            raise ValueError(f"targets must be 'minibatch' or 'round', got {self.config.targets!r}")
 
     def prepare_round(self, storage: Any) -> None:
         """Score the round's rollouts once with the network as it is now, where the configuration
@@ -102,11 +106,11 @@ class IMPALA(Algorithm):
         if self._scores_round():
             with torch.no_grad():
                 storage.annotate(self._round_fields)
-        if self.targets == "round":
+        if self.config.targets == "round":
             storage.use_transitions()
 
     def _scores_round(self) -> bool:
-        return self.targets == "round"
+        return self.config.targets == "round"
 
     def _round_fields(self, rollout: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """What a round-start pass over one rollout stores in it (``[T, n]`` each): the policy's
@@ -115,7 +119,7 @@ class IMPALA(Algorithm):
         t, n = rollout["rewards"].shape
         log_prob, _, value, bootstrap = self._forward(rollout)
         fields = {"round_log_probs": log_prob.view(t, n)}
-        if self.targets == "round":
+        if self.config.targets == "round":
             vs, advantages, rho = self._vtrace(rollout, log_prob, value, bootstrap)
             fields.update(vs=vs, advantages=advantages, rho=rho)
         return fields
@@ -126,7 +130,7 @@ class IMPALA(Algorithm):
         values = torch.cat([value.detach().view(t, n), bootstrap.view(1, n)])
         return compute_vtrace(
             batch["log_probs"], log_prob.view(t, n), batch["rewards"], values, batch["terminated"], batch["truncated"], batch["valid"],
-            gamma=self.gamma, lambda_=self.gae_lambda, rho_bar=self.rho_bar, c_bar=self.c_bar,
+            gamma=self.config.gamma, lambda_=self.config.gae_lambda, rho_bar=self.config.rho_bar, c_bar=self.config.c_bar,
         )
 
     def _forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -156,7 +160,7 @@ class IMPALA(Algorithm):
         vs, advantages, rho = (batch["vs"], batch["advantages"], batch["rho"]) if stored else self._vtrace(batch, log_prob, value, bootstrap)
         mask = batch["valid"].reshape(-1).float()
         advantages = advantages.reshape(-1)
-        if self.normalize_advantages:
+        if self.config.normalize_advantages:
             advantages = normalized(advantages, mask.bool())
         e = {
             "log_prob": log_prob, "entropy": entropy, "value": value, "vs": vs.reshape(-1), "advantages": advantages,
@@ -171,7 +175,7 @@ class IMPALA(Algorithm):
         policy_loss, extra = self._policy_loss(e)
         value_loss = 0.5 * (((e["vs"] - e["value"]) ** 2) * e["mask"]).sum() / e["count"]
         entropy_mean = (e["entropy"] * e["mask"]).sum() / e["count"]
-        loss = policy_loss + self.vf_coef * value_loss - self.ent_coef * entropy_mean
+        loss = policy_loss + self.config.vf_coef * value_loss - self.config.ent_coef * entropy_mean
         with torch.no_grad():
             log_ratio = (e["log_prob"] - e["behaviour_log_prob"]) * e["mask"]
             approx_kl = (((log_ratio.exp() - 1) - log_ratio) * e["mask"]).sum() / e["count"]
@@ -199,40 +203,34 @@ class APPO(IMPALA):
     weight ``min(rho_bar, pi_prox / mu)`` instead:
     ``min(rho_bar, pi_prox/mu) * min(r A, clip(r, 1 - eps, 1 + eps) A)``, ``r = pi / pi_prox``.
 
-    :param clip_range: epsilon of the ratio clip.
-    :param proximal_policy: ``behaviour`` or ``learner`` (see above).
-    :param kwargs: see :class:`IMPALA`.
+    Its hyper-parameters are :class:`APPOConfig`'s: IMPALA's, ``clip_range`` (epsilon of the
+    ratio clip) and ``proximal_policy`` (see above).
     """
 
     config_class = APPOConfig
+    config: APPOConfig
     tunable = (*IMPALA.tunable, "clip_range")
     metrics = (*IMPALA.metrics, "clip_fraction")
 
-    def __init__(
-        self, actor: nn.Module, device: str | torch.device = "cpu", *, clip_range: float = 0.2, proximal_policy: str = "behaviour", **kwargs: Any
-    ) -> None:
-        if proximal_policy not in ("behaviour", "learner"):
-            raise ValueError(f"proximal_policy must be 'behaviour' or 'learner', got {proximal_policy!r}")
-        kwargs.setdefault("num_epochs", 4)
-        kwargs.setdefault("normalize_advantages", True)
-        super().__init__(actor, device, **kwargs)
-        self.clip_range = clip_range
-        self.proximal_policy = proximal_policy
+    def __init__(self, actor: nn.Module, device: str | torch.device = "cpu", config: APPOConfig | None = None, **overrides: Any) -> None:
+        super().__init__(actor, device, config, **overrides)
+        if self.config.proximal_policy not in ("behaviour", "learner"):
+            raise ValueError(f"proximal_policy must be 'behaviour' or 'learner', got {self.config.proximal_policy!r}")
 
     def _scores_round(self) -> bool:
         """``proximal_policy="learner"`` scores the round's actions with the policy as it is now."""
-        return self.proximal_policy == "learner" or super()._scores_round()
+        return self.config.proximal_policy == "learner" or super()._scores_round()
 
     def _policy_loss(self, e: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The clipped surrogate, and ``clip_fraction``: the share of valid steps whose ratio is
         outside the clip (no gradient from the surrogate there, half the time)."""
-        proximal = e.get("round_log_prob") if self.proximal_policy == "learner" else None
+        proximal = e.get("round_log_prob") if self.config.proximal_policy == "learner" else None
         anchor = e["behaviour_log_prob"] if proximal is None else proximal
         ratio = (e["log_prob"] - anchor).exp()
-        clip = self.clip_range
+        clip = self.config.clip_range
         surrogate = torch.min(e["advantages"] * ratio, e["advantages"] * ratio.clamp(1 - clip, 1 + clip))
         if proximal is not None:  # the behaviour's lag, as a truncated importance weight
-            surrogate = surrogate * (proximal - e["behaviour_log_prob"]).exp().clamp(max=self.rho_bar)
+            surrogate = surrogate * (proximal - e["behaviour_log_prob"]).exp().clamp(max=self.config.rho_bar)
         with torch.no_grad():
             clip_fraction = (((ratio - 1).abs() > clip).float() * e["mask"]).sum() / e["count"]
         return -(surrogate * e["mask"]).sum() / e["count"], {"clip_fraction": clip_fraction}

@@ -10,8 +10,8 @@ bootstrap discount in ``discounts`` (see :class:`~pytorchrl.agent.storages.off_p
 
 from __future__ import annotations
 
-import inspect
 import math
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -21,20 +21,67 @@ import torch.nn.functional as F
 
 from pytorchrl.agent.actors.off_policy import PolicyCriticActor
 from pytorchrl.agent.algorithms.base import Algorithm
+from pytorchrl.agent.algorithms.families import ReplayConfig, replay_storage_factory
 from pytorchrl.agent.algorithms.sequences import Window
-from pytorchrl.agent.algorithms.wiring import (
-    Wiring,
-    algorithm_kwargs,
-    encoder_spec,
-    recurrent_spec,
-    replay_storage_factory,
-)
-from pytorchrl.config import Config, DDPGConfig, SACConfig, TD3Config
+from pytorchrl.agent.algorithms.wiring import Wiring, encoder_spec, recurrent_spec
+from pytorchrl.config import Config, param
 from pytorchrl.utils.errors import InputError
 
 
-class _PolicyCritic(Algorithm):
-    """What SAC and TD3 share: the optimizer settings, polyak ``tau`` and warm-up acting."""
+@dataclass(frozen=True)
+class SACConfig(ReplayConfig):
+    """Soft actor-critic (Haarnoja et al. 2018): squashed Gaussian policy, twin critics, learned
+    entropy coefficient; on a Discrete action space, discrete SAC (Christodoulou 2019)."""
+
+    networks = 6  # the policy, two critics and their targets, each an MLP of actor.hidden_sizes (Adam state for all: an upper count)
+
+    name: str = param("sac", "The algorithm.")
+    target_entropy: float | None = param(None, "Entropy the coefficient is tuned towards (null: -action_dim on a Box; 0.89 * log(num_actions) on a Discrete space).")
+    init_ent_coef: float = param(1.0, "Initial entropy coefficient.", min=0, min_exclusive=True)
+    learn_ent_coef: bool = param(True, "Tune the entropy coefficient automatically (else keep init_ent_coef).")
+
+    def switched_off(self, config: Config) -> list[tuple[bool, list[str], str]]:
+        return [*super().switched_off(config), (not self.learn_ent_coef, ["target_entropy"], "algorithm.learn_ent_coef is false")]
+
+
+@dataclass(frozen=True)
+class TD3Config(ReplayConfig):
+    """TD3 (Fujimoto et al. 2018): deterministic policy, clipped double Q, target smoothing, delayed policy updates."""
+
+    networks = 6
+
+    name: str = param("td3", "The algorithm.")
+    lr: float = param(1e-3, "Adam learning rate.", min=0, min_exclusive=True)
+    policy_delay: int = param(2, "Gradient steps per policy and target update.", min=1)
+    target_policy_noise: float = param(0.2, "Std of the smoothing noise on target actions, in [-1, 1] action units (0: none).", min=0)
+    target_noise_clip: float = param(0.5, "Clip of the target smoothing noise.", min=0)
+    exploration_noise: float = param(0.1, "Scale (sigma) of the exploration noise, in [-1, 1] action units.", min=0)
+    exploration_noise_type: str = param("gaussian", "Exploration noise: independent Gaussian per step, or an Ornstein-Uhlenbeck process per env.", choices=("gaussian", "ou"))
+    ou_theta: float = param(0.15, "Ornstein-Uhlenbeck mean reversion rate.", min=0, min_exclusive=True)
+    ou_dt: float = param(1e-2, "Ornstein-Uhlenbeck time step.", min=0, min_exclusive=True)
+
+    def switched_off(self, config: Config) -> list[tuple[bool, list[str], str]]:
+        return [
+            *super().switched_off(config),
+            (self.exploration_noise_type != "ou", ["ou_theta", "ou_dt"], f"algorithm.exploration_noise_type is {self.exploration_noise_type!r}"),
+            (self.target_policy_noise == 0, ["target_noise_clip"], "algorithm.target_policy_noise is 0"),
+        ]
+
+
+@dataclass(frozen=True)
+class DDPGConfig(TD3Config):
+    """DDPG (Lillicrap et al. 2016): TD3 with one critic, no target smoothing, a policy update every step."""
+
+    networks = 4
+
+    name: str = param("ddpg", "The algorithm.")
+    policy_delay: int = param(1, "Gradient steps per policy and target update.", min=1)
+    target_policy_noise: float = param(0.0, "Std of the smoothing noise on target actions (0: none, as in DDPG).", min=0)
+
+
+class PolicyCritic(Algorithm):
+    """What the algorithms on a :class:`PolicyCriticActor` share (SAC, TD3, DDPG, MPO): the
+    wiring, polyak ``tau``, the critics' loss and priorities, and warm-up acting."""
 
     #: what the policy is over a bounded Box (``categorical`` over a Discrete space: discrete SAC)
     policy = "gaussian"
@@ -61,21 +108,19 @@ class _PolicyCritic(Algorithm):
             observation_space, action_space, policy="categorical" if isinstance(action_space, gym.spaces.Discrete) else cls.policy,
             num_critics=cls.num_critics, encoder=encoder_spec(config.actor), shared_network=config.actor.shared_network,
             exploration_noise=getattr(algo, "exploration_noise", 0.0), ou_noise=(algo.ou_theta, algo.ou_dt) if ou else None,  # type: ignore[union-attr]
-            recurrent=recurrent,
+            recurrent=recurrent, **cls.actor_options(),
         )
-        params = inspect.signature(cls.__init__).parameters
-        kwargs = {k: v for k, v in algorithm_kwargs(algo).items() if k in params}
-        if "burn_in" in params:
-            kwargs["burn_in"] = config.storage.burn_in
-        algo_factory = cls.create_factory(**kwargs)
+        burn_in = {"burn_in": config.storage.burn_in} if "burn_in" in cls.constructor_keys else {}
+        algo_factory = cls.create_factory(algo, **burn_in)
         return Wiring(actor=actor_factory, storage=replay_storage_factory(config, observation_space, action_space), algorithm=algo_factory)
 
-    def __init__(
-        self, actor: Any, device: str | torch.device, *, lr: float, minibatch_size: int, tau: float, max_grad_norm: float | None = None
-    ) -> None:
-        super().__init__(actor, device, lr=lr, adam_eps=1e-8, max_grad_norm=max_grad_norm)
-        self.minibatch_size = minibatch_size
-        self.tau = tau
+    @classmethod
+    def actor_options(cls) -> dict[str, Any]:
+        """More :class:`PolicyCriticActor` keywords this algorithm needs (MPO: a target policy and its duals)."""
+        return {}
+
+    def __init__(self, actor: Any, device: str | torch.device = "cpu", config: ReplayConfig | None = None, **overrides: Any) -> None:
+        super().__init__(actor, device, config, **overrides)
         self._td: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def _critic_loss(self, q: torch.Tensor, y: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
@@ -98,42 +143,38 @@ class _PolicyCritic(Algorithm):
         self.actor.uniform.fill_(warming_up)
 
 
-class SAC(_PolicyCritic):
+class SAC(PolicyCritic):
     """Soft actor-critic with twin critics and a learned entropy coefficient; over a Discrete
     action space, discrete SAC (Christodoulou 2019): critics value every action at once, so the
     soft value of the next state and the policy's loss are exact expectations over the
     policy's probabilities instead of one-sample estimates.
 
-    :param actor: a ``gaussian`` or ``categorical`` :class:`PolicyCriticActor`.
-    :param lr: Adam learning rate (policy, critics and entropy coefficient).
-    :param minibatch_size: transitions per gradient step.
-    :param tau: polyak step of the target critics after each gradient step.
-    :param target_entropy: entropy the coefficient is tuned towards (None: ``-action_dim`` for a
-        Box; ``0.89 * log(num_actions)`` for a Discrete space, 89% of the uniform policy's entropy).
-    :param init_ent_coef: initial entropy coefficient.
-    :param learn_ent_coef: tune the coefficient (else keep ``init_ent_coef``).
-    :param max_grad_norm: global gradient-norm clip (None: off).
+    Its actor is a ``gaussian`` or ``categorical`` :class:`PolicyCriticActor`; its
+    hyper-parameters are :class:`SACConfig`'s (one ``lr`` for the policy, the critics and the
+    entropy coefficient; ``tau``, the polyak step of the target critics after each gradient step;
+    ``target_entropy`` None: ``-action_dim`` on a Box, ``0.89 * log(num_actions)`` on a Discrete
+    space, 89% of the uniform policy's entropy).
     """
 
     config_class = SACConfig
+    config: SACConfig
+    constructor_keys = ("burn_in",)
     action_spaces = (gym.spaces.Box, gym.spaces.Discrete)
     recurrent = True
-    metrics = (*_PolicyCritic.metrics, "entropy", "ent_coef")
+    metrics = (*PolicyCritic.metrics, "entropy", "ent_coef")
 
     def __init__(
-        self, actor: Any, device: str | torch.device = "cpu", *, lr: float = 3e-4, minibatch_size: int = 256, tau: float = 0.005,
-        target_entropy: float | None = None, init_ent_coef: float = 1.0, learn_ent_coef: bool = True, max_grad_norm: float | None = None,
-        gamma: float = 0.99, n_step: int = 1, burn_in: int = 0, priority_eta: float = 0.9,
+        self, actor: Any, device: str | torch.device = "cpu", config: SACConfig | None = None, *, burn_in: int = 0, **overrides: Any
     ) -> None:
-        self.gamma, self.n_step, self.burn_in, self.priority_eta = gamma, n_step, burn_in, priority_eta
+        """:param burn_in: first steps of a replayed window that only warm up the states (recurrent; ``storage.burn_in``)."""
+        config = self.resolve_config(config, overrides)
         with torch.no_grad():
-            actor.log_alpha.fill_(float(torch.log(torch.tensor(init_ent_coef))))
-        actor.log_alpha.requires_grad_(learn_ent_coef)
-        super().__init__(actor, device, lr=lr, minibatch_size=minibatch_size, tau=tau, max_grad_norm=max_grad_norm)
-        if target_entropy is None:
-            target_entropy = 0.89 * math.log(actor.action_dim) if actor.discrete else -float(actor.action_dim)
-        self.target_entropy = target_entropy
-        self.learn_ent_coef = learn_ent_coef
+            actor.log_alpha.fill_(float(torch.log(torch.tensor(config.init_ent_coef))))
+        actor.log_alpha.requires_grad_(config.learn_ent_coef)
+        super().__init__(actor, device, config)
+        self.burn_in = burn_in
+        target = self.config.target_entropy
+        self.target_entropy = (0.89 * math.log(actor.action_dim) if actor.discrete else -float(actor.action_dim)) if target is None else target
         self._window_td: torch.Tensor | None = None  # recurrent: the last windows' priorities
 
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
@@ -157,14 +198,14 @@ class SAC(_PolicyCritic):
         x = actor.critic_sequence(obs, starts, burn)
         with torch.no_grad():
             target_x = actor.critic_sequence(obs, starts, burn, target=True)
-        window = Window(batch, burn, gamma=self.gamma, n_step=self.n_step)
+        window = Window(batch, burn, gamma=self.config.gamma, n_step=self.config.n_step)
         loss, info = self._losses(
             window.now(policy), window.at_boot(policy).detach(), window.now(x), window.at_boot(target_x), window.now(batch["actions"][burn:]),
             window.returns, window.discounts, window.weights,
         )
         td = super().pop_priorities()
         assert td is not None
-        self._window_td = window.priorities(td, self.priority_eta)
+        self._window_td = window.priorities(td, self.config.priority_eta)
         return loss, info
 
     def _losses(
@@ -206,7 +247,7 @@ class SAC(_PolicyCritic):
             # the entropy coefficient's loss -log_alpha (E[log pi] + target_entropy), as one addcmul
             ent_error = log_prob_mean + self.target_entropy
             stats = torch.stack([critic_loss, policy_loss, log_prob_mean, alpha, q.mean()]).tolist()
-        if self.learn_ent_coef:
+        if self.config.learn_ent_coef:
             loss = torch.addcmul(loss, actor.log_alpha, ent_error, value=-1.0)
         value_loss, policy_loss_value, log_prob_mean_value, ent_coef, q_mean = stats
         return loss, {
@@ -224,35 +265,26 @@ class SAC(_PolicyCritic):
     def apply_gradients(self, gradients: torch.Tensor | None = None) -> bool:
         applied = super().apply_gradients(gradients)
         if applied:
-            self.update_targets(self.tau)
+            self.update_targets(self.config.tau)
         return applied
 
 
-class TD3(_PolicyCritic):
+class TD3(PolicyCritic):
     """TD3: clipped double Q, target policy smoothing, delayed policy and target updates. With
     one critic, ``policy_delay=1`` and no smoothing it is DDPG.
 
-    :param actor: a ``deterministic`` :class:`PolicyCriticActor`.
-    :param lr: Adam learning rate.
-    :param minibatch_size: transitions per gradient step.
-    :param tau: polyak step of the targets at each policy update.
-    :param policy_delay: gradient steps per policy (and target) update.
-    :param target_policy_noise: std of the smoothing noise on target actions (0: none).
-    :param target_noise_clip: clip of that noise.
-    :param max_grad_norm: global gradient-norm clip (None: off).
+    Its actor is a ``deterministic`` :class:`PolicyCriticActor`; its hyper-parameters are
+    :class:`TD3Config`'s (``tau``: the polyak step of the targets at each policy update).
     """
 
     config_class = TD3Config
+    config: TD3Config
     action_spaces = (gym.spaces.Box,)
     policy = "deterministic"
 
-    def __init__(
-        self, actor: Any, device: str | torch.device = "cpu", *, lr: float = 1e-3, minibatch_size: int = 256, tau: float = 0.005,
-        policy_delay: int = 2, target_policy_noise: float = 0.2, target_noise_clip: float = 0.5, max_grad_norm: float | None = None,
-    ) -> None:
+    def __init__(self, actor: Any, device: str | torch.device = "cpu", config: TD3Config | None = None, **overrides: Any) -> None:
         self._policy_params = [*actor.policy_torso.parameters(), *actor.policy_head.parameters()]
-        super().__init__(actor, device, lr=lr, minibatch_size=minibatch_size, tau=tau, max_grad_norm=max_grad_norm)
-        self.policy_delay, self.target_policy_noise, self.target_noise_clip = policy_delay, target_policy_noise, target_noise_clip
+        super().__init__(actor, device, config, **overrides)
 
     def param_groups(self) -> list[list[torch.Tensor]]:
         """The policy, and the critics: a critic-only step leaves the policy's Adam alone."""
@@ -260,15 +292,15 @@ class TD3(_PolicyCritic):
         return [[p for p in self.params if id(p) in policy], [p for p in self.params if id(p) not in policy]]
 
     def _policy_step(self) -> bool:
-        return (self.version + 1) % self.policy_delay == 0
+        return (self.version + 1) % self.config.policy_delay == 0
 
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         actor = self.actor
         obs, actions = batch["obs"], actor.normalize(batch["actions"])
         with torch.no_grad():
             next_action = actor.deterministic(batch["next_obs"], target=True)
-            if self.target_policy_noise > 0:
-                noise = (torch.randn_like(next_action) * self.target_policy_noise).clamp(-self.target_noise_clip, self.target_noise_clip)
+            if self.config.target_policy_noise > 0:
+                noise = (torch.randn_like(next_action) * self.config.target_policy_noise).clamp(-self.config.target_noise_clip, self.config.target_noise_clip)
                 next_action = (next_action + noise).clamp(-1.0, 1.0)
             y = batch["rewards"] + batch["discounts"] * actor.q_values(batch["next_obs"], next_action, target=True).min(0).values
         q = actor.q_values(obs, actions)
@@ -285,7 +317,7 @@ class TD3(_PolicyCritic):
         if policy_step:
             applied = super().apply_gradients(gradients)
             if applied:
-                self.update_targets(self.tau)
+                self.update_targets(self.config.tau)
             return applied
         # a critic-only step: Adam skips a segment without a gradient, so the policy (and its
         # moment estimates and step count) stay as they are, as with a policy optimizer that is not stepped
@@ -302,4 +334,5 @@ class DDPG(TD3):
     smoothing and a policy update every step."""
 
     config_class = DDPGConfig
+    config: DDPGConfig
     num_critics = 1

@@ -1,11 +1,13 @@
 """How an algorithm declares what it runs on: the seam between the config and the scheme.
 
 Every algorithm class carries its own wiring next to its code (STYLE 4): ``config_class``
-(its frozen config dataclass), ``action_spaces`` (what it can act in) and the classmethod
-``wire(config, observation_space, action_space) -> Wiring``, which builds the picklable
-factories of its actor, storage and itself from the config sections. ``build_scheme`` looks the
-class up in :data:`~pytorchrl.agent.algorithms.ALGORITHMS` by ``algorithm.name`` and calls
-:func:`wire`: it names no algorithm, and adding one adds a module and a registry line.
+(its frozen config dataclass, defined in the same module), ``action_spaces`` (what it can act
+in) and the classmethod ``wire(config, observation_space, action_space) -> Wiring``, which
+builds the picklable factories of its actor, storage and itself from the config sections (the
+on-policy and replay families' wirings are in :mod:`~pytorchrl.agent.algorithms.families`).
+``build_scheme`` looks the class up in :data:`~pytorchrl.agent.algorithms.ALGORITHMS` by
+``algorithm.name`` and calls :func:`wire`: it names no algorithm, and adding one adds a module
+and a registry line (the recipe is in ARCHITECTURE.md).
 
 Networks come from one builder, :class:`~pytorchrl.agent.actors.networks.EncoderSpec`, made
 here from the ``actor`` section (:func:`encoder_spec`) and checked against the observation
@@ -17,11 +19,10 @@ the others in one line.
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
@@ -148,60 +149,6 @@ def rollout_shapes(
     }
 
 
-def algorithm_kwargs(config: Any, *drop: str) -> dict[str, Any]:
-    """The algorithm section as constructor keywords, without ``name`` and ``drop``."""
-    return {k: v for k, v in dataclasses.asdict(config).items() if k != "name" and k not in drop}
-
-
 def num_collectors(config: Config) -> int:
     """Collection workers that act in the whole scheme (Ape-X keys exploration by them)."""
     return max(config.scheme.num_col_workers, 1) * max(config.scheme.num_grad_workers, 1)
-
-
-def actor_critic_wiring(algorithm_class: Any, config: Config, observation_space: gym.Space, action_space: gym.Space, *, vtrace: bool = False) -> Wiring:
-    """The on-policy wiring: an :class:`~pytorchrl.agent.actors.on_policy.OnPolicyActor` and a
-    rollout buffer that computes GAE (``gamma`` and ``gae_lambda`` go to it, the storage owns the
-    math), or with ``vtrace`` a time-major buffer whose targets the algorithm computes itself."""
-    from pytorchrl.agent.actors.on_policy import OnPolicyActor
-    from pytorchrl.agent.storages.on_policy.gae_buffer import GAEBuffer
-    from pytorchrl.agent.storages.on_policy.vtrace_buffer import VTraceBuffer
-
-    actor, algo = config.actor, cast(Any, config.algorithm)
-    actor_factory = OnPolicyActor.create_factory(
-        observation_space, action_space, encoder=encoder_spec(actor), shared_network=actor.shared_network,
-        log_std_init=actor.log_std_init, ortho_init=actor.ortho_init, recurrent=recurrent_spec(actor),
-        action_mask=action_mask_slice(config, observation_space),
-    )
-    state_size = recurrent_state_size(actor, 1 if actor.shared_network else 2)
-    rollout = rollout_shapes(
-        config, observation_space, action_space, config.storage.num_steps, state_size=state_size, state_stride=config.storage.sequence_length
-    )
-    if vtrace:
-        storage_factory = VTraceBuffer.create_factory(gamma=algo.gamma, **rollout)
-        algo_factory = algorithm_class.create_factory(**algorithm_kwargs(algo))
-    else:
-        storage_factory = GAEBuffer.create_factory(gamma=algo.gamma, gae_lambda=algo.gae_lambda, **rollout)
-        algo_factory = algorithm_class.create_factory(**algorithm_kwargs(algo, "gamma", "gae_lambda"))
-    return Wiring(actor=actor_factory, storage=storage_factory, algorithm=algo_factory)
-
-
-def replay_storage_factory(config: Config, observation_space: gym.Space, action_space: gym.Space, *, actor_priorities: bool = False) -> Callable[..., Any]:
-    """The replay storage of a replay algorithm's config: rollouts of ``update_every`` steps in,
-    replayed minibatches out; with a recurrent core (``actor.recurrent``), rollouts carry the
-    acting state of every step and overlapping windows of ``storage.sequence_length`` come out
-    (R2D2; returns are then the algorithm's, computed within each window)."""
-    from pytorchrl.agent.storages.off_policy.replay_storage import ReplayStorage
-    from pytorchrl.agent.storages.off_policy.sequence_replay import SequenceReplayStorage
-
-    algo: Any = config.algorithm
-    rollout = rollout_shapes(config, observation_space, action_space, algo.update_every or config.storage.num_steps, state_size=recurrent_state_size(config.actor))
-    common = {
-        "capacity": config.storage.capacity, "prioritized": algo.prioritized_replay, "alpha": algo.per_alpha, "beta0": algo.per_beta0,
-        "updates_per_step": algo.updates_per_step, "start_steps": algo.start_steps, "checkpoint_buffer": config.storage.checkpoint_buffer,
-    }
-    if rollout["state_size"]:
-        rollout.pop("state_stride")  # every step's state: any step may start a window
-        return SequenceReplayStorage.create_factory(sequence_length=config.storage.sequence_length, **common, **rollout)
-    return ReplayStorage.create_factory(
-        n_step=algo.n_step, gamma=algo.gamma, actor_priorities=actor_priorities and algo.prioritized_replay, **common, **rollout
-    )

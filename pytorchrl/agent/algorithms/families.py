@@ -1,0 +1,185 @@
+"""What the algorithms of one family share: the on-policy ones (PPO, A2C, IMPALA, APPO) and the
+replay ones (DQN, SAC, TD3, DDPG). Each family has a config base class (its common keys, their
+defaults and their checks against the rest of a config) and its wiring (the storage its
+algorithms learn from); an algorithm module subclasses the one that fits, or
+:class:`~pytorchrl.config.AlgorithmConfig` directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+
+from pytorchrl.agent.algorithms.wiring import (
+    Wiring,
+    action_mask_slice,
+    encoder_spec,
+    recurrent_spec,
+    recurrent_state_size,
+    rollout_shapes,
+)
+from pytorchrl.config import AlgorithmConfig, ConfigError, StorageConfig, param
+
+if TYPE_CHECKING:
+    from pytorchrl.config import Config
+
+__all__ = ["OnPolicyConfig", "ReplayConfig", "actor_critic_wiring", "replay_storage_factory"]
+
+
+@dataclass(frozen=True)
+class OnPolicyConfig(AlgorithmConfig):
+    """Hyper-parameters shared by the on-policy algorithms."""
+
+    lr: float = param(3e-4, "Adam learning rate.", min=0, min_exclusive=True)
+    anneal_lr: bool = param(False, "Decay the learning rate linearly to 0 over run.target_steps.")
+    gamma: float = param(0.99, "Discount factor.", min=0, max=1)
+    gae_lambda: float = param(0.95, "GAE lambda (Schulman et al. 2016); 1 gives Monte-Carlo returns.", min=0, max=1)
+    normalize_advantages: bool = param(True, "Normalise advantages per minibatch to zero mean, unit std.")
+    ent_coef: float = param(0.0, "Entropy bonus coefficient.", min=0)
+    vf_coef: float = param(0.5, "Value loss coefficient.", min=0)
+    max_grad_norm: float | None = param(0.5, "Clip the global gradient norm to this (null: no clipping).", min=0, min_exclusive=True)
+    adam_eps: float = param(1e-5, "Adam epsilon.", min=0, min_exclusive=True)
+
+    def check(self, config: Config) -> None:
+        """Sequences are cut from one rollout and start from their stored state (no burn-in)."""
+        storage = config.storage
+        length = storage.sequence_length
+        if length is not None and length > storage.num_steps:
+            raise ConfigError(
+                f"config key 'storage.sequence_length' = {length} is longer than the rollout (storage.num_steps = {storage.num_steps}); "
+                "sequences are cut from one rollout"
+            )
+        if storage.burn_in:
+            raise ConfigError(
+                f"config key 'storage.burn_in' = {storage.burn_in} is for replayed sequences (recurrent DQN/SAC); on-policy sequences start from their stored state"
+            )
+
+
+@dataclass(frozen=True)
+class ReplayConfig(AlgorithmConfig):
+    """Hyper-parameters shared by the algorithms that learn from a replay buffer."""
+
+    replay = True
+    encoders = 2  # the online network's extractor (SAC/TD3/DDPG: the critics' shared one) and its target's
+
+    lr: float = param(3e-4, "Adam learning rate.", min=0, min_exclusive=True)
+    adam_eps: float = param(1e-8, "Adam epsilon.", min=0, min_exclusive=True)
+    gamma: float = param(0.99, "Discount factor.", min=0, max=1)
+    minibatch_size: int = param(256, "Transitions per gradient step.", min=1, max=10_000_000)
+    update_every: int | None = param(
+        None, "Env steps (per env) between rounds of gradient steps; a round makes update_every * num_envs * updates_per_step of them (null: storage.num_steps).", min=1, max=1_000_000
+    )
+    updates_per_step: float = param(1.0, "Gradient steps per collected transition (the replay ratio).", min=0, min_exclusive=True, max=1_000)
+    start_steps: int = param(1000, "Transitions collected before the first gradient step (SAC/TD3/DDPG act uniformly at random until then).", min=0)
+    tau: float = param(0.005, "Polyak step of the target networks per update (1: copy).", min=0, max=1, min_exclusive=True)
+    n_step: int = param(1, "n-step returns (a Rainbow component for DQN).", min=1, max=10_000)
+    prioritized_replay: bool = param(False, "Prioritized replay, proportional over a sum tree (a Rainbow component for DQN).")
+    per_alpha: float = param(0.6, "Prioritized replay: priority exponent.", min=0)
+    per_beta0: float = param(0.4, "Prioritized replay: initial importance-sampling exponent, annealed to 1.", min=0, max=1)
+    max_grad_norm: float | None = param(None, "Clip the global gradient norm to this (null: no clipping).", min=0, min_exclusive=True)
+    priority_eta: float = param(
+        0.9, "Recurrent DQN/SAC with prioritized replay: a window's priority is eta * max + (1 - eta) * mean of its TD errors (R2D2).", min=0, max=1
+    )
+
+    def prioritized(self) -> bool:
+        """Whether replay is prioritized (DQN's ``rainbow`` turns it on too)."""
+        return self.prioritized_replay
+
+    def steps_per_round(self, config: Config) -> tuple[str, int]:
+        if self.update_every is not None:
+            return "algorithm.update_every", self.update_every
+        return super().steps_per_round(config)
+
+    def check(self, config: Config) -> None:
+        """The warm-up against the first minibatch, the budget and the buffer; replayed sequences."""
+        if self.minibatch_size > self.start_steps:
+            raise ConfigError(
+                f"config key 'algorithm.minibatch_size' = {self.minibatch_size} is larger than algorithm.start_steps = "
+                f"{self.start_steps}: the first gradient step would sample more transitions than the buffer holds; "
+                "raise start_steps or lower minibatch_size"
+            )
+        if self.update_every is not None and config.storage.num_steps not in (StorageConfig.num_steps, self.update_every):
+            raise ConfigError(
+                f"config key 'algorithm.update_every' = {self.update_every} disagrees with storage.num_steps = {config.storage.num_steps}: "
+                "both set the steps per round for a replay algorithm; set one of them"
+            )
+        if self.start_steps > config.run.target_steps:
+            raise ConfigError(
+                f"config key 'algorithm.start_steps' = {self.start_steps} is larger than run.target_steps = {config.run.target_steps}: "
+                "the run would end (or overrun its budget) before its first gradient step; lower start_steps or raise target_steps"
+            )
+        if self.start_steps > config.storage.capacity:
+            raise ConfigError(f"config key 'algorithm.start_steps' = {self.start_steps} is larger than storage.capacity = {config.storage.capacity}")
+        storage = config.storage
+        if config.actor.recurrent.type == "none":
+            return
+        length = storage.sequence_length
+        if length is None:
+            raise ConfigError(f"config key 'storage.sequence_length' is required for a recurrent {self.name.upper()} (R2D2-style sequence replay); e.g. 40")
+        if storage.burn_in >= length:
+            raise ConfigError(
+                f"config key 'storage.burn_in' = {storage.burn_in} must be below storage.sequence_length = {length} "
+                "(the burn-in only warms up the state; the loss needs the steps after it)"
+            )
+        if length > storage.capacity:
+            raise ConfigError(f"config key 'storage.sequence_length' = {length} is larger than storage.capacity = {storage.capacity}")
+
+    def switched_off(self, config: Config) -> list[tuple[bool, list[str], str]]:
+        prioritized = self.prioritized()
+        recurrent = config.actor.recurrent.type != "none"
+        return [
+            (not prioritized, ["per_alpha", "per_beta0", "priority_eta"], "algorithm.prioritized_replay is false"),
+            (prioritized and not recurrent, ["priority_eta"], "it weighs the priorities of replayed sequences: actor.recurrent.type is 'none'"),
+        ]
+
+
+def actor_critic_wiring(algorithm_class: Any, config: Config, observation_space: gym.Space, action_space: gym.Space, *, vtrace: bool = False) -> Wiring:
+    """The on-policy wiring: an :class:`~pytorchrl.agent.actors.on_policy.OnPolicyActor` and a
+    rollout buffer that computes GAE (``gamma`` and ``gae_lambda`` go to it, the storage owns the
+    math), or with ``vtrace`` a time-major buffer whose targets the algorithm computes itself."""
+    from pytorchrl.agent.actors.on_policy import OnPolicyActor
+    from pytorchrl.agent.storages.on_policy.gae_buffer import GAEBuffer
+    from pytorchrl.agent.storages.on_policy.vtrace_buffer import VTraceBuffer
+
+    actor, algo = config.actor, config.algorithm
+    assert isinstance(algo, OnPolicyConfig)
+    actor_factory = OnPolicyActor.create_factory(
+        observation_space, action_space, encoder=encoder_spec(actor), shared_network=actor.shared_network,
+        log_std_init=actor.log_std_init, ortho_init=actor.ortho_init, recurrent=recurrent_spec(actor),
+        action_mask=action_mask_slice(config, observation_space),
+    )
+    state_size = recurrent_state_size(actor, 1 if actor.shared_network else 2)
+    rollout = rollout_shapes(
+        config, observation_space, action_space, config.storage.num_steps, state_size=state_size, state_stride=config.storage.sequence_length
+    )
+    if vtrace:
+        storage_factory = VTraceBuffer.create_factory(gamma=algo.gamma, **rollout)
+    else:
+        storage_factory = GAEBuffer.create_factory(gamma=algo.gamma, gae_lambda=algo.gae_lambda, **rollout)
+    return Wiring(actor=actor_factory, storage=storage_factory, algorithm=algorithm_class.create_factory(config=algo))
+
+
+def replay_storage_factory(config: Config, observation_space: gym.Space, action_space: gym.Space, *, actor_priorities: bool = False) -> Callable[..., Any]:
+    """The replay storage of a replay algorithm's config: rollouts of ``update_every`` steps in,
+    replayed minibatches out; with a recurrent core (``actor.recurrent``), rollouts carry the
+    acting state of every step and overlapping windows of ``storage.sequence_length`` come out
+    (R2D2; returns are then the algorithm's, computed within each window)."""
+    from pytorchrl.agent.storages.off_policy.replay_storage import ReplayStorage
+    from pytorchrl.agent.storages.off_policy.sequence_replay import SequenceReplayStorage
+
+    algo = config.algorithm
+    assert isinstance(algo, ReplayConfig)
+    rollout = rollout_shapes(config, observation_space, action_space, algo.update_every or config.storage.num_steps, state_size=recurrent_state_size(config.actor))
+    common = {
+        "capacity": config.storage.capacity, "prioritized": algo.prioritized(), "alpha": algo.per_alpha, "beta0": algo.per_beta0,
+        "updates_per_step": algo.updates_per_step, "start_steps": algo.start_steps, "checkpoint_buffer": config.storage.checkpoint_buffer,
+    }
+    if rollout["state_size"]:
+        rollout.pop("state_stride")  # every step's state: any step may start a window
+        return SequenceReplayStorage.create_factory(sequence_length=config.storage.sequence_length, **common, **rollout)
+    return ReplayStorage.create_factory(
+        n_step=algo.n_step, gamma=algo.gamma, actor_priorities=actor_priorities and algo.prioritized(), **common, **rollout
+    )
