@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
+from pytorchrl.agent.algorithms import ALGORITHMS
 from pytorchrl.cli import main
 from pytorchrl.config import AtariConfig, apply_overrides, from_dict, load_config
 from pytorchrl.config_applicability import inapplicable_keys
@@ -32,7 +33,7 @@ from tests.conftest import CONFIGS
 
 # unit tests run in well under a second each once the modules are imported; their 30 s timeout allows a busy machine
 
-ALL_ALGORITHMS = "ppo, a2c, impala, appo, dqn, sac, td3, ddpg"
+ALL_ALGORITHMS = ", ".join(ALGORITHMS)
 VECTOR = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 ATARI_FRAMES = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
 
@@ -121,7 +122,7 @@ def test_spaces_no_family_covers_name_the_families(capsys, env_id, what):
 def test_an_algorithm_that_does_not_fit_the_actions_names_those_that_do(capsys):
     err = _bad(capsys, ["train", "--algo", "dqn", "--env", "Pendulum-v1"])
     assert "--algo dqn needs a Discrete action space" in err
-    assert "the algorithms that fit Box actions are ppo, a2c, impala, appo, sac, td3, ddpg" in err
+    assert "the algorithms that fit Box actions are ppo, a2c, impala, appo, sac, td3, ddpg, mpo" in err
     assert "with a default for 'Pendulum-v1': ppo, sac, td3, ddpg" in err
     err = _bad(capsys, ["train", "--algo", "td3", "--env", "MountainCar-v0"])
     assert (

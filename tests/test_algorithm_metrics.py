@@ -24,7 +24,7 @@ CONFIGS = {
     "dqn": {**REPLAY, "env": {"env_id": "CartPole-v1", "num_envs": 4}, "algorithm": {"name": "dqn", "start_steps": 64, "minibatch_size": 32}},
     **{
         name: {**REPLAY, "env": {"env_id": "Pendulum-v1", "num_envs": 1}, "algorithm": {"name": name, "start_steps": 64, "minibatch_size": 32}}
-        for name in ("sac", "td3", "ddpg")
+        for name in ("sac", "td3", "ddpg", "mpo")
     },
 }
 #: what a scheme (not an algorithm) adds to an update's info

@@ -11,13 +11,36 @@ from pytorchrl.agent.algorithms.base import Algorithm
 from pytorchrl.agent.algorithms.dqn import DQN, DQNConfig
 from pytorchrl.agent.algorithms.families import OnPolicyConfig, ReplayConfig
 from pytorchrl.agent.algorithms.impala import APPO, IMPALA, APPOConfig, IMPALAConfig
+from pytorchrl.agent.algorithms.mpo import MPO, MPOConfig
 from pytorchrl.agent.algorithms.ppo import PPO, PPOConfig
 from pytorchrl.agent.algorithms.sac import DDPG, SAC, TD3, DDPGConfig, SACConfig, TD3Config
 from pytorchrl.agent.algorithms.wiring import Wiring, wire
 
-ALGORITHMS: dict[str, type[Algorithm]] = {"ppo": PPO, "a2c": A2C, "impala": IMPALA, "appo": APPO, "dqn": DQN, "sac": SAC, "td3": TD3, "ddpg": DDPG}
+ALGORITHMS: dict[str, type[Algorithm]] = {"ppo": PPO, "a2c": A2C, "impala": IMPALA, "appo": APPO, "dqn": DQN, "sac": SAC, "td3": TD3, "ddpg": DDPG, "mpo": MPO}
 
 __all__ = [
-    "A2C", "ALGORITHMS", "APPO", "DDPG", "DQN", "IMPALA", "PPO", "SAC", "TD3", "A2CConfig", "APPOConfig", "Algorithm", "DDPGConfig", "DQNConfig",
-    "IMPALAConfig", "OnPolicyConfig", "PPOConfig", "ReplayConfig", "SACConfig", "TD3Config", "Wiring", "wire",
+    "A2C",
+    "ALGORITHMS",
+    "APPO",
+    "DDPG",
+    "DQN",
+    "IMPALA",
+    "MPO",
+    "PPO",
+    "SAC",
+    "TD3",
+    "A2CConfig",
+    "APPOConfig",
+    "Algorithm",
+    "DDPGConfig",
+    "DQNConfig",
+    "IMPALAConfig",
+    "MPOConfig",
+    "OnPolicyConfig",
+    "PPOConfig",
+    "ReplayConfig",
+    "SACConfig",
+    "TD3Config",
+    "Wiring",
+    "wire",
 ]
