@@ -467,6 +467,11 @@ def from_dict(raw: dict) -> Config:
     if not isinstance(name, str) or name not in ALGORITHMS:
         raise ConfigError(_bad_choice("algorithm.name", name, tuple(ALGORITHMS)))
     sections = {"algorithm": ALGORITHMS[name].config_class}
+    own = {f.name for f in dataclasses.fields(sections["algorithm"])}
+    for key in algo:
+        takers = [n for n, cls in ALGORITHMS.items() if key not in own and key in {f.name for f in dataclasses.fields(cls.config_class)}]
+        if takers:
+            raise ConfigError(f"config key 'algorithm.{key}' does not apply to algorithm.name = {name!r}; it is a key of {', '.join(takers)}")
     config = _build(Config, raw, "", sections)
     _check_cross_field(config)
     _check_work(config)

@@ -57,7 +57,7 @@ def test_int_accepted_for_float_but_not_bool_for_int():
             {"scheme": {"update_execution": "decentralised", "grad_communication": "asynchronous"}},
             r"'decentralised' needs scheme.grad_communication 'synchronous'",
         ),
-        ({"algorithm": {"name": "a2c", "num_epochs": 3}}, r"unknown config key 'algorithm.num_epochs'"),
+        ({"algorithm": {"name": "a2c", "num_epochs": 3}}, r"config key 'algorithm.num_epochs' does not apply to algorithm.name = 'a2c'; it is a key of ppo, impala, appo"),
     ],
 )
 def test_bad_values_raise_one_line(raw, message):

@@ -16,6 +16,7 @@ from pytorchrl.agent.actors.networks.encoders import EncoderSpec, ImpalaResNet, 
 from pytorchrl.agent.actors.networks.mlp import HIDDEN_GAIN, orthogonal_init
 from pytorchrl.agent.actors.networks.recurrent import RecurrentCore, RecurrentSpec, carried_state, run_core
 from pytorchrl.agent.actors.noise import NoisePart
+from pytorchrl.agent.actors.rnd import RNDSpec, intrinsic_values
 
 
 class OnPolicyActor(nn.Module):
@@ -31,6 +32,9 @@ class OnPolicyActor(nn.Module):
         ``shared_network``); its state is the ``rhs`` of the acting and evaluation methods.
     :param action_mask: where the legal-action mask sits in an observation row (a packed Dict's
         ``action_mask`` key); illegal actions then get probability 0 (Discrete actions only).
+    :param rnd: Random Network Distillation (:mod:`~pytorchrl.agent.actors.rnd`): its networks,
+        and a second value head for the intrinsic returns; :meth:`evaluate_actions` then gives
+        both values (``[B, 2]``), acting and scoring the extrinsic one.
 
     A recurrent actor scores while it acts (one pass per step gives the action, its
     log-probability and the value, and the next state of both cores, which the storage keeps
@@ -52,6 +56,7 @@ class OnPolicyActor(nn.Module):
         ortho_init: bool = True,
         recurrent: RecurrentSpec | None = None,
         action_mask: slice | None = None,
+        rnd: RNDSpec | None = None,
     ) -> None:
         super().__init__()
         self.observation_space = observation_space
@@ -72,7 +77,13 @@ class OnPolicyActor(nn.Module):
         if action_mask is not None and not isinstance(self.action_head, CategoricalHead):
             raise ValueError(f"action masks need a Discrete action space, got {action_space}")
         self.action_mask = action_mask
-        self.value_head = nn.Linear(width, 1)
+        # RND: a second value head (intrinsic returns) and the RND networks, which stay on the learner
+        self.rnd = None if rnd is None else rnd.build(observation_space)
+        if self.rnd is not None and recurrent is not None:
+            raise ValueError("RND takes a memoryless actor (its intrinsic values are scored per observation)")
+        self.value_head = nn.Linear(width, 1 if rnd is None else 2)
+        if self.rnd is not None:
+            self.acting_prefixes = tuple(f"{name}." for name, _ in self.named_children() if name != "rnd")
         if ortho_init:
             orthogonal_init(self.policy_net, HIDDEN_GAIN)
             if self.value_net is not None:
@@ -106,7 +117,20 @@ class OnPolicyActor(nn.Module):
         return cast(CategoricalHead, self.action_head).forward(features, self._mask(obs))
 
     def _value(self, features: torch.Tensor) -> torch.Tensor:
-        return F.linear(features, self.value_head.weight, self.value_head.bias).squeeze(-1)
+        """The (extrinsic) value ``[B]``."""
+        if self.rnd is None:
+            return F.linear(features, self.value_head.weight, self.value_head.bias).squeeze(-1)
+        return F.linear(features, self.value_head.weight[:1], self.value_head.bias[:1]).squeeze(-1)
+
+    def _values(self, features: torch.Tensor) -> torch.Tensor:
+        """Every value head's output: ``[B]``, or ``[B, 2]`` with RND (extrinsic, intrinsic)."""
+        out = F.linear(features, self.value_head.weight, self.value_head.bias)
+        return out.squeeze(-1) if self.rnd is None else out
+
+    def intrinsic_value(self, obs: torch.Tensor) -> torch.Tensor:
+        """The intrinsic value head's output ``[B]`` (RND)."""
+        net = self.policy_net if self.value_net is None else self.value_net
+        return intrinsic_values(self.value_head, net.forward(obs))
 
     # ------------------------------------------------------------- recurrent features
 
@@ -230,7 +254,8 @@ class OnPolicyActor(nn.Module):
     def evaluate_actions(
         self, obs: torch.Tensor, actions: torch.Tensor, rhs: Any = None, done: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``log_prob(actions), entropy, value`` under the current parameters (for the losses).
+        """``log_prob(actions), entropy, value`` under the current parameters (for the losses;
+        with RND ``value`` is ``[B, 2]``, the extrinsic and the intrinsic one).
 
         A recurrent actor takes sequences: ``obs [T, B, ...]``, ``actions [T, B, ...]``, the state
         at their start ``rhs [B, S]`` and the episode starts ``done [T, B]``; outputs are ``[T * B]``.
@@ -240,8 +265,11 @@ class OnPolicyActor(nn.Module):
             features, value_features = self._sequence_features(obs, rhs, done)
             obs, actions = obs.reshape(-1, *obs.shape[2:]), actions.reshape(-1, *actions.shape[2:])
             params, value = self._params(features, obs), self._value(value_features)
-        else:
+        elif self.rnd is None:
             params, value = self.forward(obs)
+        else:
+            features = self.policy_net.forward(obs)
+            params, value = self._params(features, obs), self._values(features if self.value_net is None else self.value_net.forward(obs))
         log_prob, entropy = self.action_head.log_prob_entropy(params, actions)
         return log_prob, entropy, value
 

@@ -9,6 +9,7 @@ import gymnasium as gym
 import torch
 import torch.nn.functional as F
 
+from pytorchrl.agent.actors.rnd import RND_METRICS, add_intrinsic_rewards, predictor_loss
 from pytorchrl.agent.algorithms.base import Algorithm, normalized
 from pytorchrl.agent.algorithms.families import OnPolicyConfig, actor_critic_wiring
 from pytorchrl.agent.algorithms.wiring import Wiring
@@ -18,6 +19,8 @@ from pytorchrl.config import Config, param
 @dataclass(frozen=True)
 class A2CConfig(OnPolicyConfig):
     """Advantage Actor-Critic (Mnih et al. 2016), synchronous, one gradient step per rollout."""
+
+    takes_rnd = True
 
     name: str = param("a2c", "The algorithm.")
     lr: float = param(7e-4, "Adam learning rate.", min=0, min_exclusive=True)
@@ -37,7 +40,17 @@ class A2C(Algorithm):
     recurrent = True
     action_masks = True
     tunable = (*Algorithm.tunable, "ent_coef", "vf_coef")
-    metrics = ("policy_loss", "value_loss", "entropy", "explained_variance", "lr")
+    metrics: tuple[str, ...] = ("policy_loss", "value_loss", "entropy", "explained_variance", "lr")
+
+    def __init__(self, actor: Any, device: str | torch.device = "cpu", config: A2CConfig | None = None, **overrides: Any) -> None:
+        super().__init__(actor, device, config, **overrides)
+        if self.config.rnd.enabled:
+            self.metrics = (*self.metrics, *RND_METRICS)
+
+    def prepare_round(self, storage: Any) -> None:
+        """With RND: the round's intrinsic rewards and their advantages (:func:`add_intrinsic_rewards`)."""
+        if self.config.rnd.enabled:
+            self._intrinsic_reward = add_intrinsic_rewards(self, storage)
 
     @classmethod
     def wire(cls, config: Config, observation_space: gym.Space, action_space: gym.Space) -> Wiring:
@@ -55,4 +68,8 @@ class A2C(Algorithm):
         stats = torch.stack([policy_loss, value_loss, entropy_mean]).detach().tolist()
         info: dict[str, Any] = dict(zip(("policy_loss", "value_loss", "entropy"), stats))
         info["lr"] = self.lr
+        if self.config.rnd.enabled:
+            rnd_loss, rnd_info = predictor_loss(self, batch["obs"])
+            loss = loss + rnd_loss
+            info.update(rnd_info, intrinsic_reward=self._intrinsic_reward)
         return loss, info

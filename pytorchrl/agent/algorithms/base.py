@@ -37,12 +37,13 @@ class Algorithm:
     config_class: ClassVar[type[AlgorithmConfig]]
     #: the action spaces it acts in
     action_spaces: ClassVar[tuple[type[gym.Space], ...]] = (gym.spaces.Discrete, gym.spaces.Box, gym.spaces.MultiDiscrete)
-    #: hyper-parameters (``algorithm.*`` keys, attribute names here) that may change while it
+    #: hyper-parameters (``algorithm.*`` keys of :attr:`config`) that may change while it
     #: trains (:meth:`set_hyperparameters`; what population-based training perturbs)
     tunable: ClassVar[tuple[str, ...]] = ("lr", "max_grad_norm")
     #: the diagnostics its updates report (keys of an update's info, averaged over a log
-    #: interval into progress.csv, TensorBoard and Prometheus; a column from the first row on)
-    metrics: ClassVar[tuple[str, ...]] = ()
+    #: interval into progress.csv, TensorBoard and Prometheus; a column from the first row on;
+    #: an instance may report more, e.g. with RND)
+    metrics: tuple[str, ...] = ()
     #: keywords of its constructor that are not hyper-parameters (DQN's and SAC's ``burn_in``)
     constructor_keys: ClassVar[tuple[str, ...]] = ()
     #: takes a recurrent core (``actor.recurrent``) and action masks (``env.action_mask``)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import gymnasium as gym
 
@@ -21,12 +21,27 @@ from pytorchrl.agent.algorithms.wiring import (
     recurrent_state_size,
     rollout_shapes,
 )
-from pytorchrl.config import AlgorithmConfig, ConfigError, StorageConfig, param
+from pytorchrl.config import AlgorithmConfig, ConfigError, StorageConfig, check_widths, param
 
 if TYPE_CHECKING:
     from pytorchrl.config import Config
 
-__all__ = ["OnPolicyConfig", "ReplayConfig", "actor_critic_wiring", "replay_storage_factory"]
+__all__ = ["OnPolicyConfig", "RNDConfig", "ReplayConfig", "actor_critic_wiring", "replay_storage_factory", "rnd_spec"]
+
+
+@dataclass(frozen=True)
+class RNDConfig:
+    """Random Network Distillation (Burda et al. 2018), an exploration bonus of the on-policy
+    algorithms (:mod:`pytorchrl.agent.actors.rnd`)."""
+
+    enabled: bool = param(False, "Add RND's intrinsic rewards, with their own value head, discount and normalisation.")
+    intrinsic_coef: float = param(1.0, "Weight of the intrinsic advantages in the policy's advantage.", min=0)
+    extrinsic_coef: float = param(2.0, "Weight of the extrinsic (the env's) advantages in the policy's advantage.", min=0)
+    gamma: float = param(0.99, "Discount of the intrinsic returns (non-episodic).", min=0, max=1)
+    update_proportion: float = param(0.25, "Share of each minibatch's observations the predictor trains on.", min=0, min_exclusive=True, max=1)
+    features: int = param(64, "Width of the target and predictor embeddings (Burda et al.: 512 on Atari).", min=1, max=65_536)
+    hidden_sizes: tuple[int, ...] = param((64, 64), "Hidden layers of the target and predictor MLPs (after a Nature CNN on images).")
+    obs_clip: float = param(5.0, "Normalised observations are clipped to [-obs_clip, obs_clip] before the RND networks.", min=0, min_exclusive=True)
 
 
 @dataclass(frozen=True)
@@ -42,9 +57,23 @@ class OnPolicyConfig(AlgorithmConfig):
     vf_coef: float = param(0.5, "Value loss coefficient.", min=0)
     max_grad_norm: float | None = param(0.5, "Clip the global gradient norm to this (null: no clipping).", min=0, min_exclusive=True)
     adam_eps: float = param(1e-5, "Adam epsilon.", min=0, min_exclusive=True)
+    rnd: RNDConfig = param(RNDConfig(), "Random Network Distillation: intrinsic rewards for exploration (PPO, A2C, IMPALA, APPO).")
+
+    #: takes RND (its loss adds the predictor's, its round start scores the rollouts)
+    takes_rnd: ClassVar[bool] = False
 
     def check(self, config: Config) -> None:
-        """Sequences are cut from one rollout and start from their stored state (no burn-in)."""
+        """Sequences are cut from one rollout and start from their stored state (no burn-in);
+        RND needs an algorithm that takes it and a memoryless actor."""
+        if self.rnd.enabled:
+            if not self.takes_rnd:
+                from pytorchrl.agent.algorithms import ALGORITHMS
+
+                takes = ", ".join(name for name, cls in ALGORITHMS.items() if getattr(cls.config_class, "takes_rnd", False))
+                raise ConfigError(f"config key 'algorithm.rnd.enabled' = true: algorithm {self.name!r} does not take RND; these do: {takes}")
+            if config.actor.recurrent.type != "none":
+                raise ConfigError(f"config key 'algorithm.rnd.enabled' = true needs a memoryless actor: actor.recurrent.type is {config.actor.recurrent.type!r}")
+            check_widths("algorithm.rnd.hidden_sizes", self.rnd.hidden_sizes)
         storage = config.storage
         length = storage.sequence_length
         if length is not None and length > storage.num_steps:
@@ -149,7 +178,7 @@ def actor_critic_wiring(algorithm_class: Any, config: Config, observation_space:
     actor_factory = OnPolicyActor.create_factory(
         observation_space, action_space, encoder=encoder_spec(actor), shared_network=actor.shared_network,
         log_std_init=actor.log_std_init, ortho_init=actor.ortho_init, recurrent=recurrent_spec(actor),
-        action_mask=action_mask_slice(config, observation_space),
+        action_mask=action_mask_slice(config, observation_space), rnd=rnd_spec(algo.rnd),
     )
     state_size = recurrent_state_size(actor, 1 if actor.shared_network else 2)
     rollout = rollout_shapes(
@@ -160,6 +189,15 @@ def actor_critic_wiring(algorithm_class: Any, config: Config, observation_space:
     else:
         storage_factory = GAEBuffer.create_factory(gamma=algo.gamma, gae_lambda=algo.gae_lambda, **rollout)
     return Wiring(actor=actor_factory, storage=storage_factory, algorithm=algorithm_class.create_factory(config=algo))
+
+
+def rnd_spec(rnd: RNDConfig) -> Any:
+    """The ``algorithm.rnd`` section as the actor's :class:`~pytorchrl.agent.actors.rnd.RNDSpec` (None: off)."""
+    from pytorchrl.agent.actors.rnd import RNDSpec
+
+    if not rnd.enabled:
+        return None
+    return RNDSpec(features=rnd.features, hidden_sizes=tuple(rnd.hidden_sizes), gamma=rnd.gamma, obs_clip=rnd.obs_clip)
 
 
 def replay_storage_factory(config: Config, observation_space: gym.Space, action_space: gym.Space, *, actor_priorities: bool = False) -> Callable[..., Any]:

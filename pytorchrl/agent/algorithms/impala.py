@@ -22,12 +22,13 @@ The losses:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium as gym
 import torch
 from torch import nn
 
+from pytorchrl.agent.actors.rnd import RND_METRICS, intrinsic_rewards, predictor_loss
 from pytorchrl.agent.algorithms.base import Algorithm, normalized
 from pytorchrl.agent.algorithms.families import OnPolicyConfig, actor_critic_wiring
 from pytorchrl.agent.algorithms.wiring import Wiring
@@ -40,6 +41,7 @@ class IMPALAConfig(OnPolicyConfig):
     """IMPALA (Espeholt et al. 2018): actor-critic on V-trace targets, for lagged (asynchronous) rollouts."""
 
     unrolls = True
+    takes_rnd = True
 
     name: str = param("impala", "The algorithm.")
     lr: float = param(5e-4, "Adam learning rate.", min=0, min_exclusive=True)
@@ -89,7 +91,7 @@ class IMPALA(Algorithm):
     recurrent = True
     action_masks = True
     tunable = (*Algorithm.tunable, "ent_coef", "vf_coef", "rho_bar", "c_bar", "num_epochs")
-    metrics: ClassVar[tuple[str, ...]] = ("policy_loss", "value_loss", "entropy", "approx_kl", "rho_mean", "explained_variance", "lr")
+    metrics: tuple[str, ...] = ("policy_loss", "value_loss", "entropy", "approx_kl", "rho_mean", "explained_variance", "lr")
 
     @classmethod
     def wire(cls, config: Config, observation_space: gym.Space, action_space: gym.Space) -> Wiring:
@@ -99,10 +101,16 @@ class IMPALA(Algorithm):
         super().__init__(actor, device, config, **overrides)
         if self.config.targets not in ("minibatch", "round"):
             raise ValueError(f"targets must be 'minibatch' or 'round', got {self.config.targets!r}")
+        self._intrinsic_reward = float("nan")
+        if self.config.rnd.enabled:
+            self.metrics = (*self.metrics, *RND_METRICS)
 
     def prepare_round(self, storage: Any) -> None:
         """Score the round's rollouts once with the network as it is now, where the configuration
-        asks for it (:meth:`_round_fields`), and with ``targets: round`` shuffle transitions."""
+        asks for it (:meth:`_round_fields`), and with ``targets: round`` shuffle transitions.
+        With RND, each rollout first gets its ``intrinsic_rewards`` (:func:`intrinsic_rewards`)."""
+        if self.config.rnd.enabled:
+            self._intrinsic_reward = intrinsic_rewards(self, storage.rollouts(), storage.annotate)
         if self._scores_round():
             with torch.no_grad():
                 storage.annotate(self._round_fields)
@@ -127,11 +135,21 @@ class IMPALA(Algorithm):
     def _vtrace(self, batch: dict[str, torch.Tensor], log_prob: torch.Tensor, value: torch.Tensor, bootstrap: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """V-trace ``vs``, advantages and ``rho`` ``[T, n]`` of a time-major batch scored by ``log_prob`` and ``value`` ``[T * n]``."""
         t, n = batch["rewards"].shape
-        values = torch.cat([value.detach().view(t, n), bootstrap.view(1, n)])
-        return compute_vtrace(
-            batch["log_probs"], log_prob.view(t, n), batch["rewards"], values, batch["terminated"], batch["truncated"], batch["valid"],
-            gamma=self.config.gamma, lambda_=self.config.gae_lambda, rho_bar=self.config.rho_bar, c_bar=self.config.c_bar,
+        cfg = self.config
+        values = torch.cat([value.detach().view(t, n, -1), bootstrap.view(1, n, -1)])
+        vs, advantages, rho = compute_vtrace(
+            batch["log_probs"], log_prob.view(t, n), batch["rewards"], values[..., 0], batch["terminated"], batch["truncated"], batch["valid"],
+            gamma=cfg.gamma, lambda_=cfg.gae_lambda, rho_bar=cfg.rho_bar, c_bar=cfg.c_bar,
         )
+        if not cfg.rnd.enabled:
+            return vs, advantages, rho
+        # the intrinsic stream: its own values and discount, non-episodic (no episode end stops it)
+        never = torch.zeros_like(batch["terminated"])
+        vs_i, advantages_i, _ = compute_vtrace(
+            batch["log_probs"], log_prob.view(t, n), batch["intrinsic_rewards"], values[..., 1], never, never, batch["valid"],
+            gamma=cfg.rnd.gamma, lambda_=cfg.gae_lambda, rho_bar=cfg.rho_bar, c_bar=cfg.c_bar,
+        )
+        return torch.stack([vs, vs_i], -1), cfg.rnd.extrinsic_coef * advantages + cfg.rnd.intrinsic_coef * advantages_i, rho
 
     def _forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Current-policy log-probs, entropies and values ``[T * n]`` of a time-major batch, and the
@@ -146,6 +164,8 @@ class IMPALA(Algorithm):
         log_prob, entropy, value = self.actor.evaluate_actions(obs[:t].reshape(t * n, *obs.shape[2:]), actions.reshape(t * n, *actions.shape[2:]))
         with torch.no_grad():
             bootstrap = self.actor.get_value(obs[t])
+            if self.config.rnd.enabled:
+                bootstrap = torch.stack([bootstrap, self.actor.intrinsic_value(obs[t])], -1)
         return log_prob, entropy, value, bootstrap
 
     def _evaluate(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -163,7 +183,7 @@ class IMPALA(Algorithm):
         if self.config.normalize_advantages:
             advantages = normalized(advantages, mask.bool())
         e = {
-            "log_prob": log_prob, "entropy": entropy, "value": value, "vs": vs.reshape(-1), "advantages": advantages,
+            "log_prob": log_prob, "entropy": entropy, "value": value, "vs": vs.reshape(value.shape), "advantages": advantages,
             "rho": rho.reshape(-1), "mask": mask, "count": mask.sum().clamp(min=1.0), "behaviour_log_prob": batch["log_probs"].reshape(-1),
         }
         if "round_log_probs" in batch:
@@ -173,9 +193,20 @@ class IMPALA(Algorithm):
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor | None, dict[str, float]]:
         e = self._evaluate(batch)
         policy_loss, extra = self._policy_loss(e)
-        value_loss = 0.5 * (((e["vs"] - e["value"]) ** 2) * e["mask"]).sum() / e["count"]
+        squared = (e["vs"] - e["value"]) ** 2
+        if squared.dim() > 1:  # the extrinsic and the intrinsic value (RND): their mean, as PPO's loss
+            squared = squared.mean(-1)
+        value_loss = 0.5 * (squared * e["mask"]).sum() / e["count"]
         entropy_mean = (e["entropy"] * e["mask"]).sum() / e["count"]
         loss = policy_loss + self.config.vf_coef * value_loss - self.config.ent_coef * entropy_mean
+        rnd_info: dict[str, float] = {}
+        if self.config.rnd.enabled:
+            obs = batch["obs"]
+            if "vs" not in batch or "states" in batch:  # time-major: the bootstrap row is no transition
+                obs = obs[: batch["rewards"].shape[0]].reshape(-1, *obs.shape[2:])
+            rnd_loss, rnd_info = predictor_loss(self, obs)
+            loss = loss + rnd_loss
+            rnd_info["intrinsic_reward"] = self._intrinsic_reward
         with torch.no_grad():
             log_ratio = (e["log_prob"] - e["behaviour_log_prob"]) * e["mask"]
             approx_kl = (((log_ratio.exp() - 1) - log_ratio) * e["mask"]).sum() / e["count"]
@@ -183,6 +214,7 @@ class IMPALA(Algorithm):
             stats = torch.stack([policy_loss, value_loss, entropy_mean, approx_kl, rho_mean, *extra.values()]).tolist()
         info: dict[str, Any] = dict(zip(("policy_loss", "value_loss", "entropy", "approx_kl", "rho_mean", *extra), stats))
         info["lr"] = self.lr
+        info.update(rnd_info)
         return loss, info
 
     def _policy_loss(self, e: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pytorchrl.agent.actors.rnd import RND_METRICS, add_intrinsic_rewards, predictor_loss
 from pytorchrl.agent.algorithms.base import Algorithm, normalized
 from pytorchrl.agent.algorithms.families import OnPolicyConfig, actor_critic_wiring
 from pytorchrl.agent.algorithms.wiring import Wiring
@@ -19,6 +20,8 @@ from pytorchrl.config import Config, param
 @dataclass(frozen=True)
 class PPOConfig(OnPolicyConfig):
     """Proximal Policy Optimisation (Schulman et al. 2017), clipped objective."""
+
+    takes_rnd = True
 
     name: str = param("ppo", "The algorithm.")
     num_epochs: int = param(10, "Passes over each rollout.", min=1, max=10_000)
@@ -44,7 +47,7 @@ class PPO(Algorithm):
     recurrent = True
     action_masks = True
     tunable = (*Algorithm.tunable, "clip_range", "clip_range_vf", "ent_coef", "vf_coef", "target_kl", "num_epochs")
-    metrics = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance", "lr", "clip_range")
+    metrics: tuple[str, ...] = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance", "lr", "clip_range")
 
     @classmethod
     def wire(cls, config: Config, observation_space: gym.Space, action_space: gym.Space) -> Wiring:
@@ -53,6 +56,13 @@ class PPO(Algorithm):
     def __init__(self, actor: nn.Module, device: str | torch.device = "cpu", config: PPOConfig | None = None, **overrides: Any) -> None:
         super().__init__(actor, device, config, **overrides)
         self.initial_clip_range = self.config.clip_range
+        if self.config.rnd.enabled:
+            self.metrics = (*self.metrics, *RND_METRICS)
+
+    def prepare_round(self, storage: Any) -> None:
+        """With RND: the round's intrinsic rewards and their advantages (:func:`add_intrinsic_rewards`)."""
+        if self.config.rnd.enabled:
+            self._intrinsic_reward = add_intrinsic_rewards(self, storage)
 
     def set_progress(self, progress: float) -> None:
         super().set_progress(progress)
@@ -74,6 +84,11 @@ class PPO(Algorithm):
         value_loss = F.mse_loss(value, batch["returns"])
         entropy_mean = entropy.mean()
         loss = policy_loss + self.config.vf_coef * value_loss - self.config.ent_coef * entropy_mean
+        rnd_info: dict[str, float] = {}
+        if self.config.rnd.enabled:
+            rnd_loss, rnd_info = predictor_loss(self, batch["obs"])
+            loss = loss + rnd_loss
+            rnd_info["intrinsic_reward"] = self._intrinsic_reward
         with torch.no_grad():
             approx_kl = ((ratio - 1) - log_ratio).mean()  # Schulman's k3 estimator
             clip_fraction = ((ratio - 1).abs() > clip).float().mean()
@@ -81,6 +96,7 @@ class PPO(Algorithm):
         info: dict[str, Any] = dict(zip(("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction"), stats))
         info["lr"] = self.lr
         info["clip_range"] = clip
+        info.update(rnd_info)
         approx_kl = info["approx_kl"]
         if self.config.target_kl is not None and approx_kl > 1.5 * self.config.target_kl:
             self.stop_round = True

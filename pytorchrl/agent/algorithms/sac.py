@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -87,7 +87,7 @@ class PolicyCritic(Algorithm):
     policy = "gaussian"
     num_critics = 2
     tunable = (*Algorithm.tunable, "tau")
-    metrics: ClassVar[tuple[str, ...]] = ("value_loss", "policy_loss", "q_mean")
+    metrics: tuple[str, ...] = ("value_loss", "policy_loss", "q_mean")
 
     @classmethod
     def check_action_space(cls, action_space: gym.Space) -> str | None:

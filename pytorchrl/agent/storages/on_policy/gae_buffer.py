@@ -23,7 +23,7 @@ computed on the whole rollout first, so chunking changes nothing in them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -46,6 +46,7 @@ class GAEBuffer(RolloutStorage):
         self.gae_lambda = gae_lambda
         self._flat: dict[str, torch.Tensor] | None = None
         self._recurrent = False
+        self._stream: tuple[Callable[..., tuple[torch.Tensor, torch.Tensor]], float, float, float] | None = None
 
     def before_gradients(self) -> None:
         """Compute every received rollout's advantages and returns and join their valid transitions."""
@@ -56,6 +57,29 @@ class GAEBuffer(RolloutStorage):
         dim = 1 if self._recurrent else 0
         self._flat = parts[0] if len(parts) == 1 else {k: torch.cat([p[k] for p in parts], dim=0 if k == "states" else dim) for k in parts[0]}
 
+    def rollouts(self) -> list[dict[str, torch.Tensor]]:
+        """This round's rollouts as received (``obs [T + 1, N, ...]``, step fields ``[T, N]``)."""
+        return self._received
+
+    def annotate(self, fn: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]) -> None:
+        """Add the fields ``fn(rollout)`` (each ``[T, N]``) to every received rollout (as
+        :meth:`VTraceBuffer.annotate <pytorchrl.agent.storages.on_policy.vtrace_buffer.VTraceBuffer.annotate>`)."""
+        for rollout in self._received:
+            rollout.update(fn(rollout))
+
+    def add_reward_stream(
+        self, fn: Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]], *, gamma: float, extrinsic_coef: float, intrinsic_coef: float
+    ) -> None:
+        """A second reward stream for this round (RND's intrinsic rewards): ``fn(rollout)``
+        gives its rewards ``[T, N]`` and the values of every observation ``[T + 1, N]``. Its
+        GAE is non-episodic (episode ends neither stop nor cut its bootstrap; only the reset
+        steps, which are no transitions, cut the lambda chain) with discount ``gamma``; the
+        advantages become ``extrinsic_coef * A_e + intrinsic_coef * A_i``, and ``values`` and
+        ``returns`` get a last dim of 2 (extrinsic, intrinsic) for the two value heads.
+        Call after :meth:`before_gradients`, which it repeats."""
+        self._stream = (fn, gamma, extrinsic_coef, intrinsic_coef)
+        self.before_gradients()
+
     def _steps(self, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One rollout's per-step fields ``[T, N, ...]`` with its advantages and returns."""
         advantages, returns = compute_gae(
@@ -63,8 +87,17 @@ class GAEBuffer(RolloutStorage):
             gamma=self.gamma, gae_lambda=self.gae_lambda,
         )
         t = data["rewards"].shape[0]
+        values = data["values"][:t]
+        if self._stream is not None:
+            fn, gamma, extrinsic_coef, intrinsic_coef = self._stream
+            rewards, stream_values = fn(data)
+            never = torch.zeros_like(data["terminated"])
+            stream_advantages, stream_returns = compute_gae(rewards, stream_values, never, never, data["valid"], gamma=gamma, gae_lambda=self.gae_lambda)
+            advantages = extrinsic_coef * advantages + intrinsic_coef * stream_advantages
+            returns = torch.stack([returns, stream_returns], -1)
+            values = torch.stack([values, stream_values[:t]], -1)
         return {
-            "obs": data["obs"][:t], "actions": data["actions"], "log_probs": data["log_probs"], "values": data["values"][:t],
+            "obs": data["obs"][:t], "actions": data["actions"], "log_probs": data["log_probs"], "values": values,
             "advantages": advantages, "returns": returns,
         }
 
@@ -91,6 +124,8 @@ class GAEBuffer(RolloutStorage):
         if self._flat is None:
             return float("nan")
         target, predicted = self._flat["returns"], self._flat["values"]
+        if target.dim() > (2 if self._recurrent else 1):  # two reward streams: the extrinsic one's
+            target, predicted = target[..., 0], predicted[..., 0]
         if self._recurrent:
             keep = self._flat["valid"]
             target, predicted = target[keep], predicted[keep]
@@ -119,6 +154,7 @@ class GAEBuffer(RolloutStorage):
         """Drop the data used for this round of gradients."""
         super().after_gradients()
         self._flat = None
+        self._stream = None
 
 
 def valid_transitions(steps: dict[str, torch.Tensor], valid: torch.Tensor, device: str | torch.device) -> dict[str, torch.Tensor]:

@@ -73,6 +73,10 @@ class VTraceBuffer(RolloutStorage):
             out.append(part)
         return out
 
+    def rollouts(self) -> list[dict[str, torch.Tensor]]:
+        """This round's rollouts as received (or as sequences, when recurrent)."""
+        return self._rollouts
+
     def annotate(self, fn: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]) -> None:
         """Add the fields ``fn(rollout)`` (each ``[T, n]``) to every received rollout (or sequence);
         the minibatches carry them, sliced like ``rewards``. Call after :meth:`before_gradients`."""
