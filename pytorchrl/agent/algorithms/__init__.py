@@ -11,13 +11,14 @@ from pytorchrl.agent.algorithms.base import Algorithm
 from pytorchrl.agent.algorithms.dqn import DQN, DQNConfig
 from pytorchrl.agent.algorithms.families import OnPolicyConfig, ReplayConfig
 from pytorchrl.agent.algorithms.impala import APPO, IMPALA, APPOConfig, IMPALAConfig
+from pytorchrl.agent.algorithms.mpc import MPC, MPCConfig
 from pytorchrl.agent.algorithms.ppo import PPO, PPOConfig
 from pytorchrl.agent.algorithms.sac import DDPG, SAC, TD3, DDPGConfig, SACConfig, TD3Config
 from pytorchrl.agent.algorithms.wiring import Wiring, wire
 
-ALGORITHMS: dict[str, type[Algorithm]] = {"ppo": PPO, "a2c": A2C, "impala": IMPALA, "appo": APPO, "dqn": DQN, "sac": SAC, "td3": TD3, "ddpg": DDPG}
+ALGORITHMS: dict[str, type[Algorithm]] = {"ppo": PPO, "a2c": A2C, "impala": IMPALA, "appo": APPO, "dqn": DQN, "sac": SAC, "td3": TD3, "ddpg": DDPG, "mpc": MPC}
 
 __all__ = [
-    "A2C", "ALGORITHMS", "APPO", "DDPG", "DQN", "IMPALA", "PPO", "SAC", "TD3", "A2CConfig", "APPOConfig", "Algorithm", "DDPGConfig", "DQNConfig",
-    "IMPALAConfig", "OnPolicyConfig", "PPOConfig", "ReplayConfig", "SACConfig", "TD3Config", "Wiring", "wire",
+    "A2C", "ALGORITHMS", "APPO", "DDPG", "DQN", "IMPALA", "MPC", "PPO", "SAC", "TD3", "A2CConfig", "APPOConfig", "Algorithm", "DDPGConfig", "DQNConfig",
+    "IMPALAConfig", "MPCConfig", "OnPolicyConfig", "PPOConfig", "ReplayConfig", "SACConfig", "TD3Config", "Wiring", "wire",
 ]
