@@ -32,7 +32,7 @@ from tests.conftest import CONFIGS
 
 # unit tests run in well under a second each once the modules are imported; their 30 s timeout allows a busy machine
 
-ALL_ALGORITHMS = "ppo, a2c, impala, appo, dqn, sac, td3, ddpg"
+ALL_ALGORITHMS = "ppo, a2c, impala, appo, dqn, sac, td3, ddpg, mpc"
 VECTOR = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 ATARI_FRAMES = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
 

@@ -242,6 +242,15 @@ R2D2_TINY = {
     "storage": {"num_steps": 16, "capacity": 2_000, "checkpoint_buffer": True, "sequence_length": 8, "burn_in": 2},
     "algorithm": {**DQN_TINY["algorithm"], "minibatch_size": 8, "updates_per_step": 0.125, "double_q": True},
 }
+# the model's normalisation statistics and the planners' draws from the acting streams
+MPC_TINY = {
+    "env": {"env_id": "Pendulum-v1", "num_envs": 2, "num_test_envs": 1},
+    "actor": {"hidden_sizes": [16]},
+    "storage": {"capacity": 2_000, "checkpoint_buffer": True},
+    "algorithm": {"name": "mpc", "update_every": 64, "start_steps": 128, "minibatch_size": 32, "updates_per_step": 0.125, "ensemble_size": 2,
+                  "num_candidates": 20, "horizon": 4, "cem_iterations": 2, "num_elites": 4},
+    "run": {**DQN_TINY["run"], "eval_episodes": 1},
+}
 PPO_GRU_TINY = {
     **TINY_GRU,
     "run": {"target_steps": 1_536, "log_every": 128, "eval_every": 512, "eval_episodes": 2, "checkpoint_every": 512,
@@ -251,7 +260,7 @@ PPO_GRU_TINY = {
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("raw", [DQN_TINY, RAINBOW_TINY, R2D2_TINY, PPO_GRU_TINY], ids=["dqn", "rainbow", "r2d2", "ppo-gru"])
+@pytest.mark.parametrize("raw", [DQN_TINY, RAINBOW_TINY, R2D2_TINY, PPO_GRU_TINY, MPC_TINY], ids=["dqn", "rainbow", "r2d2", "ppo-gru", "mpc"])
 def test_a_run_resumed_mid_way_equals_the_whole_run(tmp_path, raw):
     """Replay buffers (R2D2's windows and stream tails included), recurrent states carried by the
     workers between rollouts, random streams: a run resumed from its middle checkpoint ends
@@ -278,5 +287,5 @@ def test_a_run_resumed_mid_way_equals_the_whole_run(tmp_path, raw):
     assert learning_rows(resumed_dir / "progress.csv") == learning_rows(tmp_path / "whole" / "progress.csv")
     final_whole = ckpt.load_checkpoint(tmp_path / "whole" / "checkpoints" / "step_1536")[0]
     final_resumed = ckpt.load_checkpoint(resumed_dir / "checkpoints" / "step_1536")[0]
-    assert ("replay_buffer" in final_whole["scheme"]["local_gradient_worker"]) == (raw["algorithm"]["name"] == "dqn")
+    assert ("replay_buffer" in final_whole["scheme"]["local_gradient_worker"]) == (raw["algorithm"]["name"] in ("dqn", "mpc"))
     assert_same_state(final_whole["scheme"], final_resumed["scheme"])
