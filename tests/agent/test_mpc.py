@@ -214,7 +214,7 @@ def test_mpc_learns_pendulum_within_1200_steps():
     shipped config's (64-64, CEM 300 x 3 over 25 steps): a random policy scores about -1200.
     Measured eval means after 1200 steps: -244 (seed 0, this test) and -208 (seed 1); over 20
     steps instead of 25, -484, -204 and -149 (seeds 0-2), the swing-up from the bottom being
-    what a short horizon misses. ~50 s of one core (134 s on the 2-core VM under 5x load)."""
+    what a short horizon misses. 134 s wall for seed 0 on the 2-core VM while other jobs kept its load near 10."""
     cfg = load_config(CONFIGS / "mpc/pendulum.yaml", [
         "run.target_steps=1200", "run.eval_every=1200", "run.stop_at_return=null", "actor.hidden_sizes=[64, 64]", "algorithm.num_candidates=300",
         "algorithm.cem_iterations=3", "algorithm.num_elites=30", "algorithm.horizon=25",
