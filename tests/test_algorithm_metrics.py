@@ -26,6 +26,9 @@ CONFIGS = {
         name: {**REPLAY, "env": {"env_id": "Pendulum-v1", "num_envs": 1}, "algorithm": {"name": name, "start_steps": 64, "minibatch_size": 32}}
         for name in ("sac", "td3", "ddpg", "mpo")
     },
+    # a round of 64 steps, 32 of them planned, before the 150 updates: the statistics and the planner run too
+    "mpc": {**REPLAY, "env": {"env_id": "Pendulum-v1", "num_envs": 1}, "algorithm": {
+        "name": "mpc", "start_steps": 32, "minibatch_size": 32, "update_every": 32, "updates_per_step": 1.0, "num_candidates": 50, "horizon": 5}},
 }
 #: what a scheme (not an algorithm) adds to an update's info
 SCHEME_KEYS = {"collect_time_s", "gradient_time_s", "apply_time_s", "policy_lag_mean", "gradient_staleness", "worker_replace_s"}

@@ -256,6 +256,15 @@ MPO_TINY = {
     "env": {"env_id": "Pendulum-v1", "num_envs": 2, "num_test_envs": 2},
     "algorithm": {"name": "mpo", "start_steps": 128, "minibatch_size": 32, "updates_per_step": 0.25, "num_action_samples": 4},
 }
+# the model's normalisation statistics and the planners' draws from the acting streams
+MPC_TINY = {
+    "env": {"env_id": "Pendulum-v1", "num_envs": 2, "num_test_envs": 1},
+    "actor": {"hidden_sizes": [16]},
+    "storage": {"capacity": 2_000, "checkpoint_buffer": True},
+    "algorithm": {"name": "mpc", "update_every": 64, "start_steps": 128, "minibatch_size": 32, "updates_per_step": 0.125, "ensemble_size": 2,
+                  "num_candidates": 20, "horizon": 4, "cem_iterations": 2, "num_elites": 4},
+    "run": {**DQN_TINY["run"], "eval_episodes": 1},
+}
 PPO_GRU_TINY = {
     **TINY_GRU,
     "run": {"target_steps": 1_536, "log_every": 128, "eval_every": 512, "eval_episodes": 2, "checkpoint_every": 512,
@@ -266,7 +275,7 @@ PPO_GRU_TINY = {
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
-    "raw", [DQN_TINY, RAINBOW_TINY, R2D2_TINY, PPO_GRU_TINY, RND_TINY, MPO_TINY], ids=["dqn", "rainbow", "r2d2", "ppo-gru", "ppo-rnd", "mpo"]
+    "raw", [DQN_TINY, RAINBOW_TINY, R2D2_TINY, PPO_GRU_TINY, RND_TINY, MPO_TINY, MPC_TINY], ids=["dqn", "rainbow", "r2d2", "ppo-gru", "ppo-rnd", "mpo", "mpc"]
 )
 def test_a_run_resumed_mid_way_equals_the_whole_run(tmp_path, raw):
     """Replay buffers (R2D2's windows and stream tails included), recurrent states carried by the

@@ -11,12 +11,15 @@ from pytorchrl.agent.algorithms.base import Algorithm
 from pytorchrl.agent.algorithms.dqn import DQN, DQNConfig
 from pytorchrl.agent.algorithms.families import OnPolicyConfig, ReplayConfig
 from pytorchrl.agent.algorithms.impala import APPO, IMPALA, APPOConfig, IMPALAConfig
+from pytorchrl.agent.algorithms.mpc import MPC, MPCConfig
 from pytorchrl.agent.algorithms.mpo import MPO, MPOConfig
 from pytorchrl.agent.algorithms.ppo import PPO, PPOConfig
 from pytorchrl.agent.algorithms.sac import DDPG, SAC, TD3, DDPGConfig, SACConfig, TD3Config
 from pytorchrl.agent.algorithms.wiring import Wiring, wire
 
-ALGORITHMS: dict[str, type[Algorithm]] = {"ppo": PPO, "a2c": A2C, "impala": IMPALA, "appo": APPO, "dqn": DQN, "sac": SAC, "td3": TD3, "ddpg": DDPG, "mpo": MPO}
+ALGORITHMS: dict[str, type[Algorithm]] = {
+    "ppo": PPO, "a2c": A2C, "impala": IMPALA, "appo": APPO, "dqn": DQN, "sac": SAC, "td3": TD3, "ddpg": DDPG, "mpo": MPO, "mpc": MPC,
+}
 
 __all__ = [
     "A2C",
@@ -25,6 +28,7 @@ __all__ = [
     "DDPG",
     "DQN",
     "IMPALA",
+    "MPC",
     "MPO",
     "PPO",
     "SAC",
@@ -35,6 +39,7 @@ __all__ = [
     "DDPGConfig",
     "DQNConfig",
     "IMPALAConfig",
+    "MPCConfig",
     "MPOConfig",
     "OnPolicyConfig",
     "PPOConfig",

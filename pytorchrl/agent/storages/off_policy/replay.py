@@ -383,6 +383,16 @@ class ReplayBuffer:
         prio = None if priorities is None else np.concatenate([as_array(priorities).reshape(t * n), np.zeros(n)])
         self.sampler.added(rows, ready, prio)
 
+    def transitions(self) -> dict[str, np.ndarray]:
+        """Every stored transition, one step each: ``obs``, ``actions``, ``rewards`` (one-step)
+        and ``next_obs`` of the ready rows, in ring order (copies; empty before the first add).
+        What a model-based learner computes its normalisation statistics from."""
+        if not self._arrays:
+            return {}
+        a = self._arrays
+        rows = np.flatnonzero(a["ready"][: self.size])
+        return {"obs": a["obs"][rows], "actions": a["actions"][rows], "rewards": a["rewards"][rows], "next_obs": a["obs"][a["next_row"][rows]]}
+
     # ------------------------------------------------------------------ sampling
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
