@@ -5,6 +5,7 @@ of a relabelling buffer, the config's one-line refusals, and DQN + HER learning 
 from __future__ import annotations
 
 import copy
+import csv
 import functools
 import io
 import json
@@ -72,6 +73,26 @@ def test_bit_flipping_goal_functions_are_vectorised():
     np.testing.assert_array_equal(BitFlippingEnv.compute_reward(achieved, desired, None), expected)
     np.testing.assert_array_equal(BitFlippingEnv.compute_terminated(achieved, desired, None), expected == 0)
     assert BitFlippingEnv.compute_reward(achieved[0, 0], desired[0], {}) == 0.0  # one goal: a scalar
+
+
+@pytest.mark.timeout(10)
+def test_episode_outcomes_carry_is_success_where_the_env_reports_it():
+    """Success is 'ended on its goal': the last reward 0, the return one above minus the length."""
+    from pytorchrl.envs.vec_env import VecEnv
+
+    envs = VecEnv("pytorchrl/BitFlipping-v0", num_envs=3, seed=0, env_kwargs={"n_bits": 2})
+    envs.reset()
+    for _ in range(40):
+        envs.step(torch.randint(2, (3,)))
+    outcomes = envs.pop_episode_outcomes()
+    assert {success for *_, success in outcomes} == {True, False}
+    assert all(success == (ret == 1 - length) for _, ret, length, success in outcomes)
+    cartpole = VecEnv("CartPole-v1", num_envs=2, seed=0)
+    cartpole.reset()
+    for _ in range(60):
+        cartpole.step(torch.zeros(2, dtype=torch.long))
+    outcomes = cartpole.pop_episode_outcomes()
+    assert outcomes and all(success is None for *_, success in outcomes)  # CartPole reports no success
 
 
 # ------------------------------------------------------------------------- a reference history
@@ -394,3 +415,7 @@ def test_dqn_with_her_flips_bits_to_their_goal(tmp_path):
         learner.close()
     assert summary["final_eval_success_rate"] >= 0.9, summary
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["final_eval_success_rate"] == summary["final_eval_success_rate"]
+    with open(tmp_path / "run" / "progress.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert float(rows[-1]["eval_success_rate"]) == summary["final_eval_success_rate"]
+    assert rows[0]["eval_success_rate"] != "" and float(rows[0]["eval_success_rate"]) < 0.9  # learnt, not there from the start
