@@ -34,6 +34,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "EnvConfig",
+    "HERConfig",
     "InferenceServerConfig",
     "RayConfig",
     "RecurrentConfig",
@@ -195,6 +196,22 @@ class ActorConfig:
 
 
 @dataclass(frozen=True)
+class HERConfig:
+    """Hindsight Experience Replay (Andrychowicz et al. 2017): replayed transitions of a goal env
+    (a Dict observation with ``observation``, ``achieved_goal`` and ``desired_goal``) get, with
+    probability k / (k + 1), a goal the same episode achieved instead of the one it was given,
+    and the env's ``compute_reward`` for it (:mod:`pytorchrl.agent.storages.off_policy.her`)."""
+
+    strategy: str = param(
+        "none",
+        "Where relabelled goals come from: 'future' (a goal achieved at or after the transition), 'final' (the episode's last), "
+        "'episode' (any of the episode's), or 'none' (no relabelling).",
+        choices=("none", "future", "final", "episode"),
+    )
+    k: int = param(4, "Relabelled goals per real one: a sampled transition is relabelled with probability k / (k + 1).", min=1, max=1_000)
+
+
+@dataclass(frozen=True)
 class StorageConfig:
     """The rollouts workers collect, and (off-policy algorithms) the replay buffer they fill."""
 
@@ -210,6 +227,7 @@ class StorageConfig:
         max=100_000,
     )
     burn_in: int = param(0, "Recurrent DQN/SAC: first steps of each replayed sequence that only warm up the state (no loss; R2D2).", min=0, max=100_000)
+    her: HERConfig = param(HERConfig(), "Off-policy, goal envs: Hindsight Experience Replay of the replay buffer.")
 
 
 #: the widest MLP layer and CNN stack a config may ask for (a 65,536-wide square layer is 16 GiB of float32 weights;
@@ -582,6 +600,7 @@ def _check_cross_field(config: Config) -> None:
         )
     _check_inference(scheme)
     _check_sequences(config)
+    _check_her(config)
     config.algorithm.check(config)
     check_widths("actor.hidden_sizes", config.actor.hidden_sizes, MAX_WIDTH, MAX_LAYERS)
     check_widths("actor.cnn_channels", config.actor.cnn_channels, MAX_CHANNELS, MAX_CNN_STACKS)
@@ -634,6 +653,22 @@ def _check_sequences(config: Config) -> None:
         )
     if burn_in:
         raise ConfigError(f"config key 'storage.burn_in' = {burn_in} is for recurrent policies; set actor.recurrent.type to 'gru' or 'lstm'")
+
+
+def _check_her(config: Config) -> None:
+    """Hindsight relabelling happens in a replay buffer; the replay family checks the rest
+    (:meth:`~pytorchrl.agent.algorithms.families.ReplayConfig.check`), the env's spaces are checked
+    where the storage is wired."""
+    strategy = config.storage.her.strategy
+    if strategy == "none" or config.algorithm.replay:
+        return
+    from pytorchrl.agent.algorithms import ALGORITHMS
+
+    takes = ", ".join(name for name, cls in ALGORITHMS.items() if cls.config_class.replay)
+    raise ConfigError(
+        f"config key 'storage.her.strategy' = {strategy!r} relabels replayed transitions: algorithm {config.algorithm.name!r} keeps no replay "
+        f"buffer; these do: {takes}"
+    )
 
 
 def round_env_steps(config: Config) -> tuple[str, int]:

@@ -5,7 +5,7 @@ Two checks the field-by-field validation of :mod:`pytorchrl.config` cannot make:
 * **Keys that do not apply** (:func:`inapplicable_keys`): a key set to something other than its
   default that this run never reads: ``env.atari.*`` on an env that is not ALE, ``actor.cnn_*``
   on a network without a CNN, the Ornstein-Uhlenbeck keys of Gaussian exploration, a replay
-  buffer's size for an on-policy algorithm... They are accepted (a config shared between envs is
+  buffer's size for an on-policy algorithm, HER's ``k`` without relabelling... They are accepted (a config shared between envs is
   legitimate) but :func:`warn_inapplicable` names them all in one warning per run, so that a
   user who meant them learns that they changed nothing. "Set" means *differs from the default*,
   not *written in the YAML*: a resumed run's ``config.yaml`` holds every key, defaults included,
@@ -89,6 +89,8 @@ def inapplicable_keys(config: Config, observation_space: gym.Space) -> list[tupl
     found += _actor_keys(config, observation_space)
     if not config.algorithm.replay:
         found += _group(config.storage, "storage", ["capacity", "checkpoint_buffer"], f"{config.algorithm.name} keeps no replay buffer")
+    if config.storage.her.strategy == "none":
+        found += _group(config.storage.her, "storage.her", ["k"], "storage.her.strategy is 'none'")
     found += _algorithm_keys(config)
     if not scheme.num_col_workers:
         found += _group(scheme, "scheme", ["col_worker_resources"], "scheme.num_col_workers is 0")

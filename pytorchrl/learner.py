@@ -72,6 +72,8 @@ class Learner:
         self.wall_time_offset = 0.0
         self.solved_at: tuple[int, float] | None = None
         self.last_eval: float | None = None
+        #: share of the last evaluation's episodes that ended with ``info["is_success"]`` (goal envs; None: not reported)
+        self.last_eval_success: float | None = None
         self.stop_reason: str | None = None
         self._returns: deque[float] = deque(maxlen=100)
         self._lengths: deque[float] = deque(maxlen=100)
@@ -287,6 +289,7 @@ class Learner:
             "updates": self.updates,
             "wall_time_s": round(self.wall_time_s, 3),
             "final_eval_return_mean": self.last_eval,
+            **({} if self.last_eval_success is None else {"final_eval_success_rate": self.last_eval_success}),
             "solved_at_env_steps": self.solved_at[0] if self.solved_at else None,
             "solved_at_wall_time_s": round(self.solved_at[1], 3) if self.solved_at else None,
             "stop_reason": self.stop_reason or "target_steps",
@@ -313,9 +316,11 @@ class Learner:
         show([])
         returns = self.scheme.evaluate(asked, self.run.eval_deterministic, show)
         self.last_eval = sum(returns) / len(returns)
+        successes = self.scheme.eval_successes
+        self.last_eval_success = sum(successes) / len(successes) if successes else None
         self._eval_steps = self.env_steps
         self._interval.setdefault("eval_time_s", [0.0])[0] += time.perf_counter() - start
-        self._eval_row = {"eval_return_mean": self.last_eval, "eval_return_std": _std(returns)}
+        self._eval_row = {"eval_return_mean": self.last_eval, "eval_return_std": _std(returns), "eval_success_rate": self.last_eval_success}
         target = self.run.stop_at_return
         if target is not None and self.solved_at is None and self.last_eval >= target:
             self.solved_at = (self.env_steps, self.wall_time_s)
@@ -335,6 +340,7 @@ class Learner:
             "episodes": self.episodes,
             "eval_return_mean": None,
             "eval_return_std": None,
+            "eval_success_rate": None,  # goal envs (info["is_success"]); empty for the others
             "policy_version": self.policy_version,
             "policy_lag_mean": 0.0,
             **{key: getattr(self, key) for key in _COUNTS},
@@ -369,7 +375,7 @@ class Learner:
             "next": {k: (None if math.isinf(v) else v) for k, v in self._next.items()},
             "returns": list(self._returns), "lengths": list(self._lengths),
             "solved_at": list(self.solved_at) if self.solved_at else None,
-            "last_eval": self.last_eval,
+            "last_eval": self.last_eval, "last_eval_success": self.last_eval_success,
             # the log interval in progress, so that a resumed run writes the rows this one would
             "interval": self._interval, "eval_row": self._eval_row, "eval_steps": self._eval_steps,
             "log_mark_steps": self._log_mark[0],
@@ -391,6 +397,7 @@ class Learner:
             self._lengths.extend(c["lengths"])
             self.solved_at = tuple(c["solved_at"]) if c["solved_at"] else None  # type: ignore[assignment]
             self.last_eval = c["last_eval"]
+            self.last_eval_success = c.get("last_eval_success")
             self._interval = {k: list(v) for k, v in c.get("interval", {}).items()}
             self._eval_row = dict(c.get("eval_row", {}))
             self._eval_steps = int(c.get("eval_steps", -1))

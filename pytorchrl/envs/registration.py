@@ -3,7 +3,8 @@ crashing one (fault injection, so anyone can reproduce the fault-tolerance runs)
 sanity envs for the encoders that learn in seconds: an image task a CNN must see
 (``pytorchrl/ImageSide-v0``) and a Dict task that needs every key (``pytorchrl/DictTarget-v0``);
 and CartPole and Pendulum without their velocities (``pytorchrl/CartPoleNoVelocity-v1``,
-``pytorchrl/PendulumNoVelocity-v1``), which only a policy with memory can solve."""
+``pytorchrl/PendulumNoVelocity-v1``), which only a policy with memory can solve; and HER's bit-flipping
+goal env (``pytorchrl/BitFlipping-v0``, in :mod:`pytorchrl.envs.bit_flipping`)."""
 
 from __future__ import annotations
 
@@ -198,3 +199,5 @@ for _name, _cls in (("SlowCartPole-v1", SlowCartPoleEnv), ("CrashingCartPole-v1"
 
 if "pytorchrl/Latency-v0" not in gym.registry:  # a slow simulator's stand-in for scale tests
     gym.register(id="pytorchrl/Latency-v0", entry_point="pytorchrl.envs.latency:LatencyEnv")
+
+from pytorchrl.envs import bit_flipping as _bit_flipping  # noqa: E402, F401  (registers pytorchrl/BitFlipping-v0)

@@ -196,7 +196,7 @@ class VecEnv:
         self._episode_length = np.zeros(num_envs, dtype=np.int64)
         self._prev_done = np.zeros(num_envs, dtype=bool)
         self._prev_ends = np.zeros(num_envs, dtype=bool)
-        self._finished: list[tuple[int, float, int]] = []
+        self._finished: list[tuple[int, float, int, bool | None]] = []
         self._seeded = False
         self.env_restarts_total = 0
         self._env_restarts = 0  # since the last pop_env_restarts()
@@ -294,7 +294,7 @@ class VecEnv:
             ended = np.flatnonzero(ends)
             complete = ended if restarted is None else np.flatnonzero(ends & ~restarted)  # cut ones are partial
             self._finished.extend(
-                zip(complete.tolist(), self._episode_return[complete].tolist(), self._episode_length[complete].tolist())
+                zip(complete.tolist(), self._episode_return[complete].tolist(), self._episode_length[complete].tolist(), _successes(info, complete))
             )
             self._episode_return[ended] = 0.0
             self._episode_length[ended] = 0
@@ -335,6 +335,11 @@ class VecEnv:
 
         Returns are undiscounted and unscaled (the env's own rewards).
         """
+        return [(i, ret, length) for i, ret, length, _ in self.pop_episode_outcomes()]
+
+    def pop_episode_outcomes(self) -> list[tuple[int, float, int, bool | None]]:
+        """:meth:`pop_episodes` with each episode's ``info["is_success"]`` at its last step (goal
+        envs report it; None where the env did not)."""
         out, self._finished = self._finished, []
         return out
 
@@ -423,6 +428,15 @@ class VecEnv:
 
     def close(self) -> None:
         self.env.close()
+
+
+def _successes(info: dict[str, Any], envs: np.ndarray) -> list[bool | None]:
+    """``info["is_success"]`` of ``envs`` in a vector step's info (None where an env did not report it)."""
+    values = info.get("is_success")
+    if values is None:
+        return [None] * len(envs)
+    reported = np.asarray(info.get("_is_success", np.ones(len(values), dtype=bool)))
+    return [bool(values[i]) if reported[i] else None for i in envs.tolist()]
 
 
 def _build_vec_env(

@@ -158,6 +158,11 @@ class Scheme:
         col.local_worker.set_weights(self.algorithm.get_weights(acting=True), self.algorithm.version)
         return col.evaluate(num_episodes, deterministic, on_episode)
 
+    @property
+    def eval_successes(self) -> list[bool]:
+        """``info["is_success"]`` of the last :meth:`evaluate`'s episodes, of those that reported it (goal envs)."""
+        return self.collection_workers.local_worker.eval_successes
+
     def state_dict(self) -> dict[str, Any]:
         return self.update_worker.state_dict()
 

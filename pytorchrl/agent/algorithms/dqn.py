@@ -77,6 +77,9 @@ class DQNConfig(ReplayConfig):
     def prioritized(self) -> bool:
         return self.prioritized_replay or self.rainbow
 
+    def returns_n_step(self) -> int:
+        return self.resolved().n_step
+
     def check(self, config: Config) -> None:
         super().check(config)
         if self.v_min >= self.v_max:

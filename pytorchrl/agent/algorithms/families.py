@@ -117,6 +117,10 @@ class ReplayConfig(AlgorithmConfig):
         """Whether replay is prioritized (DQN's ``rainbow`` turns it on too)."""
         return self.prioritized_replay
 
+    def returns_n_step(self) -> int:
+        """The n of the n-step returns replayed (DQN's ``rainbow`` raises it to 3)."""
+        return self.n_step
+
     def steps_per_round(self, config: Config) -> tuple[str, int]:
         if self.update_every is not None:
             return "algorithm.update_every", self.update_every
@@ -142,6 +146,7 @@ class ReplayConfig(AlgorithmConfig):
             )
         if self.start_steps > config.storage.capacity:
             raise ConfigError(f"config key 'algorithm.start_steps' = {self.start_steps} is larger than storage.capacity = {config.storage.capacity}")
+        self._check_her(config)
         storage = config.storage
         if config.actor.recurrent.type == "none":
             return
@@ -155,6 +160,24 @@ class ReplayConfig(AlgorithmConfig):
             )
         if length > storage.capacity:
             raise ConfigError(f"config key 'storage.sequence_length' = {length} is larger than storage.capacity = {storage.capacity}")
+
+    def _check_her(self, config: Config) -> None:
+        """A relabelled goal changes the reward of every step of an n-step return, and relabelling
+        works on single transitions, not on the replayed sequences of a recurrent core."""
+        strategy = config.storage.her.strategy
+        if strategy == "none":
+            return
+        n_step = self.returns_n_step()
+        if n_step > 1:
+            raise ConfigError(
+                f"config key 'storage.her.strategy' = {strategy!r} needs 1-step returns: algorithm.n_step is {n_step}"
+                f"{' (algorithm.rainbow raises it to 3)' if n_step != self.n_step else ''}; set algorithm.n_step=1 or storage.her.strategy=none"
+            )
+        if config.actor.recurrent.type != "none":
+            raise ConfigError(
+                f"config key 'storage.her.strategy' = {strategy!r} relabels single transitions: it does not take a recurrent core "
+                f"(actor.recurrent.type = {config.actor.recurrent.type!r}); set actor.recurrent.type=none or storage.her.strategy=none"
+            )
 
     def switched_off(self, config: Config) -> list[tuple[bool, list[str], str]]:
         prioritized = self.prioritized()
@@ -219,5 +242,19 @@ def replay_storage_factory(config: Config, observation_space: gym.Space, action_
         rollout.pop("state_stride")  # every step's state: any step may start a window
         return SequenceReplayStorage.create_factory(sequence_length=config.storage.sequence_length, **common, **rollout)
     return ReplayStorage.create_factory(
-        n_step=algo.n_step, gamma=algo.gamma, actor_priorities=actor_priorities and algo.prioritized(), **common, **rollout
+        n_step=algo.n_step, gamma=algo.gamma, actor_priorities=actor_priorities and algo.prioritized(),
+        relabeller=hindsight_relabeller(config, observation_space), **common, **rollout
+    )
+
+
+def hindsight_relabeller(config: Config, observation_space: gym.Space) -> Any:
+    """The ``storage.her`` section as a :class:`~pytorchrl.agent.storages.off_policy.her.HindsightRelabeller`
+    (None: ``strategy: none``), checked against the env: its goal keys and its ``compute_reward``."""
+    from pytorchrl.agent.storages.off_policy.her import HindsightRelabeller
+
+    her = config.storage.her
+    if her.strategy == "none":
+        return None
+    return HindsightRelabeller.for_env(
+        config.env.env_id, config.env.env_kwargs, observation_space, strategy=her.strategy, k=her.k, where="storage.her.strategy"
     )

@@ -68,6 +68,8 @@ class CollectionWorker:
             # replay storages key their envs' observation streams by it: unique per worker and generation
             self.storage.stream_id = derive_seed(seed, ACTING_ROLE, index)
         self.test_envs: VecEnv | None = None
+        #: ``info["is_success"]`` of the last :meth:`evaluate`'s episodes, of those that reported it (goal envs)
+        self.eval_successes: list[bool] = []
         self._started = False
 
     def _local_policy(self, actor_factory: Callable[..., Any]) -> LocalPolicy:
@@ -146,6 +148,8 @@ class CollectionWorker:
 
         :param on_episode: called with the returns so far after each counted episode (a progress
             line: an Atari evaluation can take minutes).
+
+        The episodes' ``info["is_success"]`` (goal envs) go to :attr:`eval_successes`.
         """
         if self.test_envs is None:
             self.test_envs = self.env_factory(worker_index=self.index, test=True)
@@ -154,6 +158,7 @@ class CollectionWorker:
             envs.copy_normalization_from(self.envs)
         quota = np.array([(num_episodes + i) // envs.num_envs for i in range(envs.num_envs)][::-1])
         returns: list[float] = []
+        self.eval_successes = []
         obs = envs.reset()
         envs.pop_episodes()
         rhs, starts = None, None  # a recurrent actor's state, and where episodes start
@@ -162,10 +167,12 @@ class CollectionWorker:
                 action, rhs = self.policy.evaluation_step(obs, rhs, starts, deterministic)
                 obs, _, _, _, valid = envs.step(action)
                 starts = ~valid  # after a reset step, a new episode starts at obs
-                for i, ret, _ in envs.pop_episodes():
+                for i, ret, _, success in envs.pop_episode_outcomes():
                     if quota[i] > 0:
                         quota[i] -= 1
                         returns.append(ret)
+                        if success is not None:
+                            self.eval_successes.append(success)
                         if on_episode is not None:
                             on_episode(returns)
         return returns

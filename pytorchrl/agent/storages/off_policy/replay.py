@@ -29,6 +29,10 @@ discount: ``m = n`` (bootstrap from ``s_{t+n}``, discount ``gamma^n``) unless th
 early, at a terminated step (``m = k + 1``, discount 0), at a truncated step (``m = k + 1``,
 bootstrap from that step's next observation, the true final one) or at a row with no
 transition yet or an invalid step (``m = k``, bootstrap from that row's observation).
+
+Hindsight relabelling (HER, :mod:`~pytorchrl.agent.storages.off_policy.her`) is a third part
+beside the ring and the sampler: given one, :meth:`ReplayBuffer.sample` hands it each drawn batch
+to rewrite (goals, rewards, discounts) before it leaves the buffer.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from pytorchrl.agent.storages.off_policy.her import HindsightRelabeller
 from pytorchrl.agent.storages.off_policy.sum_tree import SumTree
 from pytorchrl.agent.storages.on_policy.rollout import as_array
 
@@ -219,6 +224,8 @@ class ReplayBuffer:
     :param sampler: how rows are drawn (default :class:`UniformSampler`); the buffer works on
         its own copy.
     :param device: where sampled batches are placed.
+    :param relabeller: hindsight goals for sampled batches (HER; one-step returns only); the
+        buffer works on its own copy.
     """
 
     def __init__(
@@ -229,15 +236,21 @@ class ReplayBuffer:
         gamma: float = 0.99,
         sampler: Sampler | None = None,
         device: str | torch.device = "cpu",
+        relabeller: HindsightRelabeller | None = None,
     ) -> None:
         if capacity < 1 or n_step < 1 or not 0.0 <= gamma <= 1.0:
             raise ValueError(f"ReplayBuffer: need capacity >= 1, n_step >= 1, 0 <= gamma <= 1; got {capacity}, {n_step}, {gamma}")
+        if relabeller is not None and n_step != 1:
+            raise ValueError(f"ReplayBuffer: hindsight relabelling needs n_step = 1 (a new goal changes every reward of the return); got {n_step}")
         self.capacity = capacity
         self.n_step = n_step
         self.gamma = gamma
         self.device = torch.device(device)
         self.sampler = copy.deepcopy(sampler) if sampler is not None else UniformSampler()
         self.sampler.bind(capacity)
+        self.relabeller = copy.deepcopy(relabeller)
+        if self.relabeller is not None:
+            self.relabeller.bind(capacity)
         self._arrays: dict[str, np.ndarray] = {}  # per row; allocated by the first add_data
         self._written = 0  # rows written since the start: the next row's sequence number
         self._num_ready = 0
@@ -269,7 +282,8 @@ class ReplayBuffer:
     @property
     def nbytes(self) -> int:
         """Bytes of every preallocated array, the sampler's included (0 before the first add)."""
-        return sum(a.nbytes for a in self._arrays.values()) + self.sampler.nbytes
+        extra = 0 if self.relabeller is None else self.relabeller.nbytes
+        return sum(a.nbytes for a in self._arrays.values()) + self.sampler.nbytes + extra
 
     @property
     def obs_nbytes(self) -> int:
@@ -382,6 +396,8 @@ class ReplayBuffer:
         ready = np.concatenate([valid, np.zeros(n, dtype=bool)])
         prio = None if priorities is None else np.concatenate([as_array(priorities).reshape(t * n), np.zeros(n)])
         self.sampler.added(rows, ready, prio)
+        if self.relabeller is not None:
+            self.relabeller.added(rows, a["next_row"][rows])
 
     def transitions(self) -> dict[str, np.ndarray]:
         """Every stored transition, one step each: ``obs``, ``actions``, ``rewards`` (one-step)
@@ -420,6 +436,8 @@ class ReplayBuffer:
         }
         if weights is not None:
             batch["weights"] = weights
+        if self.relabeller is not None:
+            self.relabeller.relabel(batch, rows, a, self.gamma, generator)
         return {k: torch.from_numpy(v).to(self.device) for k, v in batch.items()}
 
     def _n_step_returns(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -487,4 +505,6 @@ class ReplayBuffer:
         self._num_ready = int(state["num_ready"])
         self._streams = {int(s): (int(e[0]), int(e[1]), int(e[2])) for s, e in state["streams"].items()}
         self.sampler.load_state_dict(state["sampler"])
+        if self.relabeller is not None and self._arrays:
+            self.relabeller.restored(self._arrays["next_row"][: self.size])
 

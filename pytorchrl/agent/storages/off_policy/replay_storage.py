@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from pytorchrl.agent.storages.off_policy.her import HindsightRelabeller
 from pytorchrl.agent.storages.off_policy.replay import PrioritizedSampler, ReplayBuffer, Sampler, UniformSampler
 from pytorchrl.agent.storages.on_policy.rollout import RolloutStorage
 
@@ -35,6 +36,7 @@ class ReplayStorage(RolloutStorage):
     :param checkpoint_buffer: include the buffer in checkpoints (:meth:`buffer_state`).
     :param actor_priorities: collection workers score their rollouts' one-step TD errors, which
         become the new transitions' priorities (Ape-X) instead of the maximum seen so far.
+    :param relabeller: hindsight goals for replayed transitions (HER; the buffer applies it).
     :param rollout: :class:`RolloutStorage` arguments (``num_steps``, ``num_envs``, shapes).
     """
 
@@ -54,13 +56,16 @@ class ReplayStorage(RolloutStorage):
         start_steps: int = 1000,
         checkpoint_buffer: bool = False,
         actor_priorities: bool = False,
+        relabeller: HindsightRelabeller | None = None,
         device: str | torch.device = "cpu",
         **rollout: Any,
     ) -> None:
         super().__init__(device=device, **rollout)
         sampler: Sampler = PrioritizedSampler(alpha=alpha, beta0=beta0) if prioritized else UniformSampler()
         self._sampler = sampler
-        self._make_buffer: Callable[[], Any] = functools.partial(ReplayBuffer, capacity=capacity, n_step=n_step, gamma=gamma, sampler=sampler, device=device)
+        self._make_buffer: Callable[[], Any] = functools.partial(
+            ReplayBuffer, capacity=capacity, n_step=n_step, gamma=gamma, sampler=sampler, device=device, relabeller=relabeller
+        )
         self._buffer: ReplayBuffer | None = None  # made on first use: collection workers never need one
         self.updates_per_step = updates_per_step
         self.start_steps = start_steps
