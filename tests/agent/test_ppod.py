@@ -273,3 +273,15 @@ def test_a_remote_collection_worker_replays_as_a_local_one_and_appo_replays_asyn
     _, state = _trained(appo, 6)
     replays = _replays(state)
     assert len(replays) == 2 and all(r["started"][DEMO] > 0 and r["diverged"] == 0 for r in replays)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("index", range(8))
+def test_every_bad_demonstration_the_fuzzer_makes_is_refused_in_one_line(tmp_path, index):
+    from pytorchrl.fuzz import BAD_DEMOS, CONFIGS, Mutation, check_in_process
+
+    config, demos = BAD_DEMOS[index]
+    raw = yaml.safe_load((CONFIGS / config).read_text())
+    raw["algorithm"]["demos"] = demos
+    outcome = check_in_process(Mutation(config, "bad_demos", repr(demos), yaml.safe_dump(raw)), tmp_path)
+    assert outcome.result == "refused", outcome
