@@ -202,10 +202,10 @@ def _mutate_structure(path: Path, raw: dict, kind: str, rng: random.Random) -> M
         config, fixture = rng.choice(cheap), rng.choice(PATH_KINDS)
         return Mutation(str(config.relative_to(CONFIGS)), kind, f"path = {fixture}", config.read_text(), path=fixture)
     if kind == "bad_demos":
-        config, demos = rng.choice(BAD_DEMOS)
-        raw = yaml.safe_load((CONFIGS / config).read_text()) or {}
+        demo_config, demos = rng.choice(BAD_DEMOS)
+        raw = yaml.safe_load((CONFIGS / demo_config).read_text()) or {}
         _set(raw, "algorithm.demos", demos)
-        return Mutation(config, kind, f"algorithm.demos = {demos!r}", yaml.safe_dump(raw, sort_keys=False))
+        return Mutation(demo_config, kind, f"algorithm.demos = {demos!r}", yaml.safe_dump(raw, sort_keys=False))
     if kind == "bad_override":
         item = rng.choice(BAD_OVERRIDES)
         return Mutation(name, kind, item, text, overrides=[item])
