@@ -97,6 +97,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("--episodes", type=int, default=10, metavar="N", help="episodes to run")
     evaluate.add_argument("--video", metavar="DIR", help="also record one episode as DIR/episode.gif")
+    evaluate.add_argument(
+        "--save-demos", metavar="DIR", help="also write the episodes as demonstrations DIR/demo_NNN.npz (for algorithm.demos: PPO from demonstrations)"
+    )
     evaluate.set_defaults(func=_evaluate)
 
     plot = sub.add_parser("plot", help="learning curves of run directories (seeds of one config: mean and min-max band)")
@@ -271,7 +274,9 @@ def _evaluate(args: argparse.Namespace) -> int:
     _check_overrides(args.overrides)
     progress = EvaluationProgress(args.episodes)  # on stderr: stdout is the one JSON line
     try:
-        result = evaluate_checkpoint(args.path, episodes=args.episodes, video_dir=args.video, overrides=args.overrides, on_episode=progress)
+        result = evaluate_checkpoint(
+            args.path, episodes=args.episodes, video_dir=args.video, overrides=args.overrides, on_episode=progress, demos_dir=args.save_demos
+        )
     finally:
         progress.close()
     print(json.dumps(result))

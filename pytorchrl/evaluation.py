@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from pytorchrl.agent.storages.on_policy.demos import EpisodeRecorder
 from pytorchrl.config import load_run_config
 from pytorchrl.envs.rendering import opengl_hint
 from pytorchrl.learner import Learner
@@ -19,7 +20,7 @@ from pytorchrl.utils.paths import check_output_dir
 
 def evaluate_checkpoint(
     path: str | Path, *, episodes: int = 10, video_dir: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
-    on_episode: Callable[[list[float]], None] | None = None,
+    on_episode: Callable[[list[float]], None] | None = None, demos_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Returns of the policy in a run directory (newest checkpoint) or checkpoint, deterministic
     unless the run's config sets ``run.eval_deterministic: false``.
@@ -34,10 +35,14 @@ def evaluate_checkpoint(
         is refused in one line.
     :param on_episode: progress: called with ``[]`` when the episodes start, then with the
         returns so far after each one (e.g. :class:`~pytorchrl.logging.writers.EvaluationProgress`).
+    :param demos_dir: if given, write the episodes there as demonstrations (``demo_NNN.npz``,
+        numbered after the files already there; :mod:`pytorchrl.agent.storages.on_policy.demos`).
     """
     path = check_output_dir(path, "evaluate", must_exist=True, writable=False)  # a file, a missing or too long path: one line
     if video_dir is not None:  # before the episodes, not after them
         check_output_dir(video_dir, "--video")
+    if demos_dir is not None:
+        check_output_dir(demos_dir, "--save-demos")
     if (path / META_FILE).is_file():
         checkpoint, run_dir = path, path.parent.parent
         state, meta = load_checkpoint(path)
@@ -50,13 +55,19 @@ def evaluate_checkpoint(
     if not config_path.exists():  # one of another kind: load_run_config names its kind
         raise CheckpointError(f"{str(config_path)!r} is missing: cannot rebuild the policy of {str(checkpoint)!r}")
     config = load_run_config(run_dir, overrides)
+    if demos_dir is not None and config.env.normalize_obs:
+        raise InputError(
+            f"--save-demos: the run {str(run_dir)!r} normalises its observations (env.normalize_obs = true); demonstrations hold the env's own "
+            "observations, and algorithm.demos needs env.normalize_obs = false"
+        )
+    recorder = EpisodeRecorder() if demos_dir is not None else None
     learner = Learner.from_config(config, progress=False)
     try:
         learner.load_state(state)
         deterministic = config.run.eval_deterministic
         if on_episode is not None:
             on_episode([])
-        returns = learner.scheme.evaluate(episodes, deterministic, on_episode)
+        returns = learner.scheme.evaluate(episodes, deterministic, on_episode, recorder)
         video = _record_gif(learner, Path(video_dir), deterministic) if video_dir is not None else None
     finally:
         learner.close()
@@ -71,6 +82,8 @@ def evaluate_checkpoint(
     }
     if video is not None:
         result["video"] = str(video)
+    if recorder is not None and demos_dir is not None:
+        result["demos"] = [str(p) for p in recorder.save(Path(demos_dir), config.env.env_id)]
     return result
 
 

@@ -2,6 +2,8 @@
 
 ``python -m pytorchrl.fuzz --seed 7 --mutations 300 --cli 20`` mutates every shipped config
 (wrong types, non-finite and out-of-range numbers, unknown keys, missing or empty sections,
+demonstrations that do not fit (``algorithm.demos``: missing files, files that are not
+demonstrations, another env's shapes, shares over 1, a replay algorithm),
 duplicate keys, bad env ids and env kwargs, bad devices; YAML aliases that recurse, expand a
 billion-fold or are plain shared anchors, nesting too deep, lists where a section belongs at any
 depth; limits that bound work: hundreds of layers, no-op and frame counts, CNN channels,
@@ -35,7 +37,7 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 KINDS = (
     "wrong_type", "non_finite", "out_of_range", "unknown_key", "missing_section", "empty_section", "duplicate_key",
     "bad_env_id", "bad_env_kwargs", "bad_device",
-    "yaml_alias", "list_at_depth", "work_limit", "oversized_rollout", "bad_override", "path_kind",
+    "yaml_alias", "list_at_depth", "work_limit", "oversized_rollout", "bad_override", "path_kind", "bad_demos",
 )
 #: configs cheap enough to train through the CLI in a few seconds
 CHEAP = ("CartPole-v1", "Pendulum-v1", "Acrobot-v1")
@@ -94,7 +96,7 @@ def mutate(path: Path, rng: random.Random) -> Mutation:
     """One random mutation of the config at ``path``."""
     raw = yaml.safe_load(path.read_text()) or {}
     kind = rng.choice(KINDS)
-    if kind in ("yaml_alias", "list_at_depth", "work_limit", "oversized_rollout", "bad_override", "path_kind"):
+    if kind in ("yaml_alias", "list_at_depth", "work_limit", "oversized_rollout", "bad_override", "path_kind", "bad_demos"):
         return _mutate_structure(path, raw, kind, rng)
     section, key = rng.choice(_keys(raw))
     node = raw.setdefault(section, {}) if isinstance(raw.get(section, {}), dict) else {}
@@ -154,6 +156,18 @@ BAD_OVERRIDES = (
     "algorithm.lr=[3e-4", "env.atari=[1, 2]", "actor.recurrent=[gru]", "scheme.ray=[1]", "env.env_kwargs=&a [*a]",
     "env.env_kwargs={a: 1, a: 2}", "env.env_kwargs={x: " + "[" * 100 + "]" * 100 + "}",
 )
+#: demonstrations (algorithm.demos) that do not fit: (config, the demos section); paths are absolute
+CHAIN_DEMOS = CONFIGS / "ppo" / "demos" / "chain"
+BAD_DEMOS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("ppo/cartpole.yaml", {"enabled": True, "path": str(CHAIN_DEMOS)}),  # observations of another env's shape
+    ("ppo/cartpole.yaml", {"enabled": True, "path": str(CHAIN_DEMOS / "missing.npz")}),
+    ("ppo/cartpole.yaml", {"enabled": True, "path": str(CONFIGS / "ppo" / "cartpole.yaml")}),  # not a demonstration
+    ("ppo/cartpole.yaml", {"enabled": True, "path": str(CONFIGS / "ppo")}),  # a directory without any
+    ("ppo/cartpole.yaml", {"enabled": True}),
+    ("ppo/ppod_chain.yaml", {"enabled": True, "path": str(CHAIN_DEMOS), "rho": 0.8, "phi": 0.5}),
+    ("ppo/ppod_chain.yaml", {"enabled": True, "path": str(CHAIN_DEMOS), "buffer_size": -1}),
+    ("dqn/cartpole.yaml", {"enabled": True, "path": str(CHAIN_DEMOS)}),  # a replay algorithm has no demos
+)
 _LAUGHS = "{x: [&a0 [" + ", ".join(["lol"] * 10) + "], " + ", ".join(f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)) + "]}"
 #: alias snippets put in the YAML text: (dotted key, snippet) pairs, anchors before their aliases
 ALIASES: tuple[tuple[tuple[str, str], ...], ...] = (
@@ -187,6 +201,11 @@ def _mutate_structure(path: Path, raw: dict, kind: str, rng: random.Random) -> M
         cheap = [p for p in shipped_configs() if any(e in p.read_text() for e in CHEAP) and "num_col_workers" not in p.read_text()]
         config, fixture = rng.choice(cheap), rng.choice(PATH_KINDS)
         return Mutation(str(config.relative_to(CONFIGS)), kind, f"path = {fixture}", config.read_text(), path=fixture)
+    if kind == "bad_demos":
+        demo_config, demos = rng.choice(BAD_DEMOS)
+        raw = yaml.safe_load((CONFIGS / demo_config).read_text()) or {}
+        _set(raw, "algorithm.demos", demos)
+        return Mutation(demo_config, kind, f"algorithm.demos = {demos!r}", yaml.safe_dump(raw, sort_keys=False))
     if kind == "bad_override":
         item = rng.choice(BAD_OVERRIDES)
         return Mutation(name, kind, item, text, overrides=[item])

@@ -109,6 +109,19 @@ def test_rnd_finds_the_end_of_the_chain_where_ppo_alone_takes_the_distractor():
 
 @pytest.mark.learning
 @pytest.mark.timeout(300)
+def test_ppod_walks_the_long_chain_where_ppo_alone_takes_the_distractor():
+    """pytorchrl/Chain-v0 lengthened to 20 cells (a random policy reaches the end about once in
+    25,000 episodes): PPO replaying five demonstrations in 30% of its episodes reaches the goal
+    (eval return 1) within 20k env steps (2k, 10k and 2k for seeds 0-2); the same PPO without
+    them collects the distractor (eval return 0.4) over the same budget."""
+    with_demos = _train("ppo/ppod_chain.yaml", "run.target_steps=20000", f"algorithm.demos.path={CONFIGS / 'ppo' / 'demos' / 'chain'}")
+    assert with_demos["solved_at_env_steps"] is not None and with_demos["solved_at_env_steps"] <= 20_000, with_demos
+    without = _train("ppo/ppod_chain.yaml", "run.target_steps=20000", "algorithm.demos.enabled=false")
+    assert without["solved_at_env_steps"] is None and without["final_eval_return_mean"] < 0.9, without
+
+
+@pytest.mark.learning
+@pytest.mark.timeout(300)
 def test_mpo_learns_pendulum():
     """MPO, 64-wide, 8 sampled actions per state: eval mean >= -500 within 6k env steps (5k,
     seed 0; random play is about -1,400). The full target, -200 within 20k at 256 wide, is in

@@ -265,6 +265,13 @@ MPC_TINY = {
                   "num_candidates": 20, "horizon": 4, "cem_iterations": 2, "num_elites": 4},
     "run": {**DQN_TINY["run"], "eval_episodes": 1},
 }
+# PPOD: each env's replay in progress, the agent's best episodes and the replay draws' stream
+PPOD_TINY = {
+    **RND_TINY,
+    "env": {"env_id": "pytorchrl/Chain-v0", "env_kwargs": {"length": 20}, "max_episode_steps": 40, "num_envs": 4, "num_test_envs": 1},
+    "algorithm": {"name": "ppo", "num_epochs": 2, "minibatch_size": 32,
+                  "demos": {"enabled": True, "path": str(CONFIGS / "ppo" / "demos" / "chain"), "rho": 0.4, "phi": 0.4, "min_return": 0.05}},
+}
 PPO_GRU_TINY = {
     **TINY_GRU,
     "run": {"target_steps": 1_536, "log_every": 128, "eval_every": 512, "eval_episodes": 2, "checkpoint_every": 512,
@@ -275,7 +282,8 @@ PPO_GRU_TINY = {
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
-    "raw", [DQN_TINY, RAINBOW_TINY, R2D2_TINY, PPO_GRU_TINY, RND_TINY, MPO_TINY, MPC_TINY], ids=["dqn", "rainbow", "r2d2", "ppo-gru", "ppo-rnd", "mpo", "mpc"]
+    "raw", [DQN_TINY, RAINBOW_TINY, R2D2_TINY, PPO_GRU_TINY, RND_TINY, MPO_TINY, MPC_TINY, PPOD_TINY],
+    ids=["dqn", "rainbow", "r2d2", "ppo-gru", "ppo-rnd", "mpo", "mpc", "ppod"],
 )
 def test_a_run_resumed_mid_way_equals_the_whole_run(tmp_path, raw):
     """Replay buffers (R2D2's windows and stream tails included), recurrent states carried by the

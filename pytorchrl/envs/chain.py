@@ -14,6 +14,7 @@ Observations are the one-hot cell (``float32``).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -59,3 +60,34 @@ class ChainEnv(gym.Env):
 
 if "pytorchrl/Chain-v0" not in gym.registry:
     gym.register(id="pytorchrl/Chain-v0", entry_point=f"{__name__}:ChainEnv", max_episode_steps=30)
+
+
+def write_chain_demos(directory: str | Path, num: int = 5, *, length: int = 15, max_episode_steps: int | None = None) -> list[Path]:
+    """``num`` demonstrations of ``pytorchrl/Chain-v0`` (``length`` cells) from a scripted policy,
+    as ``directory/demo_NNN.npz`` (:func:`~pytorchrl.agent.storages.on_policy.demos.save_demo`):
+    demonstration ``k`` walks right but for one step back to the start at cell ``k`` (``k`` > 0),
+    so they differ and each reaches the goal (the time limit must allow ``length + num`` steps).
+    """
+    from pytorchrl.agent.storages.on_policy.demos import record_scripted, save_demo
+
+    steps = max_episode_steps or 2 * length
+    if steps < length + num:
+        raise ValueError(f"write_chain_demos: {num} demonstrations of a {length}-cell chain need max_episode_steps >= {length + num}, got {steps}")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for k in range(num):
+        env = gym.make("pytorchrl/Chain-v0", length=length, max_episode_steps=steps)
+        chain: Any = env.unwrapped
+        detour = [k > 0]  # one step back at cell k, once
+
+        def choose(_env: Any, _obs: np.ndarray, chain: Any = chain, detour: list[bool] = detour, k: int = k) -> int:
+            if detour[0] and chain.cell == k:
+                detour[0] = False
+                return int(1 - chain.right[chain.cell])
+            return int(chain.right[chain.cell])
+
+        obs, actions, rewards = record_scripted(env, choose)
+        env.close()
+        paths.append(save_demo(directory / f"demo_{k:03d}.npz", obs=obs, actions=actions.astype(np.int64), rewards=rewards, env_id="pytorchrl/Chain-v0"))
+    return paths

@@ -149,14 +149,16 @@ class Scheme:
             getattr(ws.local_worker, method)(num)
 
     def evaluate(
-        self, num_episodes: int, deterministic: bool = True, on_episode: Callable[[list[float]], None] | None = None
+        self, num_episodes: int, deterministic: bool = True, on_episode: Callable[[list[float]], None] | None = None,
+        recorder: Any = None,
     ) -> list[float]:
         """Returns of the current policy on the local collection worker's test envs (``deterministic``:
         acting with the policy's mode; ``on_episode``: called with the returns so far after each
-        episode, in this process)."""
+        episode, in this process; ``recorder``: an :class:`~pytorchrl.agent.storages.on_policy.demos.EpisodeRecorder`
+        that keeps the episodes)."""
         col = self.collection_workers
         col.local_worker.set_weights(self.algorithm.get_weights(acting=True), self.algorithm.version)
-        return col.evaluate(num_episodes, deterministic, on_episode)
+        return col.evaluate(num_episodes, deterministic, on_episode, recorder)
 
     @property
     def eval_successes(self) -> list[bool]:

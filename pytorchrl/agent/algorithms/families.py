@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import gymnasium as gym
@@ -26,7 +27,7 @@ from pytorchrl.config import AlgorithmConfig, ConfigError, StorageConfig, check_
 if TYPE_CHECKING:
     from pytorchrl.config import Config
 
-__all__ = ["OnPolicyConfig", "RNDConfig", "ReplayConfig", "actor_critic_wiring", "replay_storage_factory", "rnd_spec"]
+__all__ = ["DemosConfig", "OnPolicyConfig", "RNDConfig", "ReplayConfig", "actor_critic_wiring", "replay_storage_factory", "rnd_spec"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,21 @@ class RNDConfig:
 
 
 @dataclass(frozen=True)
+class DemosConfig:
+    """PPO from demonstrations (PPOD; Libardi et al. 2021): some episodes replay a demonstration
+    or one of the agent's best episodes instead of the policy (:mod:`pytorchrl.agent.storages.on_policy.demos`)."""
+
+    enabled: bool = param(False, "Replay demonstrations (and the agent's best episodes) in a share of the episodes.")
+    path: str | None = param(
+        None, "A demonstration .npz file (written by `pytorchrl evaluate --save-demos`) or a directory of them; relative to the working directory."
+    )
+    rho: float = param(0.1, "Share of episode starts that replay a demonstration.", min=0, max=1)
+    phi: float = param(0.3, "Share of episode starts that replay one of the agent's best episodes (0 until it has one).", min=0, max=1)
+    buffer_size: int = param(10, "The agent's best episodes kept for replay, by return (0: none).", min=0, max=10_000)
+    min_return: float | None = param(None, "Least return of an agent episode to be kept (null: the lowest return among the demonstrations).")
+
+
+@dataclass(frozen=True)
 class OnPolicyConfig(AlgorithmConfig):
     """Hyper-parameters shared by the on-policy algorithms."""
 
@@ -58,13 +74,16 @@ class OnPolicyConfig(AlgorithmConfig):
     max_grad_norm: float | None = param(0.5, "Clip the global gradient norm to this (null: no clipping).", min=0, min_exclusive=True)
     adam_eps: float = param(1e-5, "Adam epsilon.", min=0, min_exclusive=True)
     rnd: RNDConfig = param(RNDConfig(), "Random Network Distillation: intrinsic rewards for exploration (PPO, A2C, IMPALA, APPO).")
+    demos: DemosConfig = param(DemosConfig(), "PPO from demonstrations (PPOD): demonstrations replayed in a share of the episodes (PPO, A2C, IMPALA, APPO).")
 
     #: takes RND (its loss adds the predictor's, its round start scores the rollouts)
     takes_rnd: ClassVar[bool] = False
 
     def check(self, config: Config) -> None:
         """Sequences are cut from one rollout and start from their stored state (no burn-in);
-        RND needs an algorithm that takes it and a memoryless actor."""
+        RND needs an algorithm that takes it and a memoryless actor; demonstrations a path, and
+        observations and actions that replay as recorded."""
+        self._check_demos(config)
         if self.rnd.enabled:
             if not self.takes_rnd:
                 from pytorchrl.agent.algorithms import ALGORITHMS
@@ -85,6 +104,35 @@ class OnPolicyConfig(AlgorithmConfig):
             raise ConfigError(
                 f"config key 'storage.burn_in' = {storage.burn_in} is for replayed sequences (recurrent DQN/SAC); on-policy sequences start from their stored state"
             )
+
+    def _check_demos(self, config: Config) -> None:
+        """A replayed episode is its recorded actions played again, checked against its recorded
+        observations: they must be the env's own (no running normalisation) and the env must
+        repeat them (no sticky actions). The files themselves are checked by the wiring, which
+        knows the env's spaces (:func:`demo_spec`)."""
+        demos = self.demos
+        if not demos.enabled:
+            return
+        if demos.path is None:
+            raise ConfigError("config key 'algorithm.demos.enabled' = true needs algorithm.demos.path: a demonstration .npz file or a directory of them")
+        if demos.rho + demos.phi > 1:
+            raise ConfigError(
+                f"config keys 'algorithm.demos.rho' = {demos.rho} and 'algorithm.demos.phi' = {demos.phi} add up to more than 1: they are shares of the episode starts"
+            )
+        if config.env.normalize_obs:
+            raise ConfigError(
+                "config key 'algorithm.demos.enabled' = true needs env.normalize_obs = false: replayed episodes are checked against the recorded observations"
+            )
+        from pytorchrl.envs.atari import is_atari_id
+
+        sticky = config.env.atari.repeat_action_probability
+        if is_atari_id(config.env.env_id) and sticky > 0:
+            raise ConfigError(
+                f"config key 'algorithm.demos.enabled' = true needs env.atari.repeat_action_probability = 0 (it is {sticky}): sticky actions make a replayed episode differ from the recorded one"
+            )
+
+    def switched_off(self, config: Config) -> list[tuple[bool, list[str], str]]:
+        return [(not self.demos.enabled, ["demos"], "algorithm.demos.enabled is false")]
 
 
 @dataclass(frozen=True)
@@ -207,6 +255,7 @@ def actor_critic_wiring(algorithm_class: Any, config: Config, observation_space:
     rollout = rollout_shapes(
         config, observation_space, action_space, config.storage.num_steps, state_size=state_size, state_stride=config.storage.sequence_length
     )
+    rollout["demos"] = demo_spec(config, action_space, rollout)
     if vtrace:
         storage_factory = VTraceBuffer.create_factory(gamma=algo.gamma, **rollout)
     else:
@@ -221,6 +270,25 @@ def rnd_spec(rnd: RNDConfig) -> Any:
     if not rnd.enabled:
         return None
     return RNDSpec(features=rnd.features, hidden_sizes=tuple(rnd.hidden_sizes), gamma=rnd.gamma, obs_clip=rnd.obs_clip)
+
+
+def demo_spec(config: Config, action_space: gym.Space, rollout: dict[str, Any]) -> Any:
+    """The ``algorithm.demos`` section as the storage's :class:`~pytorchrl.agent.storages.on_policy.demos.DemoSpec`
+    (None: off), its files read and checked against the env's spaces here, in the driver, so a
+    bad one is one line before any worker starts (the workers read them again where they run)."""
+    from pytorchrl.agent.storages.on_policy.demos import DemoSpec, load_demos
+
+    demos = config.algorithm.demos  # type: ignore[attr-defined]
+    if not demos.enabled:
+        return None
+    spec = DemoSpec(
+        path=str(Path(demos.path).resolve()), rho=demos.rho, phi=demos.phi, buffer_size=demos.buffer_size, min_return=demos.min_return,
+        env_id=config.env.env_id, obs_shape=tuple(rollout["obs_shape"]), obs_dtype=rollout["obs_dtype"],
+        action_shape=tuple(rollout["action_shape"]), discrete=rollout["discrete"],
+        num_actions=int(action_space.n) if isinstance(action_space, gym.spaces.Discrete) else None,
+    )
+    load_demos(spec)
+    return spec
 
 
 def replay_storage_factory(config: Config, observation_space: gym.Space, action_space: gym.Space, *, actor_priorities: bool = False) -> Callable[..., Any]:

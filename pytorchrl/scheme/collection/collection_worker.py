@@ -11,6 +11,7 @@ import torch
 
 from pytorchrl.agent.contracts import ActingPolicy, ActionSlots, CollectionStorage
 from pytorchrl.agent.policy import LocalPolicy
+from pytorchrl.agent.storages.on_policy.demos import EpisodeRecorder
 from pytorchrl.envs.vec_env import VecEnv
 from pytorchrl.utils.runtime import configure_process
 from pytorchrl.utils.seeding import ACTING_ROLE, TorchStream, derive_seed
@@ -64,6 +65,9 @@ class CollectionWorker:
         seeded = {} if env_seed is None else {"seed": env_seed}
         self.envs = env_factory(worker_index=index, **seeded) if collect else None
         self.storage: CollectionStorage | None = storage_factory(device=self.device) if collect else None
+        wrap_policy = getattr(self.storage, "wrap_policy", None)
+        if wrap_policy is not None:  # demonstrations (PPOD): the storage chooses the actions of envs that replay one
+            self.policy = wrap_policy(self.policy)
         if self.storage is not None and hasattr(self.storage, "stream_id"):
             # replay storages key their envs' observation streams by it: unique per worker and generation
             self.storage.stream_id = derive_seed(seed, ACTING_ROLE, index)
@@ -139,7 +143,8 @@ class CollectionWorker:
         self._preempted = round_id
 
     def evaluate(
-        self, num_episodes: int, deterministic: bool = True, on_episode: Callable[[list[float]], None] | None = None
+        self, num_episodes: int, deterministic: bool = True, on_episode: Callable[[list[float]], None] | None = None,
+        recorder: EpisodeRecorder | None = None,
     ) -> list[float]:
         """Returns of ``num_episodes`` episodes on the test envs.
 
@@ -148,6 +153,8 @@ class CollectionWorker:
 
         :param on_episode: called with the returns so far after each counted episode (a progress
             line: an Atari evaluation can take minutes).
+        :param recorder: keeps the counted episodes' observations, actions and rewards
+            (``evaluate --save-demos``).
 
         The episodes' ``info["is_success"]`` (goal envs) go to :attr:`eval_successes`.
         """
@@ -161,11 +168,15 @@ class CollectionWorker:
         self.eval_successes = []
         obs = envs.reset()
         envs.pop_episodes()
+        if recorder is not None:
+            recorder.reset(obs)
         rhs, starts = None, None  # a recurrent actor's state, and where episodes start
         with torch.no_grad():
             while quota.any():
                 action, rhs = self.policy.evaluation_step(obs, rhs, starts, deterministic)
-                obs, _, _, _, valid = envs.step(action)
+                obs, reward, terminated, truncated, valid = envs.step(action)
+                if recorder is not None:
+                    recorder.step(action, obs, reward, terminated | truncated, valid)
                 starts = ~valid  # after a reset step, a new episode starts at obs
                 for i, ret, _, success in envs.pop_episode_outcomes():
                     if quota[i] > 0:
@@ -173,6 +184,8 @@ class CollectionWorker:
                         returns.append(ret)
                         if success is not None:
                             self.eval_successes.append(success)
+                        if recorder is not None:
+                            recorder.keep(i)
                         if on_episode is not None:
                             on_episode(returns)
         return returns
@@ -222,6 +235,9 @@ class CollectionWorker:
                 self.storage.load_state_dict(state["storage"])  # the episodes go on where they were
             else:
                 self.storage.reset(self.envs.reset_from_state())
+                load_lasting = getattr(self.storage, "load_lasting_state", None)
+                if load_lasting is not None and "storage" in state:  # PPOD's best episodes outlive the episodes in progress
+                    load_lasting(state["storage"])
             self._started = True
         if "test_envs" in state:
             if self.test_envs is None:

@@ -318,13 +318,14 @@ class CollectionWorkerSet:
     # -------------------------------------------------------------------- evaluation
 
     def evaluate(
-        self, num_episodes: int, deterministic: bool = True, on_episode: Callable[[list[float]], None] | None = None
+        self, num_episodes: int, deterministic: bool = True, on_episode: Callable[[list[float]], None] | None = None,
+        recorder: Any = None,
     ) -> list[float]:
         with self._lock:
             if self.remote:
                 # the local worker has no train envs: evaluate with a collecting worker's statistics
                 self.local_worker.load_normalization(self._ask_any("normalization_state"))
-            return self.local_worker.evaluate(num_episodes, deterministic, on_episode)
+            return self.local_worker.evaluate(num_episodes, deterministic, on_episode, recorder)
 
     def _ask_any(self, method: str) -> Any:
         """``method``'s answer from the first remote worker that gives one, beside any

@@ -29,6 +29,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from pytorchrl.agent.contracts import ActingPolicy
+from pytorchrl.agent.storages.on_policy.demos import DemoReplay, DemoSpec, ReplayingPolicy
+
 STEP_KEYS = ("actions", "log_probs", "rewards", "terminated", "truncated", "valid")
 #: the keys of a recurrent rollout beyond the memoryless ones
 RECURRENT_KEYS = ("states", "starts")
@@ -48,6 +51,9 @@ class RolloutStorage:
     :param state_size: a recurrent actor's state width (0: memoryless).
     :param state_stride: steps between the states a rollout sends (None: the rollout's length,
         i.e. only its initial state).
+    :param demos: replay demonstrations and the agent's best episodes in some episodes (PPOD,
+        :mod:`.demos`); read on the collection side only, when the worker wraps its policy
+        (:meth:`wrap_policy`).
     """
 
     #: collected rollouts need the acting policy's log-probabilities and values (:meth:`score`)
@@ -65,6 +71,7 @@ class RolloutStorage:
         device: str | torch.device = "cpu",
         state_size: int = 0,
         state_stride: int | None = None,
+        demos: DemoSpec | None = None,
     ) -> None:
         self.state_size = state_size
         self.state_stride = state_stride or num_steps
@@ -76,6 +83,8 @@ class RolloutStorage:
         self._np: dict[str, np.ndarray] = {}  # numpy views of the rollout tensors, once allocated
         self.step = 0
         self._received: list[dict[str, torch.Tensor]] = []
+        self.demos = demos
+        self.demo_replay: DemoReplay | None = None
 
     def _allocate(self) -> None:
         """The rollout tensors, made on first use: a gradient worker's storage never needs them."""
@@ -104,10 +113,27 @@ class RolloutStorage:
 
     # ------------------------------------------------------------------ collection side
 
+    def wrap_policy(self, policy: ActingPolicy) -> ActingPolicy:
+        """The policy a collection worker acts through: ``policy`` itself, or with demonstrations
+        a :class:`~.demos.ReplayingPolicy` that lets this storage's :class:`~.demos.DemoReplay`
+        choose the actions of the envs that replay an episode (the demonstration files are read
+        here, in the worker's process)."""
+        if self.demos is None:
+            return policy
+        return ReplayingPolicy(policy, self._demo_replay())
+
+    def _demo_replay(self) -> DemoReplay:
+        if self.demo_replay is None:
+            assert self.demos is not None
+            self.demo_replay = DemoReplay(self.demos, self.num_envs)
+        return self.demo_replay
+
     def reset(self, obs: torch.Tensor) -> None:
         """Start from a fresh observation (after an env reset)."""
         if not self._np:
             self._allocate()
+        if self.demos is not None:
+            self._demo_replay().restart()
         self.obs[0].copy_(obs)
         if self.state_size:
             self.states[0].zero_()
@@ -165,6 +191,8 @@ class RolloutStorage:
         np_["truncated"][t] = as_array(truncated)
         np_["valid"][t] = as_array(valid)
         np_["obs"][t + 1] = as_array(next_obs)
+        if self.demo_replay is not None:
+            self.demo_replay.observe(np_["actions"][t], np_["rewards"][t], np_["terminated"][t], np_["truncated"][t], np_["valid"][t], np_["obs"][t + 1])
         self.step = t + 1
 
     def score(
@@ -242,9 +270,11 @@ class RolloutStorage:
     def state_dict(self) -> dict[str, Any]:
         """The rollout under construction (what a collection worker needs to continue): the next
         observation, and a recurrent actor's state and episode-start flags there."""
-        state = {"obs": self.obs[self.step].clone()}
+        state: dict[str, Any] = {"obs": self.obs[self.step].clone()}
         if self.state_size:
             state["rhs"], state["starts"] = self.states[self.step].clone(), self.starts[self.step].clone()
+        if self.demo_replay is not None:
+            state["demos"] = self.demo_replay.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -252,6 +282,14 @@ class RolloutStorage:
         if self.state_size and "rhs" in state:
             self.states[0].copy_(state["rhs"])
             self.starts[0].copy_(state["starts"])
+        if self.demos is not None and "demos" in state:
+            self._demo_replay().load_state_dict(state["demos"])
+
+    def load_lasting_state(self, state: dict[str, Any]) -> None:
+        """What of :meth:`state_dict` outlives the episodes in progress (PPOD's best episodes and
+        counters), for a worker whose envs could not be restored and start anew."""
+        if self.demos is not None and "demos" in state:
+            self._demo_replay().load_state_dict(state["demos"], episodes=False)
 
 
 def as_array(x: torch.Tensor | np.ndarray) -> np.ndarray:
