@@ -33,6 +33,7 @@ __all__ = [
     "AtariConfig",
     "Config",
     "ConfigError",
+    "EncoderConfig",
     "EnvConfig",
     "HERConfig",
     "InferenceServerConfig",
@@ -155,29 +156,44 @@ class RecurrentConfig:
 
 
 @dataclass(frozen=True)
+class EncoderConfig:
+    """The feature extractor before the MLP (``actor.encoder``); its image encoders are the
+    registry :data:`pytorchrl.agent.actors.networks.encoders.IMAGE_ENCODERS`, each with its own
+    options (a key another encoder takes, set here, warns that it does not apply)."""
+
+    type: str = param(
+        "auto",
+        "'auto' (a CNN, the first image encoder, for image observations, uint8 with 3 dims; the MLP otherwise), 'mlp', or an image encoder: "
+        "'nature_cnn' (Mnih et al. 2015), 'impala_resnet' (Espeholt et al. 2018); Dict observations get one per key.",
+    )
+    channels: tuple[int, ...] | None = param(None, "impala_resnet: channels of its stacks (null: 16, 32, 32); at most 8 stacks of 1,024.")
+    features: int | None = param(
+        None, "Width of an image encoder's output layer (null: its default, 512 nature_cnn, 256 impala_resnet; 0: none, the flattened convolutions).",
+        min=0, max=65_536,
+    )
+    precision: str = param(
+        "float32",
+        "What an image encoder computes in: 'float32', or 'bfloat16' (autocast: 1.4-1.6x faster CNN steps on CPUs with "
+        "AVX-512 BF16 or AMX and on Ampere+ GPUs; parameters, optimizer state and the heads stay float32).",
+        choices=("float32", "bfloat16"),
+    )
+
+
+#: the encoder's old flat keys, read as the nested ``actor.encoder.*`` keys they became
+FLAT_ENCODER_KEYS = {"cnn_channels": "channels", "cnn_features": "features", "cnn_precision": "precision"}
+
+
+@dataclass(frozen=True)
 class ActorConfig:
     """The policy (and value) network: an encoder (feature extractor) and heads."""
 
-    encoder: str = param(
-        "auto",
-        "Feature extractor: 'mlp', 'nature_cnn' (Mnih et al. 2015), 'impala_resnet' (Espeholt et al. 2018), or 'auto' "
-        "(a Nature CNN for image observations, uint8 with 3 dims, the MLP otherwise); Dict observations get one per key.",
-        choices=("auto", "mlp", "nature_cnn", "impala_resnet"),
+    encoder: EncoderConfig = param(
+        EncoderConfig(), "The feature extractor: a section ({type: impala_resnet, channels: [16, 32, 32]}), or its type alone (encoder: nature_cnn)."
     )
     hidden_sizes: tuple[int, ...] = param(
         (64, 64), "Widths of the MLP after the encoder's extractor (the whole encoder for vector observations); at most 64 layers of 65,536."
     )
     activation: str = param("tanh", "Hidden-layer activation of the MLP.", choices=("tanh", "relu", "elu", "gelu"))
-    cnn_channels: tuple[int, ...] | None = param(None, "impala_resnet: channels of its stacks (null: 16, 32, 32); at most 8 stacks of 1,024.")
-    cnn_features: int | None = param(
-        None, "Width of a CNN encoder's output layer (null: 512 nature_cnn, 256 impala_resnet; 0: none, the flattened convolutions are the features).", min=0, max=65_536
-    )
-    cnn_precision: str = param(
-        "float32",
-        "What a CNN encoder computes in: 'float32', or 'bfloat16' (autocast: 1.4-1.6x faster CNN steps on CPUs with "
-        "AVX-512 BF16 or AMX and on Ampere+ GPUs; parameters, optimizer state and the heads stay float32).",
-        choices=("float32", "bfloat16"),
-    )
     mlp_precision: str = param(
         "float32",
         "What the hidden layers of the MLPs (after the extractor; the critics' but their output layer; not DQN's "
@@ -465,8 +481,9 @@ def set_values(raw: dict, values: dict[str, Any]) -> dict:
 
 
 def _set_dotted(out: dict, key: str, value: Any, what: str) -> None:
+    canonical_encoder(out)
     node = out
-    parts = key.split(".")
+    parts = _encoder_key(key, value).split(".")
     for part in parts[:-1]:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
@@ -474,8 +491,49 @@ def _set_dotted(out: dict, key: str, value: Any, what: str) -> None:
     node[parts[-1]] = value
 
 
+def canonical_encoder(raw: dict) -> dict:
+    """``raw`` (changed in place) with the encoder in its nested form: ``actor.encoder: TYPE``
+    becomes ``{type: TYPE}``, and the old flat keys ``actor.cnn_channels``, ``cnn_features`` and
+    ``cnn_precision`` (still read: old run directories hold them) its ``channels``, ``features``
+    and ``precision`` (a null flat key, as old ``config.yaml`` files write it, is dropped).
+
+    :raises ConfigError: a flat key and its nested twin set to different values.
+    """
+    actor = raw.get("actor")
+    if not isinstance(actor, dict):
+        return raw
+    if isinstance(actor.get("encoder"), str):
+        actor["encoder"] = {"type": actor["encoder"]}
+    for flat, key in FLAT_ENCODER_KEYS.items():
+        if flat not in actor:
+            continue
+        value = actor.pop(flat)
+        section = actor.setdefault("encoder", {})
+        if value is None or not isinstance(section, dict):
+            continue
+        if section.get(key, value) != value:
+            raise ConfigError(
+                f"config keys 'actor.{flat}' = {value!r} and 'actor.encoder.{key}' = {section[key]!r} disagree: "
+                f"set actor.encoder.{key} alone (actor.{flat} is its old name)"
+            )
+        section[key] = value
+    return raw
+
+
+def _encoder_key(key: str, value: Any) -> str:
+    """An override's key in the nested encoder form (``actor.cnn_features`` is
+    ``actor.encoder.features``; ``actor.encoder=TYPE`` sets ``actor.encoder.type``)."""
+    section, _, name = key.partition(".")
+    if section != "actor" or "." in name:
+        return key
+    if name in FLAT_ENCODER_KEYS:
+        return f"actor.encoder.{FLAT_ENCODER_KEYS[name]}"
+    return "actor.encoder.type" if name == "encoder" and isinstance(value, str) else key
+
+
 def from_dict(raw: dict) -> Config:
     """Build and validate a :class:`Config` from a nested dict."""
+    raw = canonical_encoder(_deep_copy(raw))
     algo = raw.get("algorithm") or {}
     if not isinstance(algo, dict):
         raise ConfigError(f"config key 'algorithm' = {algo!r} is a section, not a value: set its keys (e.g. algorithm.name={algo})")
@@ -603,7 +661,16 @@ def _check_cross_field(config: Config) -> None:
     _check_her(config)
     config.algorithm.check(config)
     check_widths("actor.hidden_sizes", config.actor.hidden_sizes, MAX_WIDTH, MAX_LAYERS)
-    check_widths("actor.cnn_channels", config.actor.cnn_channels, MAX_CHANNELS, MAX_CNN_STACKS)
+    check_widths("actor.encoder.channels", config.actor.encoder.channels, MAX_CHANNELS, MAX_CNN_STACKS)
+    _check_encoder_type(config.actor.encoder.type)
+
+
+def _check_encoder_type(name: str) -> None:
+    """``actor.encoder.type`` against the encoder registry."""
+    from pytorchrl.agent.actors.networks.encoders import ENCODERS
+
+    if name not in ENCODERS:
+        raise ConfigError(_bad_choice("actor.encoder.type", name, ENCODERS))
 
 
 def check_widths(key: str, sizes: tuple[int, ...] | None, widest: int = MAX_WIDTH, most: int = MAX_LAYERS) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from pytorchrl.agent.actors.networks.encoders import IMAGE_ENCODERS, image_encoder
 from pytorchrl.config import AtariConfig, Config, config_to_dict, from_dict
 from pytorchrl.envs.atari import is_atari_id
 from pytorchrl.utils.errors import ConfigError
@@ -51,7 +52,7 @@ class IgnoredConfigKeysWarning(UserWarning):
 TRAINED_KEYS = (
     "env.env_id", "env.normalize_obs", "env.clip_obs",
     "env.atari.frame_skip", "env.atari.screen_size", "env.atari.frame_stack", "env.atari.full_action_space",
-    "actor.encoder", "actor.hidden_sizes", "actor.activation", "actor.cnn_channels", "actor.cnn_features", "actor.shared_network",
+    "actor.encoder.type", "actor.encoder.channels", "actor.encoder.features", "actor.hidden_sizes", "actor.activation", "actor.shared_network",
     "actor.recurrent.type", "actor.recurrent.hidden_size", "actor.recurrent.num_layers",
     "algorithm.name",
 )
@@ -102,18 +103,21 @@ def inapplicable_keys(config: Config, observation_space: gym.Space) -> list[tupl
 
 
 def _actor_keys(config: Config, observation_space: gym.Space) -> list[tuple[list[str], str]]:
-    """The CNN keys without a CNN (or the IMPALA ResNet's channels on a Nature CNN), and the
-    recurrent core's sizes without a core."""
+    """The image encoder's options without one (or an option the chosen encoder does not take,
+    as a Nature CNN the channels), and the recurrent core's sizes without a core."""
     actor, found = config.actor, []
-    cnn = _cnn_kind(actor.encoder, observation_space)
-    if cnn is None:
+    encoder = actor.encoder
+    cls = _cnn_class(encoder.type, observation_space)
+    if cls is None:
         why = (
-            "actor.encoder is 'mlp'" if actor.encoder == "mlp"
-            else f"actor.encoder {actor.encoder!r} builds an MLP: the observations of {config.env.env_id!r} are not images"
+            "actor.encoder.type is 'mlp'" if encoder.type == "mlp"
+            else f"actor.encoder.type {encoder.type!r} builds an MLP: the observations of {config.env.env_id!r} are not images"
         )
-        found += _group(actor, "actor", ["cnn_channels", "cnn_features", "cnn_precision"], why)
-    elif cnn == "nature_cnn":
-        found += _group(actor, "actor", ["cnn_channels"], f"actor.encoder {actor.encoder!r} builds a Nature CNN; its channels are fixed (cnn_channels is for 'impala_resnet')")
+        found += _group(encoder, "actor.encoder", ["channels", "features", "precision"], why)
+    else:
+        name = next(n for n, c in IMAGE_ENCODERS.items() if c is cls)
+        others = [key for key in ("channels", "features") if key not in cls.options]
+        found += _group(encoder, "actor.encoder", others, f"actor.encoder.type {encoder.type!r} builds {name!r}, which takes {', '.join(cls.options)}")
     if actor.recurrent.type == "none":
         found += _group(actor.recurrent, "actor.recurrent", ["hidden_size", "num_layers"], "actor.recurrent.type is 'none'")
     return found
@@ -133,14 +137,13 @@ def _algorithm_keys(config: Config) -> list[tuple[list[str], str]]:
     return found
 
 
-def _cnn_kind(encoder: str, space: gym.Space) -> str | None:
-    """The CNN ``actor.encoder`` builds for ``space``: ``nature_cnn``, ``impala_resnet`` or None (an
-    MLP: ``mlp``, or ``auto`` without an image); see
-    :meth:`~pytorchrl.agent.actors.networks.encoders.EncoderSpec.extractor`."""
+def _cnn_class(kind: str, space: gym.Space) -> Any:
+    """The image encoder ``actor.encoder.type`` builds for ``space``, or None (an MLP: ``mlp``,
+    or no image in the space); see :meth:`~pytorchrl.agent.actors.networks.encoders.EncoderSpec.extractor`."""
     subs = list(space.spaces.values()) if isinstance(space, gym.spaces.Dict) else [space]
-    if encoder == "mlp" or not any(is_image_space(s) for s in subs):
+    if not any(is_image_space(s) for s in subs):
         return None
-    return "impala_resnet" if encoder == "impala_resnet" else "nature_cnn"
+    return image_encoder(kind)
 
 
 def _names(cls: type) -> list[str]:

@@ -52,7 +52,7 @@ def test_keys_that_do_not_apply_are_named_in_one_warning():
         warn_inapplicable(config, VECTOR)
     assert len(caught) == 1
     text = str(caught[0].message)
-    for key in ("env.atari.screen_size", "env.atari.frame_stack", "actor.cnn_features", "actor.cnn_precision",
+    for key in ("env.atari.screen_size", "env.atari.frame_stack", "actor.encoder.features", "actor.encoder.precision",
                 "actor.recurrent.hidden_size", "storage.capacity"):
         assert key in text
     assert "'CartPole-v1' is not an ALE" in text and "builds an MLP" in text and "\n" not in text
@@ -62,7 +62,7 @@ def test_defaults_and_keys_that_apply_do_not_warn():
     resumed = config_to_dict(from_dict({}))  # a run's config.yaml: every default written out
     assert _keys(resumed) == []
     assert _keys({"env": {"env_id": "ALE/Pong-v5", "atari": {"frame_stack": 2}}, "actor": {"cnn_features": 128}}, IMAGE) == []
-    assert _keys({"actor": {"encoder": "impala_resnet", "cnn_channels": [8, 8]}}, IMAGE) == []
+    assert _keys({"actor": {"encoder": {"type": "impala_resnet", "channels": [8, 8]}}}, IMAGE) == []
     assert _keys({"actor": {"recurrent": {"type": "gru", "hidden_size": 32}}}) == []
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -70,8 +70,8 @@ def test_defaults_and_keys_that_apply_do_not_warn():
 
 
 def test_the_encoder_decides_the_cnn_keys():
-    assert _keys({"actor": {"encoder": "mlp", "cnn_features": 64}}, IMAGE) == ["actor.cnn_features"]
-    assert _keys({"actor": {"cnn_channels": [8, 8]}}, IMAGE) == ["actor.cnn_channels"]  # auto: a Nature CNN
+    assert _keys({"actor": {"encoder": "mlp", "cnn_features": 64}}, IMAGE) == ["actor.encoder.features"]  # the old flat key, read as the nested one
+    assert _keys({"actor": {"encoder": {"channels": [8, 8]}}}, IMAGE) == ["actor.encoder.channels"]  # auto: a Nature CNN
     assert _keys({"actor": {"cnn_features": 64}}, gym.spaces.Dict({"image": IMAGE, "x": VECTOR})) == []
 
 

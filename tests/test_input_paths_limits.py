@@ -18,7 +18,7 @@ from pytorchrl.config import from_dict, load_config
 from pytorchrl.fuzz import BUDGET, PATH_KINDS, path_argv
 from pytorchrl.learner import Learner
 from pytorchrl.utils.errors import ConfigError
-from pytorchrl.utils.memory import check_memory, cnn_parameters, estimate_bytes
+from pytorchrl.utils.memory import check_memory, estimate_bytes
 from pytorchrl.utils.strict_yaml import MAX_YAML_DEPTH, MAX_YAML_VALUES
 from tests.conftest import CONFIGS
 
@@ -240,8 +240,8 @@ def test_plain_override_strings_stay_strings():
     [
         ("ppo/cartpole.yaml", f"actor.hidden_sizes=[{', '.join(['1'] * 65)}]", r"'actor.hidden_sizes' has 65 layers: at most 64 are allowed$"),
         ("dqn/cartpole.yaml", f"algorithm.head_hidden_sizes=[{', '.join(['8'] * 65)}]", r"'algorithm.head_hidden_sizes' has 65 layers: at most 64"),
-        ("ppo/cartpole.yaml", "actor.cnn_channels=[16, 16, 16, 16, 16, 16, 16, 16, 16]", r"'actor.cnn_channels' has 9 layers: at most 8 are allowed"),
-        ("ppo/cartpole.yaml", "actor.cnn_channels=[4096]", r"'actor.cnn_channels' = \[4096\] is out of range: every width must be in 1..1,024"),
+        ("ppo/cartpole.yaml", "actor.cnn_channels=[16, 16, 16, 16, 16, 16, 16, 16, 16]", r"'actor.encoder.channels' has 9 layers: at most 8 are allowed"),
+        ("ppo/cartpole.yaml", "actor.cnn_channels=[4096]", r"'actor.encoder.channels' = \[4096\] is out of range: every width must be in 1..1,024"),
         ("ppo/atari_pong.yaml", "env.atari.noop_max=100000000", r"'env.atari.noop_max' = 100000000 is out of range: must be <= 1000"),
         ("ppo/atari_pong.yaml", "env.atari.max_episode_frames=100000000000", r"'env.atari.max_episode_frames' = 100000000000 is out of range: must be <= 10000000"),
         ("ppo/atari_pong.yaml", "env.max_episode_steps=1000000000000", r"'env.max_episode_steps' = 1000000000000 is out of range: must be <= 100000000"),
@@ -260,7 +260,7 @@ def test_the_maxima_themselves_are_accepted():
     config = load_config(CONFIGS / "ppo" / "atari_pong.yaml", ["env.atari.noop_max=1000", "env.atari.max_episode_frames=10000000", "env.max_episode_steps=100000000",
                                                                f"actor.hidden_sizes=[{', '.join(['8'] * 64)}]", "actor.recurrent={type: lstm, hidden_size: 2048, num_layers: 4}",
                                                                "actor.encoder=impala_resnet", "actor.cnn_channels=[1024, 16, 16, 16, 16, 16, 16, 16]"])
-    assert config.env.atari.noop_max == 1000 and len(config.actor.hidden_sizes) == 64 and len(config.actor.cnn_channels or ()) == 8
+    assert config.env.atari.noop_max == 1000 and len(config.actor.hidden_sizes) == 64 and len(config.actor.encoder.channels or ()) == 8
 
 
 def test_work_limits_through_the_cli_write_nothing(tmp_path, capsys):
@@ -273,9 +273,10 @@ def test_the_memory_floor_counts_cnn_encoders_and_recurrent_cores():
     from pytorchrl.agent.actors.networks.recurrent import RecurrentCore
 
     impala = load_config(CONFIGS / "ppo" / "atari_pong.yaml", ["actor.encoder=impala_resnet", "actor.cnn_channels=[8, 16]", "actor.cnn_features=0"])
-    assert cnn_parameters(impala, PONG_OBS)[0] == sum(p.numel() for p in ImpalaResNet(PONG_OBS, channels=(8, 16), features=0).parameters())
-    nature = load_config(CONFIGS / "ppo" / "atari_pong.yaml")
-    assert cnn_parameters(nature, PONG_OBS) == (sum(p.numel() for p in NatureCNN(PONG_OBS).parameters()), 512)
+    assert impala.actor.encoder.channels == (8, 16) and impala.actor.encoder.features == 0  # the old flat keys, read as the nested form
+    size = ImpalaResNet.size(PONG_OBS, {"channels": impala.actor.encoder.channels, "features": 0})
+    assert size[0] == sum(p.numel() for p in ImpalaResNet(PONG_OBS, channels=(8, 16), features=0).parameters())
+    assert NatureCNN.size(PONG_OBS, {}) == (sum(p.numel() for p in NatureCNN(PONG_OBS).parameters()), 512)
     lstm = load_config(CARTPOLE, ["actor.recurrent={type: lstm, hidden_size: 16, num_layers: 3}", "actor.hidden_sizes=[20]"])
     core = sum(p.numel() for p in RecurrentCore(20, kind="lstm", hidden_size=16, num_layers=3).parameters())
     assert estimate_bytes(lstm, gym.spaces.Box(-1, 1, (4,)))["recurrent cores"][2] == core * 2 * 16  # policy and value core, 16 bytes a parameter
@@ -285,7 +286,7 @@ def test_the_memory_floor_counts_cnn_encoders_and_recurrent_cores():
     "config, override, space, key",
     [
         ("ppo/cartpole.yaml", "actor.recurrent={type: lstm, hidden_size: 4096, num_layers: 2}", gym.spaces.Box(-1, 1, (4,)), "actor.recurrent.hidden_size"),
-        ("ppo/atari_pong.yaml", "actor.encoder=impala_resnet", PONG_OBS, "actor.cnn_channels"),
+        ("ppo/atari_pong.yaml", "actor.encoder=impala_resnet", PONG_OBS, "actor.encoder.channels"),
     ],
 )
 def test_a_network_too_big_for_memory_is_refused_naming_its_part(config, override, space, key):

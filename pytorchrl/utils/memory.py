@@ -19,6 +19,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from pytorchrl.agent.actors.networks.encoders import EncoderError, image_encoder
 from pytorchrl.config import Config
 from pytorchrl.utils.errors import ConfigError
 from pytorchrl.utils.spaces import is_image_space, obs_layout
@@ -47,14 +48,18 @@ def network_bytes(config: Config, observation_space: gym.Space) -> dict[str, tup
     """The networks' part of :func:`estimate_bytes`: MLPs, CNN extractors and recurrent cores."""
     layout = obs_layout(observation_space)
     actor = config.actor
-    cnn = actor.encoder in ("nature_cnn", "impala_resnet") or (actor.encoder == "auto" and is_image_space(observation_space))
-    if cnn:
-        inputs = (512 if actor.encoder != "impala_resnet" else 256) if actor.cnn_features is None else actor.cnn_features  # 0: uncounted
-    else:
-        inputs = math.prod(layout.shape)
-    extractor = 0
-    if cnn and isinstance(observation_space, gym.spaces.Box) and is_image_space(observation_space):  # a Dict's CNNs: uncounted
-        extractor, inputs = cnn_parameters(config, observation_space)
+    encoder = actor.encoder
+    cls = image_encoder(encoder.type)
+    image = isinstance(observation_space, gym.spaces.Box) and is_image_space(observation_space)
+    inputs, extractor = math.prod(layout.shape), 0
+    if cls is not None and (encoder.type != "auto" or image):
+        # the encoder sizes itself (a Dict's CNNs: uncounted, their features only)
+        inputs = cls.options["features"] if encoder.features is None else encoder.features
+        if image:
+            try:
+                extractor, inputs = cls.size(observation_space, {"channels": encoder.channels, "features": encoder.features})
+            except EncoderError:  # too small an image: the encoder refuses it when built
+                extractor, inputs = 0, 0
     widths = [inputs, *actor.hidden_sizes]
     params = sum(a * b for a, b in itertools.pairwise(widths))
     # the MLPs and the CNN extractors or recurrent cores the algorithm keeps (its config says;
@@ -62,8 +67,8 @@ def network_bytes(config: Config, observation_space: gym.Space) -> dict[str, tup
     own = 1 if actor.shared_network else 2
     copies, encoders = config.algorithm.networks or own, config.algorithm.encoders or own
     parts: dict[str, tuple[str, Any, int]] = {"networks": ("actor.hidden_sizes", list(actor.hidden_sizes), params * copies * BYTES_PER_PARAMETER)}
-    if extractor:
-        key = ("actor.cnn_channels", list(actor.cnn_channels or ())) if actor.encoder == "impala_resnet" else ("actor.cnn_features", actor.cnn_features)
+    if extractor and cls is not None:
+        key = ("actor.encoder.channels", list(encoder.channels or ())) if "channels" in cls.options else ("actor.encoder.features", encoder.features)
         parts["CNN encoders"] = (*key, extractor * encoders * BYTES_PER_PARAMETER)
     core = actor.recurrent
     if core.type != "none":
@@ -112,31 +117,6 @@ def _mujoco_env_bytes(env_id: str, env_kwargs: dict[str, Any]) -> int:
         return int(probe.model.nbuffer) + int(probe.data.nbuffer)  # type: ignore[attr-defined]
     finally:
         probe.close()
-
-
-def cnn_parameters(config: Config, space: gym.spaces.Box) -> tuple[int, int]:
-    """Weights of one CNN extractor of the image ``space`` (its convolutions and output layer, as
-    :class:`~pytorchrl.agent.actors.networks.encoders.NatureCNN` and ``ImpalaResNet`` build them)
-    and the width of its features."""
-    from pytorchrl.agent.actors.networks.encoders import NatureCNN, _image_input
-
-    actor = config.actor
-    c, h, w, _ = _image_input(space, "the observation space")
-    params = 0
-    if actor.encoder == "impala_resnet":
-        for out in actor.cnn_channels or (16, 32, 32):  # per stack: its conv and two residual blocks of two convs, 3x3
-            params += 9 * (c * out + 4 * out * out) + 5 * out
-            c, h, w = out, (h + 1) // 2, (w + 1) // 2
-        default = 256
-    else:
-        for out, kernel, stride in NatureCNN.CONVS:
-            if h < kernel or w < kernel:  # too small: the encoder refuses it when built
-                return params, 0
-            params += kernel * kernel * c * out + out
-            c, h, w = out, (h - kernel) // stride + 1, (w - kernel) // stride + 1
-        default = 512
-    features = default if actor.cnn_features is None else actor.cnn_features
-    return (params + c * h * w * features + features, features) if features else (params, c * h * w)
 
 
 def available_bytes() -> int | None:

@@ -13,7 +13,7 @@ from pytorchrl.agent.actors.on_policy import OnPolicyActor
 from pytorchrl.agent.algorithms import ALGORITHMS
 from pytorchrl.agent.storages.off_policy.replay_storage import ReplayStorage
 from pytorchrl.agent.storages.on_policy.gae_buffer import GAEBuffer
-from pytorchrl.config import from_dict, load_config
+from pytorchrl.config import ConfigError, config_to_dict, from_dict, load_config
 from pytorchrl.envs.vec_env import VecEnv
 from pytorchrl.utils.errors import InputError
 from pytorchrl.utils.spaces import obs_layout, pack_dict
@@ -162,7 +162,7 @@ def test_bfloat16_cnn_warns_once_on_a_cpu_that_emulates_bfloat16(monkeypatch, re
     slow = [w for w in recwarn if "no bfloat16 arithmetic" in str(w.message)]
     assert len(slow) == (0 if native or space is VECTOR else 1)  # no CNN, nothing emulated
     if slow:
-        assert "actor.cnn_precision = 'bfloat16'" in str(slow[0].message) and "'float32'" in str(slow[0].message)
+        assert "actor.encoder.precision = 'bfloat16'" in str(slow[0].message) and "'float32'" in str(slow[0].message)
 
 
 @pytest.mark.parametrize("native", [True, False])
@@ -294,10 +294,10 @@ def test_the_registry_is_the_only_list_of_algorithms():
 @pytest.mark.parametrize(
     ("overrides", "needle"),
     [
-        (["actor.encoder=nature_cnns"], "config key 'actor.encoder' = 'nature_cnns' is not allowed (did you mean 'nature_cnn'?)"),
-        (["actor.cnn_precision=float16"], "config key 'actor.cnn_precision' = 'float16' is not allowed"),
+        (["actor.encoder=nature_cnns"], "config key 'actor.encoder.type' = 'nature_cnns' is not allowed (did you mean 'nature_cnn'?)"),
+        (["actor.cnn_precision=float16"], "config key 'actor.encoder.precision' = 'float16' is not allowed"),
         (["actor.mlp_precision=half"], "config key 'actor.mlp_precision' = 'half' is not allowed"),
-        (["actor.encoder=nature_cnn"], "actor.encoder = 'nature_cnn' on env.env_id = 'CartPole-v1': encoder 'nature_cnn' needs image observations"),
+        (["actor.encoder=nature_cnn"], "actor.encoder.type = 'nature_cnn' on env.env_id = 'CartPole-v1': encoder 'nature_cnn' needs image observations"),
         (["env.env_id=pytorchrl/DictTarget-v0", "env.normalize_obs=true"], "env.normalize_obs = true needs a Box observation space of floats"),
     ],
 )
@@ -328,3 +328,47 @@ def test_cnn_policies_score_while_acting_and_match_the_rollout_scoring(precision
     assert torch.allclose(data["values"], value.view(6, 3), atol=atol)  # the bootstrap value included
     assert torch.allclose(data["log_probs"], log_prob.view(6, 3)[:5], atol=atol)
     worker.close()
+
+
+def test_the_encoder_section_nested_and_its_old_flat_keys():
+    """``actor.encoder`` is a section (or its type alone); the old flat keys of old configs and
+    run directories are read as the nested ones; a flat key and its nested twin that disagree
+    are one line; the saved form is the nested one and loads back the same."""
+    nested = from_dict({"actor": {"encoder": {"type": "impala_resnet", "channels": [8, 8], "features": 64}}})
+    assert (nested.actor.encoder.type, nested.actor.encoder.channels, nested.actor.encoder.features) == ("impala_resnet", (8, 8), 64)
+    old = from_dict({"actor": {"encoder": "impala_resnet", "cnn_channels": [8, 8], "cnn_features": 64, "cnn_precision": "float32"}})
+    assert old == nested
+    saved_by_an_old_run = {"actor": {"encoder": "auto", "cnn_channels": None, "cnn_features": None, "cnn_precision": "float32"}}
+    assert from_dict(saved_by_an_old_run).actor.encoder == from_dict({}).actor.encoder
+    assert from_dict(config_to_dict(nested)) == nested
+    assert load_config(CONFIGS / "ppo" / "atari_pong.yaml", ["actor.encoder.features=0", "actor.encoder=impala_resnet"]).actor.encoder.features == 0
+    with pytest.raises(ConfigError) as info:
+        from_dict({"actor": {"encoder": {"features": 64}, "cnn_features": 32}})
+    assert str(info.value) == (
+        "config keys 'actor.cnn_features' = 32 and 'actor.encoder.features' = 64 disagree: set actor.encoder.features alone (actor.cnn_features is its old name)"
+    )
+    with pytest.raises(ConfigError, match=r"unknown config key 'actor.encoder.depth'"):
+        from_dict({"actor": {"encoder": {"type": "nature_cnn", "depth": 3}}})
+
+
+def test_image_encoders_come_from_one_registry_and_size_themselves():
+    """The registry is the only list of image encoders: the names the config accepts are its keys
+    (with auto and mlp); each encoder sizes itself (parameters, output width) without allocating;
+    the config loader, the memory estimate and the key rules name none of them."""
+    import inspect
+
+    from pytorchrl import config as config_module
+    from pytorchrl import config_applicability
+    from pytorchrl.agent.actors.networks.encoders import ENCODERS, IMAGE_ENCODERS
+    from pytorchrl.utils import memory
+
+    assert ENCODERS == ("auto", "mlp", *IMAGE_ENCODERS)
+    space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    for cls in IMAGE_ENCODERS.values():
+        net = cls.make(space, {})
+        assert cls.size(space, {}) == (sum(p.numel() for p in net.parameters()), net.out_features)
+    huge = IMAGE_ENCODERS["impala_resnet"].size(space, {"channels": (1024,) * 8})  # ~0.3 GB of weights: sized, not built
+    assert huge[0] > 50_000_000
+    for module in (config_module, memory, config_applicability):
+        source = inspect.getsource(module)
+        assert not any(f'"{name}"' in source or cls.__name__ in source for name, cls in IMAGE_ENCODERS.items()), module.__name__

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pytorchrl.agent.actors.distributions import ActionHead, CategoricalHead, DiagGaussianHead, legal_actions, make_action_head
-from pytorchrl.agent.actors.networks.encoders import EncoderSpec, ImpalaResNet, NatureCNN
+from pytorchrl.agent.actors.networks.encoders import EncoderSpec, has_cnn
 from pytorchrl.agent.actors.networks.mlp import HIDDEN_GAIN, orthogonal_init
 from pytorchrl.agent.actors.networks.recurrent import RecurrentCore, RecurrentSpec, carried_state, run_core
 from pytorchrl.agent.actors.noise import NoisePart
@@ -94,7 +94,7 @@ class OnPolicyActor(nn.Module):
         # a CNN costs the same per row in a batch of 8 as of 4096, so scoring the rollout
         # afterwards would only repeat the forward pass: score while acting instead
         # (and a recurrent actor needs the state of both cores at every step)
-        self.scores_while_acting = self.is_recurrent or any(isinstance(m, (NatureCNN, ImpalaResNet)) for m in self.modules())
+        self.scores_while_acting = self.is_recurrent or has_cnn(self)
 
     @classmethod
     def create_factory(cls, observation_space: gym.Space, action_space: gym.Space, **kwargs: Any) -> Callable[..., OnPolicyActor]:

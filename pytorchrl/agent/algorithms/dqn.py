@@ -62,7 +62,7 @@ class DQNConfig(ReplayConfig):
         None, "Ape-X: collector i of N explores with epsilon ** (1 + alpha * i / (N - 1)) (Horgan et al. 2018 use 7 with epsilon 0.4); null: off.", min=0
     )
     head_hidden_sizes: tuple[int, ...] = param(
-        (), "Hidden layers of each Q head stream (the advantage's, and the value's with dueling), noisy with noisy_nets; Hessel et al.'s Rainbow network: [512] with actor.cnn_features=0 and actor.hidden_sizes=[]."
+        (), "Hidden layers of each Q head stream (the advantage's, and the value's with dueling), noisy with noisy_nets; Hessel et al.'s Rainbow network: [512] with actor.encoder.features=0 and actor.hidden_sizes=[]."
     )
     rainbow: bool = param(False, "Turn every Rainbow component on (double_q, dueling, n_step >= 3, prioritized_replay, noisy_nets, distributional).")
 

@@ -104,10 +104,11 @@ def action_mask_slice(config: Config, observation_space: gym.Space) -> slice | N
 
 def encoder_spec(actor: ActorConfig) -> EncoderSpec:
     """The ``actor`` section's encoder keys as an :class:`EncoderSpec`."""
+    encoder = actor.encoder
     return EncoderSpec(
-        kind=actor.encoder, hidden_sizes=tuple(actor.hidden_sizes), activation=actor.activation,
-        cnn_channels=None if actor.cnn_channels is None else tuple(actor.cnn_channels), cnn_features=actor.cnn_features,
-        cnn_precision=actor.cnn_precision, mlp_precision=actor.mlp_precision,
+        kind=encoder.type, hidden_sizes=tuple(actor.hidden_sizes), activation=actor.activation,
+        cnn_channels=None if encoder.channels is None else tuple(encoder.channels), cnn_features=encoder.features,
+        cnn_precision=encoder.precision, mlp_precision=actor.mlp_precision,
     )
 
 
@@ -118,12 +119,12 @@ def check_encoder(spec: EncoderSpec, observation_space: gym.Space, env_id: str) 
     try:
         encoder = spec.build(observation_space)
     except EncoderError as exc:
-        raise InputError(f"actor.encoder = {spec.kind!r} on env.env_id = {env_id!r}: {exc}") from None
+        raise InputError(f"actor.encoder.type = {spec.kind!r} on env.env_id = {env_id!r}: {exc}") from None
     for problem in spec.large_mlp_inputs(observation_space):
-        warnings.warn(f"actor.encoder = {spec.kind!r}: {problem}", stacklevel=3)
+        warnings.warn(f"actor.encoder.type = {spec.kind!r}: {problem}", stacklevel=3)
     slow = []  # bfloat16 keys with layers to compute
     if spec.cnn_precision == "bfloat16" and encoders.has_cnn(encoder):
-        slow.append("actor.cnn_precision")
+        slow.append("actor.encoder.precision")
     if spec.mlp_precision == "bfloat16" and spec.hidden_sizes:
         slow.append("actor.mlp_precision")
     if slow and not encoders.cpu_has_bf16():

@@ -18,7 +18,7 @@ Observations arrive as stored (:mod:`pytorchrl.utils.spaces`): images as ``uint8
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import gymnasium as gym
 import numpy as np
@@ -29,11 +29,7 @@ from torch import nn
 from pytorchrl.agent.actors.networks.mlp import MLP, CachedLayers, run_layers
 from pytorchrl.utils.spaces import dict_slices, is_image_space
 
-__all__ = ["ENCODERS", "DictExtractor", "Encoder", "EncoderSpec", "ImpalaResNet", "NatureCNN", "OneHot"]
-
-#: the ``actor.encoder`` names
-ENCODERS = ("auto", "mlp", "nature_cnn", "impala_resnet")
-CNN_ENCODERS = ("nature_cnn", "impala_resnet")
+__all__ = ["ENCODERS", "IMAGE_ENCODERS", "DictExtractor", "Encoder", "EncoderSpec", "ImpalaResNet", "NatureCNN", "OneHot"]
 #: ``actor.cnn_precision`` and ``actor.mlp_precision``: the dtype a CNN or an MLP computes in
 PRECISIONS = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 #: a CPU without bfloat16 arithmetic emulates it: a Nature CNN step of 256, forward and backward,
@@ -88,20 +84,22 @@ class EncoderSpec:
             return OneHot(int(space.n))
         if is_image_space(space) and self.kind != "mlp":
             return self._cnn(space, "the observation space")
-        if self.kind in CNN_ENCODERS:
+        if self.kind in IMAGE_ENCODERS:
             raise EncoderError(f"encoder {self.kind!r} needs image observations (a uint8 Box of 3 dims); the observation space is {space}")
         if is_image_space(space):
             return ScaledFlatten(space)
         return None
 
+    @property
+    def cnn_options(self) -> dict[str, Any]:
+        """The image encoder's options (None: its default)."""
+        return {"channels": self.cnn_channels, "features": self.cnn_features}
+
     def _cnn(self, space: gym.Space, where: str) -> nn.Module:
-        dtype = _precision("CNN", self.cnn_precision)
-        net: _ImageNet
-        if self.kind == "impala_resnet":
-            net = ImpalaResNet(space, channels=self.cnn_channels or (16, 32, 32), features=_default(self.cnn_features, 256), where=where)
-        else:
-            net = NatureCNN(space, features=_default(self.cnn_features, 512), where=where)
-        net.dtype = dtype
+        cls = image_encoder(self.kind)
+        assert cls is not None
+        net = cls.make(space, self.cnn_options, where)
+        net.dtype = _precision("CNN", self.cnn_precision)
         return net
 
     def large_mlp_inputs(self, space: gym.Space) -> list[str]:
@@ -226,10 +224,6 @@ def _to_float_image(obs: torch.Tensor, shape: tuple[int, ...], channels_last: bo
     return x.to(dtype).mul_(1.0 / 255.0)
 
 
-def _default(value: int | None, default: int) -> int:
-    return default if value is None else value
-
-
 class _ImageNet(CachedLayers):
     """What the CNNs share: the image's layout, ``convs`` then one ``linear`` layer (None: the
     flattened convolutions are the features) as cached ``(weight, bias)`` pairs,
@@ -241,6 +235,22 @@ class _ImageNet(CachedLayers):
     convs: nn.ModuleList
     linear: nn.Linear | None
     dtype: torch.dtype = torch.float32
+    #: its ``actor.encoder`` options (keyword arguments) and their defaults
+    options: ClassVar[dict[str, Any]] = {}
+
+    @classmethod
+    def make(cls, space: gym.Space, options: dict[str, Any], where: str = "the observation space") -> _ImageNet:
+        """The encoder on ``space`` with ``options`` (None or absent: its defaults; keys it does not take are ignored)."""
+        given = {k: v for k, v in options.items() if k in cls.options and v is not None}
+        return cls(space, **{**cls.options, **given}, where=where)
+
+    @classmethod
+    def size(cls, space: gym.Space, options: dict[str, Any]) -> tuple[int, int]:
+        """``(parameters, output width)`` of :meth:`make`, measured on the meta device: the
+        shapes without the memory, so an absurd one costs nothing to size."""
+        with torch.device("meta"):
+            net = cls.make(space, options)
+        return sum(p.numel() for p in net.parameters()), int(net.out_features)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if self.dtype == torch.float32:
@@ -285,6 +295,7 @@ class NatureCNN(_ImageNet):
     """
 
     CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+    options: ClassVar[dict[str, Any]] = {"features": 512}
 
     def __init__(self, space: gym.Space, *, features: int = 512, where: str = "the observation space") -> None:
         super().__init__()
@@ -315,10 +326,12 @@ class ImpalaResNet(_ImageNet):
     :param where: what the space is, for error messages.
     """
 
+    options: ClassVar[dict[str, Any]] = {"channels": (16, 32, 32), "features": 256}
+
     def __init__(self, space: gym.Space, *, channels: tuple[int, ...] = (16, 32, 32), features: int = 256, where: str = "the observation space") -> None:
         super().__init__()
         if not channels or any(ch < 1 for ch in channels):
-            raise EncoderError(f"actor.cnn_channels = {list(channels)} must be a non-empty list of positive channel counts")
+            raise EncoderError(f"actor.encoder.channels = {list(channels)} must be a non-empty list of positive channel counts")
         c, h, w = self._image(space, where)  # convs per stack: the stack's conv, then 2 blocks x 2 convs
         for out in channels:
             self.convs.append(nn.Conv2d(c, out, 3, padding=1))
@@ -337,6 +350,20 @@ class ImpalaResNet(_ImageNet):
                 (w1, b1), (w2, b2) = layers[5 * s + 1 + 2 * block], layers[5 * s + 2 + 2 * block]
                 x = x + F.conv2d(F.relu(F.conv2d(F.relu(x), w1, b1, padding=1)), w2, b2, padding=1)
         return self._output(F.relu(x))
+
+
+#: the image encoders by ``actor.encoder.type`` name, the first one what ``auto`` builds: the
+#: only list of them (config validation, the memory estimate and the key rules read it)
+IMAGE_ENCODERS: dict[str, type[_ImageNet]] = {"nature_cnn": NatureCNN, "impala_resnet": ImpalaResNet}
+#: every ``actor.encoder.type``
+ENCODERS = ("auto", "mlp", *IMAGE_ENCODERS)
+
+
+def image_encoder(kind: str) -> type[_ImageNet] | None:
+    """The image encoder ``actor.encoder.type`` builds on images (``auto``: the first; ``mlp``: none)."""
+    if kind == "mlp":
+        return None
+    return IMAGE_ENCODERS.get(kind, next(iter(IMAGE_ENCODERS.values())))
 
 
 class DictExtractor(nn.Module):
@@ -368,7 +395,7 @@ class DictExtractor(nn.Module):
                 raise EncoderError(f"{where} is {sub}; an encoder takes Box and Discrete keys")
             self.parts.append(part if part is not None else nn.Identity())
             self._calls.append(None if part is None else part.forward)
-        if spec.kind in CNN_ENCODERS and not images:
+        if spec.kind in IMAGE_ENCODERS and not images:
             raise EncoderError(f"encoder {spec.kind!r} needs an image key (a uint8 Box of 3 dims) in the Dict observation space {space}")
         widths = [feature_width(p) if call is not None else s.stop - s.start for p, call, s in zip(self.parts, self._calls, self.slices)]
         self.out_features = sum(widths)
