@@ -23,8 +23,6 @@ The planners are plain functions over a ``rollout_return(actions) -> returns`` c
 from __future__ import annotations
 
 import functools
-import itertools
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -33,8 +31,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from pytorchrl.agent.actors.networks.mlp import ACTIVATIONS, CachedLayers
 from pytorchrl.agent.actors.noise import NoisePart, draw_parts
+from pytorchrl.agent.actors.off_policy import CriticEnsemble
 
 #: ``actions [E, N, H, A] -> returns [E, N]``
 ReturnFn = Callable[[torch.Tensor], torch.Tensor]
@@ -108,10 +106,11 @@ def pddm(rollout_return: ReturnFn, mean: torch.Tensor, *, num_candidates: int, g
 # ------------------------------------------------------------------------------ model
 
 
-class DynamicsEnsemble(CachedLayers):
-    """``K`` independent MLPs evaluated as one: each layer is one batched matrix product over
-    the members (``baddbmm``), so an ensemble of 5 costs one pass of kernels, and planning can
-    send each candidate through its own member at the cost of one network.
+class DynamicsEnsemble(CriticEnsemble):
+    """``K`` independent MLPs evaluated as one (the layers of a
+    :class:`~pytorchrl.agent.actors.off_policy.CriticEnsemble`: one batched matrix product per
+    layer over the members), each on its own input: planning sends each candidate through its
+    own member at the cost of one network.
 
     :param num: members.
     :param in_features: observation plus action size.
@@ -121,25 +120,15 @@ class DynamicsEnsemble(CachedLayers):
     """
 
     def __init__(self, num: int, in_features: int, out_features: int, hidden_sizes: tuple[int, ...], activation: str) -> None:
-        super().__init__()
-        widths = (in_features, *hidden_sizes, out_features)
-        self.weights = nn.ParameterList()
-        self.biases = nn.ParameterList()
-        for fan_in, fan_out in itertools.pairwise(widths):
-            bound = 1.0 / math.sqrt(fan_in)  # nn.Linear's default initialisation, per member
-            self.weights.append(nn.Parameter(torch.empty(num, fan_in, fan_out).uniform_(-bound, bound)))
-            self.biases.append(nn.Parameter(torch.empty(num, 1, fan_out).uniform_(-bound, bound)))
-        self._act = ACTIVATIONS[activation]
-        self.num = num
-        self._cache_parameters()
+        super().__init__(num, in_features, hidden_sizes, activation, out_features=out_features)
 
-    def _layer_parameters(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        return list(zip(self.weights, self.biases))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``[K, B, out_features]`` outputs of ``x [K, B, in_features]`` (member k on row block k)."""
+    def forward(self, x: torch.Tensor, frozen: bool = False) -> torch.Tensor:
+        """``[K, B, out_features]`` outputs of ``x [K, B, in_features]`` (member k on row block k;
+        ``frozen``: detached parameters, as the critics')."""
         last = len(self._layers) - 1
         for i, (weight, bias) in enumerate(self._layers):
+            if frozen:
+                weight, bias = weight.detach(), bias.detach()
             x = torch.baddbmm(bias, x, weight)
             if i < last:
                 x = self._act(x)
