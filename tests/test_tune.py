@@ -118,7 +118,7 @@ def test_a_pbt_exploit_continues_the_source_trial_exactly_with_the_new_values(tm
         assert repr(norm_a) == repr(norm_b)  # observation and return normalisers, env RNG streams
         # the new values, not the source's (its optimizer state carried lr = 2e-3, annealed)
         progress = target.env_steps / target.run.target_steps  # both anneal linearly (the base config's schedules)
-        assert b.lr == pytest.approx(1.234e-4 * (1 - progress)) and b.clip_range == pytest.approx(0.123 * (1 - progress))
+        assert b.lr == pytest.approx(1.234e-4 * (1 - progress)) and b.config.clip_range == pytest.approx(0.123 * (1 - progress))
         assert all(group["lr"] == b.lr for group in b.optimizer.param_groups)
         assert b.initial_lr == 1.234e-4 and b.initial_clip_range == 0.123
         assert a.lr != b.lr
@@ -202,7 +202,7 @@ def test_every_tunable_hyperparameter_is_one_the_algorithm_reads(name, env_id):
         algo = scheme.algorithm
         for key in type(algo).tunable:
             assert key in type(config.algorithm).__dataclass_fields__, key  # an algorithm.* config key
-            assert hasattr(algo, key), key
+            assert hasattr(algo.config, key), key  # read as algo.config.<key>
         algo.set_hyperparameters({"lr": 1.5e-4})
         assert algo.lr == 1.5e-4 and all(group["lr"] == 1.5e-4 for group in algo.optimizer.param_groups)
         with pytest.raises(ValueError, match="cannot change 'gamma' while training"):
