@@ -1,6 +1,6 @@
 """Seeded random mutations of the shipped configs, met the way a user meets them.
 
-``python -m pytorchrl.fuzz --seed 7 --mutations 300 --cli 20`` mutates every shipped config
+``python -m benchmarks.fuzz --seed 7 --mutations 300 --cli 20`` mutates every shipped config
 (wrong types, non-finite and out-of-range numbers, unknown keys, missing or empty sections,
 duplicate keys, bad env ids and env kwargs, bad devices; YAML aliases that recurse, expand a
 billion-fold or are plain shared anchors, nesting too deep, lists where a section belongs at any
