@@ -6,9 +6,9 @@ test:
 test-fast:
 	pytest -m "not slow and not learning and not cluster"
 format:
-	ruff format pytorchrl tests scripts && ruff check --fix pytorchrl tests scripts
+	ruff format pytorchrl tests benchmarks scripts && ruff check --fix pytorchrl tests benchmarks scripts
 lint:
-	ruff check pytorchrl tests scripts
+	ruff check pytorchrl tests benchmarks scripts
 type:
 	mypy
 bench:

@@ -29,6 +29,7 @@ setup(
             "pytest>=7", "pytest-timeout>=2.1", "ruff>=0.4", "mypy>=1.8", "types-PyYAML", "pygame>=2.1", "pillow>=9",
             "ale-py>=0.10", "opencv-python-headless>=4", "gymnasium[mujoco]>=1.0", "Box2D>=2.3.10", "matplotlib>=3.5", "prometheus-client>=0.20", "ray[tune]>=2.9",
             "stable-baselines3>=2.3",  # tests scripts/sb3_pong_same_frames.py, the peer wrapper
+            "setuptools>=61", "wheel",  # tests/test_packaging.py reads setup.py and builds the wheel
         ],
         "video": ["pygame>=2.1", "pillow>=9"],
         "plot": ["matplotlib>=3.5"],

@@ -311,8 +311,7 @@ def _tune(args: argparse.Namespace) -> int:
 
 
 def _benchmark(args: argparse.Namespace) -> int:
-    from pytorchrl.benchmarks import BENCHMARKS, run_benchmarks
-
+    BENCHMARKS, run_benchmarks = _benchmarks_suite()
     if args.list:
         width = max(map(len, BENCHMARKS))
         for name, bench in BENCHMARKS.items():
@@ -325,6 +324,32 @@ def _benchmark(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str))
     return EXIT_OK
+
+
+def _benchmarks_suite() -> tuple[dict[str, Any], Any]:
+    """``BENCHMARKS`` and ``run_benchmarks`` of the ``benchmarks`` package of a source checkout
+    (:func:`~pytorchrl.utils.checkout.benchmarks_checkout`), which an installed wheel does not carry.
+
+    :raises InputError: one line saying how to get them, when there is no checkout.
+    """
+    import importlib
+
+    from pytorchrl.utils.checkout import BENCHMARKS_HINT, benchmarks_checkout, use_checkout
+
+    root = benchmarks_checkout()
+    if root is None:
+        raise InputError(BENCHMARKS_HINT)
+    use_checkout(root)
+    try:
+        suite = importlib.import_module("benchmarks.suite")
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("benchmarks", "benchmarks.suite"):
+            raise
+        suite = None
+    found = Path(getattr(suite, "__file__", None) or "").resolve()
+    if suite is None or not found.is_relative_to(root / "benchmarks"):  # another module named 'benchmarks' came first
+        raise InputError(f"the module 'benchmarks.suite' imported is not {root / 'benchmarks' / 'suite.py'}; {BENCHMARKS_HINT}")
+    return suite.BENCHMARKS, suite.run_benchmarks
 
 
 #: reST roles (:func:`~a.b`) and literals (``x``, `x`), shown as their plain text

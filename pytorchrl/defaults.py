@@ -34,6 +34,7 @@ from pytorchrl.agent.algorithms import ALGORITHMS
 from pytorchrl.config import apply_overrides, read_mapping, set_values
 from pytorchrl.envs.atari import is_atari_id
 from pytorchrl.envs.vec_env import check_env_id, env_spaces
+from pytorchrl.utils.checkout import package_checkout
 from pytorchrl.utils.errors import ConfigError, InputError
 
 __all__ = [
@@ -53,8 +54,9 @@ __all__ = [
     "shown_path",
 ]
 
-#: the shipped configs of a checkout (absent from an installed wheel: then only the families apply)
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+#: the shipped configs of the checkout the package is imported from; None in an installed wheel
+#: (which carries no configs/: then only the families apply)
+CONFIGS: Path | None = None if (_CHECKOUT := package_checkout()) is None else _CHECKOUT / "configs"
 
 
 class AlgorithmDefault(TypedDict):
@@ -352,13 +354,13 @@ class Choice:
     family: str | None = None
 
 
-def choose_config(algo: str, env_id: str, overrides: Sequence[str] = (), *, configs: Path = CONFIGS) -> Choice:
+def choose_config(algo: str, env_id: str, overrides: Sequence[str] = (), *, configs: Path | None = CONFIGS) -> Choice:
     """The shipped config of ``env_id`` and ``algo``, else the family default for the env.
 
     :param overrides: the user's ``KEY=VALUE`` overrides; only ``env.env_kwargs`` (which can
         change the spaces) and ``env.max_episode_steps`` are read here, and overrides of
         ``algorithm.name`` or ``env.env_id`` that contradict ``--algo``/``--env`` are refused.
-    :param configs: the folder of shipped configs.
+    :param configs: the folder of shipped configs (None: none).
     :raises InputError: one line naming what would work, for an unknown algorithm or env id, an
         env no family covers, an algorithm that does not fit its actions or has no default there.
     """
@@ -375,7 +377,7 @@ def choose_config(algo: str, env_id: str, overrides: Sequence[str] = (), *, conf
     return _family_choice(algo, env_id, env_section, configs)
 
 
-def _family_choice(algo: str, env_id: str, env_section: dict[str, Any], configs: Path) -> Choice:
+def _family_choice(algo: str, env_id: str, env_section: dict[str, Any], configs: Path | None) -> Choice:
     """The family default of ``algo`` for ``env_id`` (which has no shipped config for it)."""
     env_kwargs = env_section.get("env_kwargs")
     observation_space, action_space = env_spaces(env_id, env_kwargs if isinstance(env_kwargs, dict) else None)
@@ -444,10 +446,12 @@ def is_short_classic_control(env_id: str, max_episode_steps: int | None = None) 
     return steps is not None and steps <= SHORT_EPISODE_STEPS
 
 
-def shipped_config(algo: str, env_id: str, configs: Path = CONFIGS, env_kwargs: dict[str, Any] | None = None) -> Path | None:
+def shipped_config(algo: str, env_id: str, configs: Path | None = CONFIGS, env_kwargs: dict[str, Any] | None = None) -> Path | None:
     """The plainest shipped config (``configs/*/*.yaml``) whose ``env.env_id`` is ``env_id``,
     whose ``env.env_kwargs`` are ``env_kwargs`` (none: none; so LunarLander-v3 with
     ``continuous: true`` is another env) and whose ``algorithm.name`` is ``algo``; None if there is none."""
+    if configs is None:
+        return None
     matches = [
         (rank, path)
         for (found_env, found_algo, found_kwargs, rank, path) in _shipped_index(configs.resolve())

@@ -7,7 +7,7 @@ Each round runs every path once in a fresh process of each tree (which goes firs
 timing process CPU time rather than wall-clock: on a shared VM the wall-clock speed drifts by
 tens of percent within minutes, CPU time much less. Paths: ``collection_mlp`` and
 ``collection_gru`` (one collection worker, 64 CartPole envs, 500-step rollouts, 5 timed after a
-warm-up: the loops of ``pytorchrl.benchmarks.collection`` and ``recurrent_collection``) and
+warm-up: the loops of ``benchmarks.suite.collection`` and ``benchmarks.memory.recurrent_collection``) and
 ``sac_step`` (2,500 steps of ``configs/sac/pendulum.yaml`` with ``start_steps`` 500, as
 ``sac_step``). Prints each round and the medians; the target of a refactor is after / before
 within 5% (BENCHMARKS.md, "The acting seam").
@@ -24,7 +24,10 @@ import sys
 _COLLECTION = r"""
 import statistics, time, torch
 torch.set_num_threads(1)
-from pytorchrl.benchmarks import _collection_worker
+try:
+    from benchmarks.suite import _collection_worker
+except ImportError:  # a tree from before the benchmarks left the package
+    from pytorchrl.benchmarks import _collection_worker
 from pytorchrl.config import ActorConfig, RecurrentConfig
 from pytorchrl.scheme.collection.collection_worker import CollectionWorker
 cfg = ActorConfig(recurrent=RecurrentConfig(type="gru", hidden_size=128), shared_network=True) if {gru} else ActorConfig()
@@ -40,7 +43,10 @@ print("RESULT", statistics.median(rates))
 
 _SAC = r"""
 import time
-from pytorchrl.benchmarks import _config_path
+try:
+    from benchmarks.suite import _config_path
+except ImportError:  # a tree from before the benchmarks left the package
+    from pytorchrl.benchmarks import _config_path
 from pytorchrl.config import load_config
 from pytorchrl.learner import Learner
 overrides = ["run.target_steps=2500", "run.eval_every=100000", "run.stop_at_return=null", "algorithm.start_steps=500"]

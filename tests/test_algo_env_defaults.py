@@ -107,7 +107,7 @@ def test_unknown_env_id_gets_the_message_of_a_configs_env_id(capsys):
     ("env_id", "what"),
     [
         ("Blackjack-v1", "observations are Tuple("),
-        ("pytorchrl/DictTarget-v0", "observations are Dict("),
+        ("tests.envs_for_tests:DictTargetEnv", "observations are Dict("),
         (f"{__name__}:MultiBinaryActionsEnv", "actions MultiBinary(4)"),
     ],
 )

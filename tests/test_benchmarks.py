@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pytorchrl.benchmarks_pixels import _gemm_floor
+from benchmarks.pixels import _gemm_floor
 
 
 def test_gemm_floor_counts_each_product_of_a_step():

@@ -228,7 +228,7 @@ def test_a_run_that_cannot_fit_in_memory_is_refused_before_allocating(config, ov
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_fuzzed_configs_train_or_are_refused_in_one_line():
-    from pytorchrl.fuzz import run
+    from benchmarks.fuzz import run
 
     outcomes = run(seed=0, mutations=120, cli=4, verbose=False)
     failures = [f"{o.mutation.config} [{o.mutation.kind}] {o.mutation.what}: {o.detail}" for o in outcomes if o.result == "failure"]

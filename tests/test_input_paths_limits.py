@@ -13,9 +13,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from benchmarks.fuzz import BUDGET, PATH_KINDS, path_argv
 from pytorchrl.cli import main
 from pytorchrl.config import from_dict, load_config
-from pytorchrl.fuzz import BUDGET, PATH_KINDS, path_argv
 from pytorchrl.learner import Learner
 from pytorchrl.utils.errors import ConfigError
 from pytorchrl.utils.memory import check_memory, estimate_bytes
@@ -50,7 +50,7 @@ def _refused(capsys, argv: list[str], root: Path) -> str:
 
 # ------------------------------------------------------------------------------------- paths
 
-#: what each of the fuzzer's path fixtures (:func:`pytorchrl.fuzz.path_argv`) must be told
+#: what each of the fuzzer's path fixtures (:func:`benchmarks.fuzz.path_argv`) must be told
 PATH_MESSAGES = {
     "file": "/p' is a regular file, not a directory",
     "under_file": "/p/run' cannot be a directory: '",

@@ -40,10 +40,10 @@ def test_cartpole_reaches_200_within_budget(config, budget, eval_every):
 @pytest.mark.parametrize(
     ("env_id", "overrides"),
     [
-        ("pytorchrl/ImageSide-v0", ["actor.encoder=nature_cnn", "actor.hidden_sizes=[]", "actor.shared_network=true"]),
-        ("pytorchrl/ImageSide-v0", ["actor.encoder=nature_cnn", "actor.hidden_sizes=[]", "actor.shared_network=true", "actor.cnn_precision=bfloat16"]),
-        ("pytorchrl/ImageSide-v0", ["actor.encoder=impala_resnet", "actor.cnn_channels=[8, 16]", "actor.hidden_sizes=[]"]),
-        ("pytorchrl/DictTarget-v0", []),
+        ("tests.envs_for_tests:ImageSideEnv", ["actor.encoder=nature_cnn", "actor.hidden_sizes=[]", "actor.shared_network=true"]),
+        ("tests.envs_for_tests:ImageSideEnv", ["actor.encoder=nature_cnn", "actor.hidden_sizes=[]", "actor.shared_network=true", "actor.cnn_precision=bfloat16"]),
+        ("tests.envs_for_tests:ImageSideEnv", ["actor.encoder=impala_resnet", "actor.cnn_channels=[8, 16]", "actor.hidden_sizes=[]"]),
+        ("tests.envs_for_tests:DictTargetEnv", []),
     ],
     ids=["nature_cnn", "nature_cnn_bf16", "impala_resnet", "dict"],
 )
@@ -63,7 +63,7 @@ def test_rainbow_with_hessels_network_learns_the_image_task():
     """Rainbow on Hessel et al.'s network: the convolutions straight into a noisy hidden layer
     per dueling stream (``actor.cnn_features=0``, ``algorithm.head_hidden_sizes``)."""
     summary = _train(
-        "dqn/cartpole.yaml", "env.env_id=pytorchrl/ImageSide-v0", "algorithm.rainbow=true", "algorithm.lr=1e-3", "actor.encoder=nature_cnn",
+        "dqn/cartpole.yaml", "env.env_id=tests.envs_for_tests:ImageSideEnv", "algorithm.rainbow=true", "algorithm.lr=1e-3", "actor.encoder=nature_cnn",
         "actor.cnn_features=0", "actor.hidden_sizes=[]", "algorithm.head_hidden_sizes=[512]", "run.target_steps=8192", "run.stop_at_return=7.5",
         "run.eval_every=1024",
     )

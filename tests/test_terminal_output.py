@@ -173,7 +173,7 @@ def test_first_sentence_joins_lines_and_drops_markup():
 
 
 def test_benchmark_list_gives_one_complete_sentence_each(capsys):
-    from pytorchrl.benchmarks import BENCHMARKS
+    from benchmarks.suite import BENCHMARKS
 
     assert main(["benchmark", "--list"]) == 0
     lines = capsys.readouterr().out.splitlines()

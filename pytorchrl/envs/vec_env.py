@@ -91,7 +91,7 @@ def env_spaces(env_id: str, env_kwargs: dict | None = None) -> tuple[gym.Space, 
 
 
 def _import_env_families() -> None:
-    """Register pytorchrl's own envs (test and fault-injection envs) and ale-py's, if installed."""
+    """Register pytorchrl's own envs and ale-py's, if installed."""
     importlib.import_module("pytorchrl.envs.registration")
     register_atari()
 

@@ -180,7 +180,7 @@ def test_bfloat16_mlp_warns_once_on_a_cpu_that_emulates_bfloat16(monkeypatch, re
 @pytest.mark.parametrize(("config", "extra"), [
     ("ppo/cartpole.yaml", []), ("ppo/cartpole.yaml", ["actor.shared_network=true"]), ("dqn/cartpole.yaml", ["algorithm.rainbow=true"]),
     ("sac/pendulum.yaml", []), ("td3/pendulum.yaml", []),
-    ("sac/pendulum.yaml", ["env.env_id=pytorchrl/ImageSide-v0", "algorithm.name=sac", "actor.shared_network=true", "actor.cnn_features=16"]),
+    ("sac/pendulum.yaml", ["env.env_id=tests.envs_for_tests:ImageSideEnv", "algorithm.name=sac", "actor.shared_network=true", "actor.cnn_features=16"]),
 ])
 def test_mlp_precision_reaches_every_mlp_of_every_actor(config, extra):
     """From the config key to each MLP and critic ensemble the wiring builds, target copies included."""
@@ -234,7 +234,7 @@ def test_shared_sac_encoder_is_trained_by_the_critic_only():
 
 
 def test_uint8_observations_stay_uint8_in_rollout_and_replay_storage():
-    env = VecEnv("pytorchrl/ImageSide-v0", num_envs=2, seed=0)
+    env = VecEnv("tests.envs_for_tests:ImageSideEnv", num_envs=2, seed=0)
     obs = env.reset()
     assert obs.dtype == torch.uint8
     shapes = {"num_steps": 3, "num_envs": 2, "obs_shape": (1, 36, 36), "obs_dtype": "uint8", "action_shape": (), "discrete": True}
@@ -258,7 +258,7 @@ def test_uint8_observations_stay_uint8_in_rollout_and_replay_storage():
 def test_uint8_rollouts_cross_a_ray_worker_as_uint8(ray_session):
     from pytorchrl.scheme.scheme import build_scheme
 
-    cfg = load_config(CONFIGS / "ppo/cartpole.yaml", ["env.env_id=pytorchrl/ImageSide-v0", "env.num_envs=2", "storage.num_steps=4",
+    cfg = load_config(CONFIGS / "ppo/cartpole.yaml", ["env.env_id=tests.envs_for_tests:ImageSideEnv", "env.num_envs=2", "storage.num_steps=4",
                                                        "scheme.num_col_workers=1", "scheme.compress_data=true"])
     scheme = build_scheme(cfg)
     try:
@@ -298,7 +298,7 @@ def test_the_registry_is_the_only_list_of_algorithms():
         (["actor.cnn_precision=float16"], "config key 'actor.encoder.precision' = 'float16' is not allowed"),
         (["actor.mlp_precision=half"], "config key 'actor.mlp_precision' = 'half' is not allowed"),
         (["actor.encoder=nature_cnn"], "actor.encoder.type = 'nature_cnn' on env.env_id = 'CartPole-v1': encoder 'nature_cnn' needs image observations"),
-        (["env.env_id=pytorchrl/DictTarget-v0", "env.normalize_obs=true"], "env.normalize_obs = true needs a Box observation space of floats"),
+        (["env.env_id=tests.envs_for_tests:DictTargetEnv", "env.normalize_obs=true"], "env.normalize_obs = true needs a Box observation space of floats"),
     ],
 )
 def test_bad_encoder_input_is_one_line(overrides, needle):
@@ -316,7 +316,7 @@ def test_cnn_policies_score_while_acting_and_match_the_rollout_scoring(precision
     from pytorchrl.agent.algorithms import wire
     from pytorchrl.scheme.collection.collection_worker import CollectionWorker
 
-    cfg = load_config(CONFIGS / "ppo/cartpole.yaml", ["env.env_id=pytorchrl/ImageSide-v0", "env.num_envs=3", "storage.num_steps=5",
+    cfg = load_config(CONFIGS / "ppo/cartpole.yaml", ["env.env_id=tests.envs_for_tests:ImageSideEnv", "env.num_envs=3", "storage.num_steps=5",
                                                        "actor.encoder=nature_cnn", "actor.cnn_features=16", f"actor.cnn_precision={precision}"])
     factory, obs_space, act_space = VecEnv.create_factory(cfg.env.env_id, num_envs=3)
     wiring = wire(ALGORITHMS["ppo"], cfg, obs_space, act_space)

@@ -363,8 +363,8 @@ def test_bad_her_configs_are_one_line(raw, message):
 @pytest.mark.parametrize(
     ("env_id", "space", "message"),
     [
-        ("pytorchrl/DictTarget-v0", gym.spaces.Dict({"noise": gym.spaces.Box(-1, 1, (2,)), "target": gym.spaces.Discrete(4)}),
-         "config key 'storage.her.strategy' = 'future' needs a goal env, and env.env_id = 'pytorchrl/DictTarget-v0' is not one: its Dict observation has no "
+        ("tests.envs_for_tests:DictTargetEnv", gym.spaces.Dict({"noise": gym.spaces.Box(-1, 1, (2,)), "target": gym.spaces.Discrete(4)}),
+         "config key 'storage.her.strategy' = 'future' needs a goal env, and env.env_id = 'tests.envs_for_tests:DictTargetEnv' is not one: its Dict observation has no "
          "'observation', 'achieved_goal', 'desired_goal' (it has 'noise', 'target')"),
         ("CartPole-v1", gym.spaces.Box(-1, 1, (4,)),
          "config key 'storage.her.strategy' = 'future' needs a goal env, and env.env_id = 'CartPole-v1' is not one: its observation space is Box(-1.0, 1.0, (4,), float32), "

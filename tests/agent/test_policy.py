@@ -15,7 +15,7 @@ from tests.conftest import CONFIGS
 #: one config per acting path: memoryless, scored while acting (a CNN), recurrent
 PATHS = {
     "mlp": ("ppo/cartpole.yaml", []),
-    "cnn": ("ppo/cartpole.yaml", ["env.env_id=pytorchrl/ImageSide-v0", "actor.encoder=nature_cnn", "actor.cnn_features=16"]),
+    "cnn": ("ppo/cartpole.yaml", ["env.env_id=tests.envs_for_tests:ImageSideEnv", "actor.encoder=nature_cnn", "actor.cnn_features=16"]),
     "gru": ("ppo/cartpole_masked_gru.yaml", []),
 }
 

@@ -278,7 +278,7 @@ def test_a_remote_collection_worker_replays_as_a_local_one_and_appo_replays_asyn
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("index", range(8))
 def test_every_bad_demonstration_the_fuzzer_makes_is_refused_in_one_line(tmp_path, index):
-    from pytorchrl.fuzz import BAD_DEMOS, CONFIGS, Mutation, check_in_process
+    from benchmarks.fuzz import BAD_DEMOS, CONFIGS, Mutation, check_in_process
 
     config, demos = BAD_DEMOS[index]
     raw = yaml.safe_load((CONFIGS / config).read_text())

@@ -127,7 +127,7 @@ def test_async_subprocess_envs_match_sync_for_the_same_seed():
 
 # ------------------------------------------------------------------ restart_failed_envs
 
-CRASHING = "pytorchrl/CrashingCartPole-v1"
+CRASHING = "benchmarks.envs:crashing_cartpole"
 
 
 def _crashing(num_envs: int = 2, crash_after_steps: int = 7, seed: int = 0, **kwargs) -> VecEnv:
@@ -179,7 +179,7 @@ def test_restarts_are_reproducible_for_a_seed():
 
 
 def test_without_restart_the_env_exception_propagates():
-    from pytorchrl.envs.registration import EnvCrash
+    from benchmarks.envs import EnvCrash
 
     env = VecEnv(CRASHING, num_envs=1, vectorization="sync", env_kwargs={"crash_mode": "exception", "crash_after_steps": 2})
     env.reset()

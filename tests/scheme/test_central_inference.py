@@ -152,7 +152,7 @@ def test_a_killed_server_is_started_again_with_the_newest_weights_and_the_run_go
     """SIGKILL the server between rounds, then again while its workers wait on it: Ray starts it
     again, it takes the round's weights from the box before it answers, the requests it was
     serving are sent again, and the restarts count as worker restarts."""
-    env = {"env_id": "pytorchrl/SlowCartPole-v1", "num_envs": 8, "env_kwargs": {"step_sleep_s": 0.004}}  # ~0.5 s rounds
+    env = {"env_id": "benchmarks.envs:slow_cartpole", "num_envs": 8, "env_kwargs": {"step_sleep_s": 0.004}}  # ~0.5 s rounds
     learner = Learner.from_config(from_dict({**SMALL, "env": env, "scheme": CENTRAL}), progress=False)
     algorithm, server = learner.scheme.algorithm, learner.scheme.inference.handles[0]
 

@@ -1,5 +1,5 @@
 """Fault tolerance of remote collection workers, on real Ray actors with injected faults
-(``pytorchrl/CrashingCartPole-v1``): dead workers are replaced, lost rollouts counted, and the
+(``benchmarks.envs:crashing_cartpole``): dead workers are replaced, lost rollouts counted, and the
 run goes on (or, when it cannot, stops with one clear line)."""
 
 from __future__ import annotations
@@ -8,13 +8,12 @@ import subprocess
 import threading
 import time
 
-import gymnasium as gym
 import pytest
 import torch
 
-from pytorchrl.benchmarks_tools import kill_collection_workers
+from benchmarks.envs import EnvCrash, crashing_cartpole
+from benchmarks.tools import kill_collection_workers
 from pytorchrl.config import from_dict
-from pytorchrl.envs.registration import EnvCrash
 from pytorchrl.learner import Learner
 from pytorchrl.utils.errors import WorkerFailure
 
@@ -24,7 +23,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 def crashing_learner(env_kwargs: dict, scheme: dict, *, target_steps: int = 1_536, seed: int = 1, env: dict | None = None) -> Learner:
     raw = {
         # evaluation runs in this process: its envs must not crash it
-        "env": {"env_id": "pytorchrl/CrashingCartPole-v1", "num_envs": 4, "env_kwargs": env_kwargs, "eval_env_kwargs": {}, **(env or {})},
+        "env": {"env_id": "benchmarks.envs:crashing_cartpole", "num_envs": 4, "env_kwargs": env_kwargs, "eval_env_kwargs": {}, **(env or {})},
         "storage": {"num_steps": 32},
         "algorithm": {"name": "ppo", "num_epochs": 1, "minibatch_size": 128},
         "run": {"seed": seed, "target_steps": target_steps, "eval_every": 0},
@@ -96,7 +95,7 @@ def test_a_stalled_worker_is_treated_as_dead(ray_session):
 
 
 def test_crashing_env_is_reproducible_and_checks_its_arguments():
-    env = gym.make("pytorchrl/CrashingCartPole-v1", p_crash=0.05)
+    env = crashing_cartpole(p_crash=0.05)
     crashes = []
     for _ in range(2):
         env.reset(seed=7)
@@ -110,13 +109,13 @@ def test_crashing_env_is_reproducible_and_checks_its_arguments():
                 env.reset()
     assert len(crashes) == 2 and crashes[0] == crashes[1]  # seeded: the same step both times
     with pytest.raises(ValueError, match="crash_mode = 'segfault' is not allowed"):
-        gym.make("pytorchrl/CrashingCartPole-v1", crash_mode="segfault")
+        crashing_cartpole(crash_mode="segfault")
 
 
 def test_cli_reports_lost_workers_in_one_line(ray_session, pytorchrl_cmd, tmp_path):
     cmd = [
         *pytorchrl_cmd, "train", "configs/ppo/cartpole.yaml", "--quiet", "--run-dir", str(tmp_path / "run"),
-        "env.env_id=pytorchrl/CrashingCartPole-v1", "env.env_kwargs={p_crash: 1.0}", "env.eval_env_kwargs={}", "env.num_envs=2",
+        "env.env_id=benchmarks.envs:crashing_cartpole", "env.env_kwargs={p_crash: 1.0}", "env.eval_env_kwargs={}", "env.num_envs=2",
         "scheme.num_col_workers=1", "scheme.max_worker_restarts=1", "scheme.worker_restart_delay_s=0",
         "scheme.col_worker_resources.num_cpus=0.1", "scheme.ray.num_cpus=1",
     ]

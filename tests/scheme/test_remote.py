@@ -150,7 +150,7 @@ def test_synchronous_round_preempts_a_slow_worker(ray_session):
     """A remote worker told to stop mid-rollout sends the shorter, still on-policy rollout."""
     raw = {
         **SMALL,
-        "env": {"env_id": "pytorchrl/SlowCartPole-v1", "num_envs": 1, "env_kwargs": {"step_sleep_s": 0.002}},
+        "env": {"env_id": "benchmarks.envs:slow_cartpole", "num_envs": 1, "env_kwargs": {"step_sleep_s": 0.002}},
         "storage": {"num_steps": 2000},
         "scheme": {**FRACTIONAL, "num_col_workers": 1},
     }
@@ -180,7 +180,7 @@ def test_fraction_workers_ends_rounds_early(ray_session):
     raw = {
         **SMALL,
         "env": {
-            "env_id": "pytorchrl/CrashingCartPole-v1", "num_envs": 1, "env_kwargs": {"p_stall": 0.1, "stall_s": 0.05},
+            "env_id": "benchmarks.envs:crashing_cartpole", "num_envs": 1, "env_kwargs": {"p_stall": 0.1, "stall_s": 0.05},
             "eval_env_kwargs": {},
         },
         "storage": {"num_steps": 64},

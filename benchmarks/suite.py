@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from pytorchrl.benchmarks_memory import MEMORY_BENCHMARKS
-from pytorchrl.benchmarks_pixels import BENCHMARKS as PIXELS_BENCHMARKS
-from pytorchrl.benchmarks_tools import BENCHMARKS as TOOLS_BENCHMARKS
+from benchmarks.memory import MEMORY_BENCHMARKS
+from benchmarks.pixels import BENCHMARKS as PIXELS_BENCHMARKS
+from benchmarks.tools import BENCHMARKS as TOOLS_BENCHMARKS
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -151,7 +151,7 @@ def apex_cartpole(seeds: list[int]) -> dict[str, Any]:
 
 def replay_buffer(seeds: list[int]) -> dict[str, Any]:
     """Replay buffer insert / sample throughput (uniform, prioritized; 1M capacity, batch 256) and the 84x84x4 memory figure."""
-    from pytorchrl.agent.storages.off_policy.bench import replay_buffer as measure
+    from benchmarks.replay_buffer import replay_buffer as measure
 
     return measure(seeds)
 
@@ -225,7 +225,7 @@ def scaling(seeds: list[int], *, workers: tuple[int, ...] = (1, 2, 4), rounds: i
     from pytorchrl.scheme.scheme import build_scheme
 
     result: dict[str, Any] = {}
-    cases = [("slow", "pytorchrl/SlowCartPole-v1", {"step_sleep_s": 0.001}, 4, 64), ("cartpole", "CartPole-v1", {}, 16, 128)]
+    cases = [("slow", "benchmarks.envs:slow_cartpole", {"step_sleep_s": 0.001}, 4, 64), ("cartpole", "CartPole-v1", {}, 16, 128)]
     for tag, env_id, kwargs, num_envs, num_steps in cases:
         rates: dict[str, float] = {}
         round_s: dict[str, float] = {}
@@ -353,7 +353,7 @@ def policy_lag(seeds: list[int]) -> dict[str, Any]:
 def fault_tolerance(seeds: list[int], *, crash_every_s: tuple[float, ...] = (20.0, 3.0)) -> dict[str, Any]:
     """PPO CartPole, 2 remote collection workers: time to 475 without faults and with a worker crash (process exit) every ~20 s and ~3 s."""
     config = "ppo/cartpole_sync_2workers.yaml"
-    env = ("env.env_id=pytorchrl/CrashingCartPole-v1", "env.eval_env_kwargs={}", "scheme.col_worker_resources.num_cpus=0.5")
+    env = ("env.env_id=benchmarks.envs:crashing_cartpole", "env.eval_env_kwargs={}", "scheme.col_worker_resources.num_cpus=0.5")
     clean = learning(config, 475.0, 150_000, seeds, env)
     clean_s = clean["median_solved_at_wall_time_s"]
     # crashes at a given mean interval of training time, at the clean runs' env-step rate

@@ -17,7 +17,7 @@ def ppo_gru_masked_cartpole(seeds: list[int]) -> dict[str, Any]:
     """PPO-GRU on CartPole without velocities to eval >= 475 within 300k env steps
     (configs/ppo/cartpole_masked_gru.yaml), and the same config without the recurrent core,
     which must not get there (the memory is what solves it)."""
-    from pytorchrl.benchmarks import learning
+    from benchmarks.suite import learning
 
     gru = learning("ppo/cartpole_masked_gru.yaml", 475.0, 300_000, seeds)
     mlp = learning("ppo/cartpole_masked_gru.yaml", 475.0, 300_000, seeds, ("actor.recurrent.type=none",))
@@ -34,7 +34,7 @@ def ppo_gru_masked_cartpole(seeds: list[int]) -> dict[str, Any]:
 def appo_lstm_masked_cartpole(seeds: list[int]) -> dict[str, Any]:
     """APPO-LSTM, 2 remote collection workers (asynchronous), CartPole without velocities to eval
     >= 475 within 1M env steps (configs/appo/cartpole_masked_lstm.yaml)."""
-    from pytorchrl.benchmarks import learning
+    from benchmarks.suite import learning
 
     return learning("appo/cartpole_masked_lstm.yaml", 475.0, 1_000_000, seeds)
 
@@ -42,7 +42,7 @@ def appo_lstm_masked_cartpole(seeds: list[int]) -> dict[str, Any]:
 def r2d2_masked_cartpole(seeds: list[int]) -> dict[str, Any]:
     """R2D2-style recurrent DQN (sequence replay, burn-in, stored states) on CartPole without
     velocities to eval >= 475 within 300k env steps (configs/dqn/r2d2_cartpole_masked.yaml)."""
-    from pytorchrl.benchmarks import learning
+    from benchmarks.suite import learning
 
     return learning("dqn/r2d2_cartpole_masked.yaml", 475.0, 300_000, seeds)
 
@@ -50,7 +50,7 @@ def r2d2_masked_cartpole(seeds: list[int]) -> dict[str, Any]:
 def sac_gru_masked_pendulum(seeds: list[int]) -> dict[str, Any]:
     """Recurrent SAC (GRU) on Pendulum without its angular velocity to eval >= -250 within 100k
     env steps (configs/sac/pendulum_masked_gru.yaml)."""
-    from pytorchrl.benchmarks import learning
+    from benchmarks.suite import learning
 
     return learning("sac/pendulum_masked_gru.yaml", -250.0, 100_000, seeds)
 
@@ -59,7 +59,7 @@ def masked_actions(seeds: list[int]) -> dict[str, Any]:
     """PPO and DQN on pytorchrl/LegalMoves-v0 (masks from info; the env raises on an illegal
     action, so finishing the run means none was taken): final eval return against the best play's
     expected return, estimated by playing it."""
-    from pytorchrl.benchmarks import learning
+    from benchmarks.suite import learning
 
     best = _legal_moves_best_return()
     ppo = learning("ppo/legal_moves_masked.yaml", best * 0.95, 100_000, seeds)
@@ -95,7 +95,7 @@ def recurrent_collection(seeds: list[int], *, num_envs: int = 64, steps: int = 1
     """One collection worker, 64 CartPole envs: env-steps/s with a GRU-128 core after the MLP
     (acting, scoring and storing states) against the memoryless MLP actor, alternating in one
     run; the GRU shared by policy and value (the usual recurrent PPO design) and one per head."""
-    from pytorchrl.benchmarks import _collection_worker
+    from benchmarks.suite import _collection_worker
     from pytorchrl.config import ActorConfig, RecurrentConfig
     from pytorchrl.scheme.collection.collection_worker import CollectionWorker
 

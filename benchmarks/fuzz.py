@@ -1,6 +1,6 @@
 """Seeded random mutations of the shipped configs, met the way a user meets them.
 
-``python -m pytorchrl.fuzz --seed 7 --mutations 300 --cli 20`` mutates every shipped config
+``python -m benchmarks.fuzz --seed 7 --mutations 300 --cli 20`` mutates every shipped config
 (wrong types, non-finite and out-of-range numbers, unknown keys, missing or empty sections,
 demonstrations that do not fit (``algorithm.demos``: missing files, files that are not
 demonstrations, another env's shapes, shares over 1, a replay algorithm),

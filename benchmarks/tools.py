@@ -22,7 +22,7 @@ def prometheus_overhead(seeds: list[int], *, steps: int = 100_000, repeats: int 
     alternating: the median of the pairs' env-steps/s ratios (on / off), by wall-clock and by
     the process's CPU time (every thread's, the server's and the scraper's included; steadier
     than wall-clock on a shared VM)."""
-    from pytorchrl.benchmarks import _config_path
+    from benchmarks.suite import _config_path
     from pytorchrl.config import load_config
     from pytorchrl.learner import Learner
 
@@ -68,7 +68,7 @@ def _scrape_every_second(url: str, stop: threading.Event, scrapes: list[int]) ->
 def tune_asha_cartpole(seeds: list[int], *, samples: int = 8) -> dict[str, Any]:
     """`pytorchrl tune configs/ppo/cartpole.yaml --space configs/tune/ppo_cartpole_space.yaml
     --samples 8 --scheduler asha`, then its best config trained afresh per seed (to 475)."""
-    from pytorchrl.benchmarks import _config_path, learning
+    from benchmarks.suite import _config_path, learning
     from pytorchrl.tuning import format_table, tune
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -89,7 +89,7 @@ def pbt_pendulum(seeds: list[int], *, samples: int = 4, threshold: float = -250.
     """PBT on PPO Pendulum-v1 (4 trials, lr and clip_range perturbed every 16k env steps) against a
     random search of the same space, trials and budget: env steps to -250 of PBT's best trial
     and of the random search's median trial."""
-    from pytorchrl.benchmarks import _config_path
+    from benchmarks.suite import _config_path
     from pytorchrl.tuning import format_table, tune
 
     out: dict[str, Any] = {}
@@ -145,7 +145,7 @@ def kill_collection_workers(learner: Any, kills: int) -> list[float]:
 def worker_kill_drill(seeds: list[int], *, kills: int = 4) -> dict[str, Any]:
     """PPO CartPole, 2 remote collection workers (sync and async): SIGKILL a worker's process 4 times,
     each once the last replacement joined: worker_restarts counted and worker_replace_s per death."""
-    from pytorchrl.benchmarks import _config_path
+    from benchmarks.suite import _config_path
     from pytorchrl.config import load_config
     from pytorchrl.learner import Learner
 

@@ -1,6 +1,6 @@
 """The pixels-and-physics figures of BENCHMARKS.md (Atari, MuJoCo): ``pytorchrl benchmark NAME``.
 
-Learning targets train the shipped configs (:func:`pytorchrl.benchmarks.learning`); Pong runs for
+Learning targets train the shipped configs (:func:`benchmarks.suite.learning`); Pong runs for
 hours on a CPU, so its figure usually comes from a background run continued with ``--resume``
 (see BENCHMARKS.md for where its curve was recorded).
 """
@@ -32,7 +32,7 @@ def _learning_benchmark(config: str, threshold: float, budget: int, doc: str) ->
     """A benchmark that trains ``config`` per seed to ``threshold`` within ``budget`` (``--list`` shows ``doc``)."""
 
     def run(seeds: list[int]) -> dict[str, Any]:
-        from pytorchrl.benchmarks import learning
+        from benchmarks.suite import learning
 
         return learning(config, threshold, budget, seeds)
 
@@ -44,9 +44,9 @@ def atari_collection(seeds: list[int], *, num_envs: int = 16, steps: int = 256, 
     """One collection worker, 16 Pong envs (ale-py's native vector env, one thread), Nature CNN
     policy, acting and storage without learning: env frames/s against the bound measured in the
     same run (raw vectorized ALE stepping plus a bare batched CNN forward per step)."""
+    from benchmarks.suite import _config_path
     from pytorchrl.agent.algorithms import ALGORITHMS, wire
     from pytorchrl.agent.policy import LocalPolicy
-    from pytorchrl.benchmarks import _config_path
     from pytorchrl.config import load_config
     from pytorchrl.envs.vec_env import VecEnv
     from pytorchrl.scheme.collection.collection_worker import CollectionWorker
@@ -96,8 +96,8 @@ def atari_replay_memory(seeds: list[int], *, capacity: int = 100_000) -> dict[st
     """Bytes of a DQN Pong run's replay buffer per stored frame stack, against the raw stacks
     (``capacity * 4 * 84 * 84`` bytes): the buffer of ``configs/dqn/atari_pong.yaml`` filled
     with real preprocessed Pong observations through its storage's own rollouts."""
+    from benchmarks.suite import _config_path
     from pytorchrl.agent.algorithms import ALGORITHMS, wire
-    from pytorchrl.benchmarks import _config_path
     from pytorchrl.config import load_config
     from pytorchrl.envs.vec_env import VecEnv
 
@@ -174,7 +174,7 @@ def sac_halfcheetah_step(seeds: list[int], *, steps: int = 1_500, warmup: int = 
     under it: the time of the same update's matrix products replayed alone. ``precision``: the
     config's ``actor.mlp_precision``. Compare the step with Stable-Baselines3's in one run:
     ``scripts/sac_step_vs_sb3.py``."""
-    from pytorchrl.benchmarks import _config_path
+    from benchmarks.suite import _config_path
     from pytorchrl.config import load_config
     from pytorchrl.learner import Learner
 
