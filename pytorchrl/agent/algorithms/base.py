@@ -27,10 +27,10 @@ class Algorithm:
     bumps the policy ``version``.
 
     Its hyper-parameters are its config's (:attr:`config_class`, defined in the algorithm's
-    module with their defaults, written once), each an attribute: ``max_grad_norm`` clips the
-    global norm of the gradient that is actually stepped (so of the average, when gradients of
-    several workers are averaged); ``anneal_lr`` decays the learning rate linearly to 0 over
-    training (see :meth:`set_progress`).
+    module with their defaults, written once), read as ``self.config.<key>``: ``max_grad_norm``
+    clips the global norm of the gradient that is actually stepped (so of the average, when
+    gradients of several workers are averaged); ``anneal_lr`` decays the learning rate linearly
+    to 0 over training (see :meth:`set_progress`).
     """
 
     #: the algorithm's own config dataclass (``algorithm.name`` picks it)
