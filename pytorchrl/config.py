@@ -99,6 +99,10 @@ class AtariConfig:
     num_threads: int = param(
         1, "Threads of ale-py's native vector env (vectorization 'native'/'auto'); more than the cores a worker has oversubscribes them.", min=1, max=256
     )
+    fire_reset: bool = param(
+        False, "Press FIRE after every reset, for games that wait for it to start (Breakout: without it a new game stands still until the agent fires); "
+        "the native vector env presses it for one frame, which a sticky action can swallow, the sync/async wrapper for a whole agent step."
+    )
 
 
 @dataclass(frozen=True)

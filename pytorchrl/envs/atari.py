@@ -5,7 +5,8 @@
 naming the extra to install. Preprocessing follows the usual protocol (Mnih et al. 2015 with
 Machado et al. 2018's sticky actions, as in the v5 ids): noop reset (up to 30 no-ops), frame
 skip 4 with max-pooling of the last two frames, 84x84 grey frames, 4 frames stacked (channels
-first, ``uint8``), sticky actions with probability 0.25, and for training envs only: a life
+first, ``uint8``), sticky actions with probability 0.25, FIRE pressed after each reset where
+``env.atari.fire_reset`` asks (Breakout), and for training envs only: a life
 lost ends the learner's episode while the game goes on, and rewards are clipped to their sign.
 Evaluation envs play whole games with raw rewards.
 
@@ -85,7 +86,28 @@ def make_atari_env(env_id: str, atari: dict[str, Any], *, env_kwargs: dict[str, 
     env = gym.wrappers.AtariPreprocessing(
         env, noop_max=atari["noop_max"], frame_skip=atari["frame_skip"], screen_size=atari["screen_size"], terminal_on_life_loss=False
     )
+    if atari["fire_reset"]:
+        env = FireReset(env)
     return gym.wrappers.FrameStackObservation(env, atari["frame_stack"])
+
+
+class FireReset(gym.Wrapper):
+    """Press FIRE (action 1) once after every reset, as ale-py's ``use_fire_reset`` does in its
+    native vector env (``env.atari.fire_reset``): games such as Breakout stand still until it is
+    pressed. Should that step end the game, the env is reset again."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        meanings = env.unwrapped.get_action_meanings()  # type: ignore[attr-defined]
+        if len(meanings) < 2 or meanings[1] != "FIRE":
+            raise InputError(f"env.atari.fire_reset = true: this game has no FIRE action (its actions: {', '.join(meanings)})")
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        self.env.reset(**kwargs)
+        obs, _, terminated, truncated, info = self.env.step(1)
+        if terminated or truncated:
+            return self.env.reset(**kwargs)
+        return obs, info
 
 
 def make_atari_vector_env(
@@ -115,7 +137,7 @@ def make_atari_vector_env(
             game, num_envs, num_threads=atari["num_threads"], frameskip=atari["frame_skip"], img_height=atari["screen_size"],
             img_width=atari["screen_size"], stack_num=atari["frame_stack"], noop_max=atari["noop_max"], episodic_life=False,
             reward_clipping=False, repeat_action_probability=atari["repeat_action_probability"], full_action_space=atari["full_action_space"],
-            max_num_frames_per_episode=frames, use_fire_reset=False, **env_kwargs,
+            max_num_frames_per_episode=frames, use_fire_reset=atari["fire_reset"], **env_kwargs,
         )
     make: Callable[[], gym.Env] = functools.partial(
         make_atari_env, env_id, atari, env_kwargs=env_kwargs, max_episode_steps=max_episode_steps

@@ -168,3 +168,27 @@ def test_resumed_atari_envs_get_fresh_seeds():
         assert resumed._seeds != env._seeds and again.shape == first.shape  # not the streams the run started with
     finally:
         resumed.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("vectorization", ["native", "sync"])
+def test_fire_reset_starts_breakout_without_the_agent_pressing_fire(vectorization):
+    """Breakout stands still until FIRE: with ``env.atari.fire_reset`` the ball is launched at
+    every reset, so a policy that only ever plays NOOP loses its first life; without it nothing
+    happens in the same 300 steps. Without sticky actions: ale-py's native press is one frame,
+    which a sticky NOOP can swallow (the sync wrapper holds FIRE for a whole agent step)."""
+    lost = {}
+    for fire in (True, False):
+        atari = {**ATARI, "fire_reset": fire, "repeat_action_probability": 0.0}
+        env = VecEnv("ALE/Breakout-v5", num_envs=1, seed=0, vectorization=vectorization, atari=atari)
+        try:
+            env.reset()
+            ends = 0
+            for _ in range(300):
+                _, _, terminated, truncated, _ = env.step_arrays(np.zeros(1, dtype=np.int64))
+                ends += int(terminated[0] | truncated[0])
+            lost[fire] = ends
+        finally:
+            env.close()
+    assert lost[True] >= 1 and lost[False] == 0, lost
