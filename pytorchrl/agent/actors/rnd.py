@@ -85,10 +85,10 @@ class RandomNetworkDistillation(nn.Module):
         encoder = EncoderSpec(hidden_sizes=spec.hidden_sizes, activation="relu")
         # the predictor is one layer deeper than the target (as in the paper): it can fit the
         # target's features, and what it cannot fit yet is what is new
-        self.target = nn.Sequential(encoder.build(observation_space), nn.Linear(_width(encoder, observation_space), spec.features))
+        target, predictor = encoder.build(observation_space), encoder.build(observation_space)
+        self.target = nn.Sequential(target, nn.Linear(target.out_features, spec.features))
         self.predictor = nn.Sequential(
-            encoder.build(observation_space), nn.Linear(_width(encoder, observation_space), spec.features), nn.ReLU(),
-            nn.Linear(spec.features, spec.features),
+            predictor, nn.Linear(predictor.out_features, spec.features), nn.ReLU(), nn.Linear(spec.features, spec.features)
         )
         orthogonal_init(self.target, float(np.sqrt(2)))
         orthogonal_init(self.predictor, float(np.sqrt(2)))
@@ -152,10 +152,6 @@ def _merge(mean: torch.Tensor, var: torch.Tensor, count: torch.Tensor, batch_mea
     new_mean = mean + delta * (n / total)
     m2 = var * count + batch_var * n + delta.square() * (count * n / total)
     return new_mean, m2 / total, total
-
-
-def _width(encoder: EncoderSpec, space: gym.Space) -> int:
-    return int(encoder.build(space).out_features)
 
 
 def intrinsic_rewards(algorithm: Any, rollouts: list[dict[str, torch.Tensor]], annotate: Callable[..., None]) -> float:
