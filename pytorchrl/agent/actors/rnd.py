@@ -205,12 +205,15 @@ def add_intrinsic_rewards(algorithm: Any, storage: Any) -> float:
 
 def predictor_loss(algorithm: Any, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
     """The predictor's loss on a random ``update_proportion`` of a minibatch's observations
-    (flattened to ``[B, ...]``), and its diagnostics."""
+    (flattened to ``[B, ...]``), and its diagnostics. Only the kept rows go through the two
+    networks: at the paper's 0.25, a quarter of the work of scoring them all and masking."""
     rnd: RandomNetworkDistillation = algorithm.actor.rnd
+    proportion = algorithm.config.rnd.update_proportion
+    if proportion < 1.0:
+        obs = obs[torch.rand(obs.shape[0], device=obs.device) < proportion]
     errors = rnd.errors(obs)
-    keep = (torch.rand(errors.shape[0], device=errors.device) < algorithm.config.rnd.update_proportion).float()
-    loss = (errors * keep).sum() / keep.sum().clamp(min=1.0)
-    return loss, {"rnd_loss": float(errors.detach().mean())}
+    loss = errors.sum() / max(1, errors.numel())
+    return loss, {"rnd_loss": float(loss.detach())}
 
 
 def intrinsic_values(head: nn.Linear, features: torch.Tensor) -> torch.Tensor:
