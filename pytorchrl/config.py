@@ -237,7 +237,11 @@ class StorageConfig:
 
     num_steps: int = param(128, "Steps per env in one rollout; a rollout holds num_steps * num_envs transitions.", min=1, max=1_000_000)
     capacity: int = param(100_000, "Off-policy: transitions the replay buffer holds (the oldest are overwritten).", min=1, max=1_000_000_000)
-    checkpoint_buffer: bool = param(False, "Off-policy: include the replay buffer in checkpoints (large; exact resume needs it).")
+    checkpoint_buffer: bool | None = param(
+        None,
+        "Off-policy: include the replay buffer in checkpoints (exact resume needs it; a run resumed without it refills it with its policy). "
+        "null: included when the full buffer's observations take at most 1 GiB (vector observations, not Atari frames).",
+    )
     sequence_length: int | None = param(
         None,
         "Recurrent policies: steps per training sequence. On-policy: rollouts are cut into chunks of this length, each with its stored "

@@ -131,7 +131,7 @@ ATARI: Family = {
             "config": {
                 "env": {"num_envs": 4, "num_test_envs": 4},
                 "actor": {"encoder": "nature_cnn", "hidden_sizes": [], "activation": "relu"},
-                # 100k stacked frames: 2.8 GB; kept out of checkpoints (storage.checkpoint_buffer=true puts them in)
+                # 100k stacked frames: 2.8 GB; so kept out of checkpoints (storage.checkpoint_buffer=true puts them in)
                 "storage": {"capacity": 100_000},
                 "algorithm": {
                     "name": "dqn",

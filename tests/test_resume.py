@@ -313,3 +313,59 @@ def test_a_run_resumed_mid_way_equals_the_whole_run(tmp_path, raw):
     final_resumed = ckpt.load_checkpoint(resumed_dir / "checkpoints" / "step_1536")[0]
     assert ("replay_buffer" in final_whole["scheme"]["local_gradient_worker"]) == from_dict(raw).algorithm.replay
     assert_same_state(final_whole["scheme"], final_resumed["scheme"])
+
+
+SAC_TINY = {
+    "env": {"env_id": "Pendulum-v1", "num_envs": 2, "num_test_envs": 1},
+    "actor": {"hidden_sizes": [16]},
+    "storage": {"num_steps": 16, "capacity": 2_000, "checkpoint_buffer": False},
+    "algorithm": {"name": "sac", "start_steps": 128, "minibatch_size": 32, "updates_per_step": 0.25},
+    "run": {"target_steps": 256, "log_every": 32, "eval_every": 0, "checkpoint_every": 256, "stop_at_return": None},
+}
+
+
+@pytest.mark.timeout(60)
+def test_a_run_resumed_without_its_replay_buffer_refills_it_with_its_policy(tmp_path):
+    """Without ``storage.checkpoint_buffer`` the buffer starts empty again: the resumed run acts
+    with its trained policy (not uniformly at random, as a fresh run's first ``start_steps`` do) and
+    takes its next gradient step once the buffer holds ``start_steps`` again."""
+    first = Learner.from_config(from_dict(SAC_TINY), run_dir=tmp_path, progress=False)
+    try:
+        first.train()
+        updates = first.updates
+        assert updates > 0 and not bool(first.scheme.algorithm.actor.uniform)
+    finally:
+        first.close()
+    resumed = Learner.resume(tmp_path, ["run.target_steps=512"], progress=False)
+    try:
+        actor = resumed.scheme.algorithm.actor
+        assert resumed.env_steps == 256 and not bool(actor.uniform)
+        seen = []
+        while resumed.env_steps < 512:
+            resumed.step()
+            seen.append((resumed.env_steps, resumed.updates, bool(actor.uniform)))
+    finally:
+        resumed.close()
+    assert not any(uniform for _, _, uniform in seen)
+    # the refill (128 transitions) earns no gradient step; the rest of the run learns
+    assert all(n == updates for steps, n, _ in seen if steps <= 256 + 128 - 32)
+    assert seen[-1][1] > updates
+
+
+@pytest.mark.parametrize(
+    ("env", "override", "included"),
+    [
+        ("Pendulum-v1", None, True),  # 100k x 3 float32: 1.2 MB
+        ("Pendulum-v1", False, False),
+        ("atari", None, False),  # 1M stacked frames: 28 GB
+        ("atari", True, True),
+    ],
+)
+def test_the_replay_buffer_goes_into_checkpoints_when_it_is_small_or_asked_for(env, override, included):
+    from pytorchrl.utils.memory import checkpoints_buffer
+
+    space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8) if env == "atari" else gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    raw = {"algorithm": {"name": "dqn" if env == "atari" else "sac"}, "storage": {"capacity": 1_000_000 if env == "atari" else 100_000}}
+    if override is not None:
+        raw["storage"]["checkpoint_buffer"] = override
+    assert checkpoints_buffer(from_dict(raw), space) is included

@@ -29,10 +29,27 @@ BYTES_PER_PARAMETER = 16
 _GIB = 1 << 30
 
 
+#: ``storage.checkpoint_buffer: null`` puts the replay buffer in checkpoints up to this size
+AUTO_CHECKPOINT_BUFFER_BYTES = _GIB
+
+
+def observation_bytes(observation_space: gym.Space) -> int:
+    """Bytes of one stored observation."""
+    layout = obs_layout(observation_space)
+    return math.prod(layout.shape) * (1 if layout.is_uint8 else 4)
+
+
+def checkpoints_buffer(config: Config, observation_space: gym.Space) -> bool:
+    """``storage.checkpoint_buffer``, its null resolved: whether the full buffer's observations
+    take at most :data:`AUTO_CHECKPOINT_BUFFER_BYTES`."""
+    if config.storage.checkpoint_buffer is not None:
+        return config.storage.checkpoint_buffer
+    return config.storage.capacity * observation_bytes(observation_space) <= AUTO_CHECKPOINT_BUFFER_BYTES
+
+
 def estimate_bytes(config: Config, observation_space: gym.Space) -> dict[str, tuple[str, Any, int]]:
     """Lower bounds of the run's big allocations: ``{part: (config key, its value, bytes)}``."""
-    layout = obs_layout(observation_space)
-    obs_bytes = math.prod(layout.shape) * (1 if layout.is_uint8 else 4)
+    obs_bytes = observation_bytes(observation_space)
     parts = {**network_bytes(config, observation_space), **env_bytes(config)}
     if config.algorithm.replay:
         parts["replay buffer"] = ("storage.capacity", config.storage.capacity, config.storage.capacity * obs_bytes)

@@ -207,6 +207,8 @@ def test_warm_up_acts_uniformly_then_with_the_policy():
     acting, _, _ = actor.get_action(obs)
     assert torch.allclose(acting, acting[0].expand_as(acting))  # one observation, one action
     torch.testing.assert_close(acting[0], actor.scale(actor.deterministic(obs[:1]))[0])
+    algo.set_warmup(True)  # a buffer emptied by a resume without it: refilled with the policy
+    assert torch.equal(actor.get_action(obs)[0], acting)
 
 
 @pytest.mark.parametrize(

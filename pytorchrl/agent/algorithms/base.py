@@ -290,6 +290,15 @@ class Algorithm:
     def set_warmup(self, warming_up: bool) -> None:
         """Told before each collection whether the storage is still filling up (off-policy ``start_steps``)."""
 
+    def _end_uniform_acting(self, warming_up: bool) -> None:
+        """For actors that act uniformly at random (their ``uniform`` buffer) until the replay
+        buffer first holds ``start_steps`` transitions. Only ever switches it off: a run resumed
+        without its buffer (``storage.checkpoint_buffer: false``) refills it with its trained
+        policy, not at random (it takes no gradient step until the buffer holds ``start_steps``
+        again)."""
+        if not warming_up:
+            self.actor.uniform.fill_(False)
+
     def prepare_round(self, storage: Any) -> None:
         """Told once per round, after the round's data reached ``storage`` (``before_gradients``) and
         before its minibatches are drawn: a place to annotate the data with the learner's current

@@ -298,13 +298,14 @@ def replay_storage_factory(config: Config, observation_space: gym.Space, action_
     (R2D2; returns are then the algorithm's, computed within each window)."""
     from pytorchrl.agent.storages.off_policy.replay_storage import ReplayStorage
     from pytorchrl.agent.storages.off_policy.sequence_replay import SequenceReplayStorage
+    from pytorchrl.utils.memory import checkpoints_buffer
 
     algo = config.algorithm
     assert isinstance(algo, ReplayConfig)
     rollout = rollout_shapes(config, observation_space, action_space, algo.update_every or config.storage.num_steps, state_size=recurrent_state_size(config.actor))
     common = {
         "capacity": config.storage.capacity, "prioritized": algo.prioritized(), "alpha": algo.per_alpha, "beta0": algo.per_beta0,
-        "updates_per_step": algo.updates_per_step, "start_steps": algo.start_steps, "checkpoint_buffer": config.storage.checkpoint_buffer,
+        "updates_per_step": algo.updates_per_step, "start_steps": algo.start_steps, "checkpoint_buffer": checkpoints_buffer(config, observation_space),
     }
     if rollout["state_size"]:
         rollout.pop("state_stride")  # every step's state: any step may start a window

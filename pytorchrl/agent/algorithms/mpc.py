@@ -159,5 +159,5 @@ class MPC(Algorithm):
         self.actor.set_statistics(obs, torch.from_numpy(data["next_obs"]).flatten(1).float(), torch.from_numpy(data["rewards"]).float())
 
     def set_warmup(self, warming_up: bool) -> None:
-        """Act uniformly at random while the replay buffer fills up to ``start_steps``."""
-        self.actor.uniform.fill_(warming_up)
+        """Act uniformly at random until the replay buffer first holds ``start_steps``."""
+        self._end_uniform_acting(warming_up)

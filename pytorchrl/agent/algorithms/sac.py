@@ -139,8 +139,8 @@ class PolicyCritic(Algorithm):
         return (q - y).abs().mean(0)
 
     def set_warmup(self, warming_up: bool) -> None:
-        """Act uniformly at random while the replay buffer fills up to ``start_steps``."""
-        self.actor.uniform.fill_(warming_up)
+        """Act uniformly at random until the replay buffer first holds ``start_steps``."""
+        self._end_uniform_acting(warming_up)
 
 
 class SAC(PolicyCritic):
