@@ -20,6 +20,7 @@ from pytorchrl.config import Config, RunConfig, config_to_dict, load_run_config
 from pytorchrl.logging.writers import CSVWriter, ProgressLine, TensorBoardWriter, Writer
 from pytorchrl.scheme.base.inference_servers import METRICS as INFERENCE_METRICS
 from pytorchrl.scheme.scheme import Scheme, build_scheme
+from pytorchrl.utils.arrays import to_tensors
 from pytorchrl.utils.checkpoint import load_checkpoint, load_newest_checkpoint, prune_checkpoints, save_checkpoint
 from pytorchrl.utils.errors import CheckpointError, TrainingDiverged
 from pytorchrl.utils.paths import check_run_dir, make_dir
@@ -422,7 +423,7 @@ class Learner:
             "env_steps": self.env_steps, "updates": self.updates, "policy_version": self.policy_version,
             "wall_time_s": round(self.wall_time_s, 3), "created": datetime.datetime.now().isoformat(timespec="seconds"),
         }
-        state = self.state_dict()
+        state = to_tensors(self.state_dict())  # workers without torch send numpy arrays
         bad = _nonfinite_tensor(state["scheme"])
         if bad is not None:  # never write (and rotate in) a poisoned checkpoint
             newest = self._newest_checkpoint()

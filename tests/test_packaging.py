@@ -107,3 +107,24 @@ def test_use_checkout_reaches_workers_and_subprocesses(monkeypatch, tmp_path):
     checkout.use_checkout(tmp_path)
     assert sys.path[0] == str(tmp_path) and sys.path.count(str(tmp_path)) == 1
     assert os.environ["PYTHONPATH"] == os.pathsep.join([str(tmp_path), "/elsewhere"])
+
+
+@pytest.mark.timeout(60)
+def test_a_central_collection_worker_imports_no_torch():
+    """What a thin collection worker's process imports (its class, its envs, its recorder, its
+    policy and transport, the package itself) pulls in no torch; the public API still resolves."""
+    code = (
+        "import sys\n"
+        "import pytorchrl, pytorchrl.scheme, pytorchrl.envs\n"
+        "from pytorchrl.scheme.collection.thin_worker import ThinCollectionWorker, make_collection_worker\n"
+        "from pytorchrl.scheme.base.inference_servers import ServerCall, remote_policy\n"
+        "from pytorchrl.scheme.base.worker_set import WorkerSet\n"
+        "from pytorchrl.agent.storages.on_policy.recorder import RolloutRecorder\n"
+        "from pytorchrl.envs.vec_env import VecEnv\n"
+        "envs = VecEnv('CartPole-v1', num_envs=2)\n"
+        "rec = RolloutRecorder(num_steps=4, num_envs=2, obs_shape=(4,), action_shape=(), discrete=True)\n"
+        "rec.reset(envs.reset_arrays())\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+        "assert pytorchrl.Learner.__name__ == 'Learner' and 'torch' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=50)

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import torch
+
+from pytorchrl.utils.arrays import as_numpy
 
 
 class RunningMeanStd:
@@ -33,11 +34,11 @@ class RunningMeanStd:
         self.count = total
 
     def state_dict(self) -> dict[str, Any]:
-        return {"mean": torch.tensor(np.asarray(self.mean)), "var": torch.tensor(np.asarray(self.var)), "count": float(self.count)}
+        return {"mean": np.array(self.mean), "var": np.array(self.var), "count": float(self.count)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.mean = state["mean"].numpy().astype(np.float64).copy()
-        self.var = state["var"].numpy().astype(np.float64).copy()
+        self.mean = np.array(as_numpy(state["mean"]), dtype=np.float64)
+        self.var = np.array(as_numpy(state["var"]), dtype=np.float64)
         self.count = float(state["count"])
 
 

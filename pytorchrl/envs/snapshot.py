@@ -3,7 +3,8 @@
 A gymnasium env keeps its state in instance attributes: CartPole's ``state`` array, the time
 limit's ``_elapsed_steps``, the vector env's autoreset flags, the random generator. A
 :func:`snapshot` reads the plain-data attributes of every layer of an env (vector env, each
-sub-env and each wrapper around it): numbers, strings, numpy arrays (stored as tensors),
+sub-env and each wrapper around it): numbers, strings, numpy arrays (tensors once in a checkpoint:
+:func:`~pytorchrl.utils.checkpoint.save_checkpoint` turns them into tensors),
 numpy generators (their bit-generator state) and containers of those. Everything else (spaces,
 functions, renderers, simulator handles) is left out, so a snapshot is always safe to load with
 ``torch.load(weights_only=True)``: never a pickled object.
@@ -19,7 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import torch
+
+from pytorchrl.utils.arrays import as_numpy, is_tensor
 
 _GENERATOR = "__numpy_generator__"
 _SKIP = object()
@@ -78,7 +80,7 @@ def _plain(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, np.ndarray):
-        return torch.from_numpy(value.copy()) if value.dtype.kind in "biuf" and value.dtype != np.uint16 else _SKIP
+        return value.copy() if value.dtype.kind in "biuf" and value.dtype != np.uint16 else _SKIP
     if isinstance(value, np.random.Generator):
         return {_GENERATOR: _plain(value.bit_generator.state)}
     if isinstance(value, (list, tuple)):
@@ -105,8 +107,8 @@ def _unplain(value: Any, current: Any) -> Any:
         generator = current if isinstance(current, np.random.Generator) else np.random.Generator(np.random.PCG64())
         generator.bit_generator.state = _unplain(value[_GENERATOR], None)
         return generator
-    if isinstance(value, torch.Tensor):
-        return value.numpy().copy()
+    if isinstance(value, np.ndarray) or is_tensor(value):  # numpy in memory, a tensor from a checkpoint
+        return as_numpy(value).copy()
     if isinstance(value, (list, tuple)):
         same = isinstance(current, (list, tuple)) and len(current) == len(value)
         return type(value)(_unplain(v, current[i] if same else None) for i, v in enumerate(value))

@@ -22,11 +22,10 @@ import difflib
 import functools
 import importlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
-import torch
 from gymnasium.vector import AutoresetMode
 
 from pytorchrl.envs.atari import atari_spaces, is_atari_id, make_atari_env, make_atari_vector_env, register_atari
@@ -34,9 +33,13 @@ from pytorchrl.envs.masking import InfoActionMask
 from pytorchrl.envs.normalization import ObservationNormalizer, RewardScaler
 from pytorchrl.envs.rendering import is_opengl_failure, opengl_hint, show_mujoco_warnings_once, use_headless_gl
 from pytorchrl.envs.snapshot import restore, snapshot
+from pytorchrl.utils.arrays import as_numpy
 from pytorchrl.utils.errors import InputError
 from pytorchrl.utils.seeding import TEST_ROLE, TRAIN_ROLE, derive_seed
 from pytorchrl.utils.spaces import check_observation_space, obs_layout, pack_dict
+
+if TYPE_CHECKING:
+    import torch
 
 SUPPORTED_ACTION_SPACES = (gym.spaces.Discrete, gym.spaces.Box, gym.spaces.MultiDiscrete)
 RESTART_INFO_KEY = "env_restarted"
@@ -239,6 +242,12 @@ class VecEnv:
 
     def reset(self) -> torch.Tensor:
         """Reset every env (seeded with the derived seeds on the first call) and return obs."""
+        import torch
+
+        return torch.from_numpy(self.reset_arrays())
+
+    def reset_arrays(self) -> np.ndarray:
+        """:meth:`reset` in numpy (a collection worker without torch)."""
         if self._seeded:
             obs, info = self.env.reset()
         else:
@@ -251,7 +260,7 @@ class VecEnv:
         self._prev_ends[:] = False
         if self._episodic_life:
             self._lives = np.asarray(info["lives"]).copy()
-        return self._obs(obs)
+        return self._obs_array(obs)
 
     def _reset_seeds(self) -> Any:
         """A native vector env takes one seed; ale-py's a per-env array of 31-bit seeds; the others a list."""
@@ -266,6 +275,8 @@ class VecEnv:
         :return: ``obs, reward, terminated, truncated, valid`` as tensors of length ``num_envs``;
             ``valid`` is False for the reset steps of next-step autoreset (see the module doc).
         """
+        import torch
+
         arrays = self.step_arrays(actions.numpy() if actions.device.type == "cpu" else actions.cpu().numpy())
         return tuple(torch.from_numpy(a) for a in arrays)  # type: ignore[return-value]
 
@@ -312,9 +323,6 @@ class VecEnv:
             obs = self.obs_normalizer(obs)
         return np.asarray(obs, dtype=self._layout.dtype)
 
-    def _obs(self, obs: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(self._obs_array(obs))
-
     def _count_restarts(self, info: dict[str, Any]) -> np.ndarray | None:
         """Count the env restarts reported in a vector ``info``; return which envs restarted, if any."""
         counts = info.get(RESTART_INFO_KEY)
@@ -354,6 +362,8 @@ class VecEnv:
 
     def single_obs(self, obs: Any) -> torch.Tensor:
         """One env's observation as a batch of one, stored and normalised as :meth:`step` does (frozen statistics)."""
+        import torch
+
         if self._dict_obs:
             return torch.from_numpy(pack_dict(self.observation_space, {k: np.asarray(v)[None] for k, v in obs.items()}, 1))  # type: ignore[arg-type]
         x = np.asarray(obs)[None]
@@ -378,14 +388,14 @@ class VecEnv:
             state["obs_rms"] = self.obs_normalizer.rms.state_dict()
         if self.reward_scaler is not None:
             state["ret_rms"] = self.reward_scaler.rms.state_dict()
-            state["scaler_returns"] = torch.from_numpy(self.reward_scaler.returns.copy())
+            state["scaler_returns"] = self.reward_scaler.returns.copy()
         if self._snapshots:
             state["snapshot"] = snapshot(self.env)
             state["made_with"] = self._made_with
             state["episodes"] = {
-                "return": torch.from_numpy(self._episode_return.copy()),
-                "length": torch.from_numpy(self._episode_length.copy()),
-                "prev_done": torch.from_numpy(self._prev_done.copy()),
+                "return": self._episode_return.copy(),
+                "length": self._episode_length.copy(),
+                "prev_done": self._prev_done.copy(),
                 "seeded": self._seeded,
             }
         return state
@@ -402,15 +412,13 @@ class VecEnv:
         if self.reward_scaler is not None and "ret_rms" in state:
             self.reward_scaler.rms.load_state_dict(state["ret_rms"])
             if "scaler_returns" in state:
-                self.reward_scaler.returns = state["scaler_returns"].numpy().copy()
+                self.reward_scaler.returns = as_numpy(state["scaler_returns"]).copy()
         self._pending_reseeds = int(state.get("reseeds", 0))
         if "snapshot" not in state or not self._snapshots or state.get("made_with", self._made_with) != self._made_with:
             return False
         restore(self.env, state["snapshot"])
         episodes = state["episodes"]
-        self._episode_return = episodes["return"].numpy().copy()
-        self._episode_length = episodes["length"].numpy().copy()
-        self._prev_done = episodes["prev_done"].numpy().copy()
+        self._episode_return, self._episode_length, self._prev_done = (as_numpy(episodes[k]).copy() for k in ("return", "length", "prev_done"))
         self._prev_ends = self._prev_done.copy()  # snapshots are of envs without lives: the same
         self._seeded = bool(episodes["seeded"])
         return True
@@ -420,11 +428,17 @@ class VecEnv:
         subprocesses) with fresh seeds: derived from the same keys plus the number of such
         resumes, so a resumed run neither replays the streams its start used nor loses
         reproducibility (the same checkpoint resumes the same way)."""
+        import torch
+
+        return torch.from_numpy(self.reset_from_state_arrays())
+
+    def reset_from_state_arrays(self) -> np.ndarray:
+        """:meth:`reset_from_state` in numpy."""
         self._reseeds = getattr(self, "_pending_reseeds", 0) + 1
         seed, role, worker_index = self._seed_keys
         self._seeds = [derive_seed(seed, role, worker_index, i, self._reseeds) for i in range(self.num_envs)]
         self._seeded = False
-        return self.reset()
+        return self.reset_arrays()
 
     def close(self) -> None:
         self.env.close()

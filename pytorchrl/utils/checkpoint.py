@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from pytorchrl.utils.arrays import to_tensors
 from pytorchrl.utils.errors import CheckpointError
 from pytorchrl.version import CHECKPOINT_FORMAT, __version__
 
@@ -38,14 +39,15 @@ _STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
 def save_checkpoint(directory: str | Path, state: dict[str, Any], meta: dict[str, Any]) -> Path:
-    """Write ``state`` and ``meta`` to ``directory`` atomically (replacing an existing one)."""
+    """Write ``state`` and ``meta`` to ``directory`` atomically (replacing an existing one); numpy
+    arrays in ``state`` are written as tensors (:func:`~pytorchrl.utils.arrays.to_tensors`)."""
     directory = Path(directory)
     meta = {**meta, "format_version": CHECKPOINT_FORMAT, "pytorchrl_version": __version__}
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
     try:
         with open(tmp / STATE_FILE, "wb") as f:
-            torch.save(state, f)
+            torch.save(to_tensors(state), f)
             f.flush()
             os.fsync(f.fileno())
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True))

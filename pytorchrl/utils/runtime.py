@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import sys
-
-import torch
 
 # glibc mallopt parameters
 _M_TRIM_THRESHOLD = -1
@@ -41,10 +40,17 @@ def cpu_model() -> str:
 
 def cap_threads(most: int) -> None:
     """Hold this process to at most ``most`` torch threads, now and in every later
-    :func:`configure_process` (a remote worker's host calls it before building the worker)."""
+    :func:`configure_process` (a remote worker's host calls it before building the worker). In
+    a process that has not imported torch (a central-inference collection worker may never),
+    through ``OMP_NUM_THREADS``, which torch reads when it is imported."""
     global _thread_cap
     _thread_cap = most
-    torch.set_num_threads(min(torch.get_num_threads(), most))
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(min(torch.get_num_threads(), most))
+        return
+    current = os.environ.get("OMP_NUM_THREADS", "")
+    os.environ["OMP_NUM_THREADS"] = str(min(int(current), most) if current.isdigit() and int(current) > 0 else most)
 
 
 def configure_process(torch_threads: int | None = None) -> None:
@@ -63,6 +69,8 @@ def configure_process(torch_threads: int | None = None) -> None:
       a few hundred page faults per SAC step (6% of its time). Keeping up to 64 MiB of it, and
       serving blocks up to 16 MiB from the heap, removes them.
     """
+    import torch
+
     torch.set_flush_denormal(True)
     if torch_threads is not None:
         torch.set_num_threads(torch_threads if _thread_cap is None else min(torch_threads, _thread_cap))

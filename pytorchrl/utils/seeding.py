@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-import torch
 
 TRAIN_ROLE = 0
 TEST_ROLE = 1
@@ -46,12 +45,16 @@ def generation_seed(run_seed: int, generation: int, outer_generation: int = 0) -
 def seed_everything(seed: int) -> None:
     """Seed python's, numpy's and torch's global generators."""
     random.seed(seed)
+    import torch
+
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
 
 
 def get_rng_state() -> dict[str, Any]:
     """Capture the global python, numpy and torch RNG states (tensors and plain data only)."""
+    import torch
+
     py_state = random.getstate()
     np_state = np.random.get_state(legacy=False)
     np_state["state"]["key"] = torch.from_numpy(np_state["state"]["key"].astype(np.int64))  # checkpoint-safe
@@ -64,6 +67,8 @@ def get_rng_state() -> dict[str, Any]:
 
 def set_rng_state(state: dict[str, Any]) -> None:
     """Restore a state captured by :func:`get_rng_state`."""
+    import torch
+
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     np_state = dict(state["numpy"])
@@ -84,12 +89,16 @@ class TorchStream:
     """
 
     def __init__(self, seed: int) -> None:
+        import torch
+
         generator = torch.Generator()
         generator.manual_seed(seed)
         self.state = generator.get_state()
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
+        import torch
+
         outer = torch.get_rng_state()
         torch.set_rng_state(self.state)
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import threading
 
@@ -20,7 +21,8 @@ import torch
 from pytorchrl.cli import main
 from pytorchrl.config import from_dict
 from pytorchrl.learner import Learner
-from pytorchrl.scheme.base.inference_servers import METRICS
+from pytorchrl.scheme.base import compression
+from pytorchrl.scheme.base.inference_servers import METRICS, call_surviving
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -108,16 +110,18 @@ def test_two_central_runs_of_one_seed_are_identical(ray_session):
         second.close()
 
 
-def test_remote_workers_act_with_the_servers_weights_of_the_round(ray_session):
-    """The servers got the round's weights; the remote workers' get_weights is the server's copy
-    (a RemotePolicy's), and the master has moved on by one update since."""
+def test_remote_workers_act_with_the_servers_weights_of_the_round_and_hold_no_torch(ray_session):
+    """The servers got the round's weights, and the master has moved on by one update since; the
+    remote collection workers never imported torch (thin workers: numpy only)."""
     learner = Learner.from_config(from_dict({**SMALL, "scheme": CENTRAL}), progress=False)
     try:
         start = learner.scheme.algorithm.get_weights(acting=True)
         learner.step()
         col = learner.scheme.collection_workers
         assert type(col.local_worker.policy).__name__ == "LocalPolicy"  # evaluation keeps a local copy
-        for weights in col.workers.call_all("get_weights"):
+        assert col.thin and col.workers.call_all("imports_torch") == [False, False]
+        for name in learner.scheme.inference.names:
+            weights = compression.unpack(call_surviving(name, lambda h: h.call.remote("get_weights"), 30))
             assert all(torch.equal(weights[k], start[k]) for k in start)
         moved = learner.scheme.algorithm.get_weights(acting=True)
         assert not all(torch.equal(moved[k], start[k]) for k in start)
@@ -246,3 +250,29 @@ def test_a_central_runs_progress_csv_has_the_inference_columns(ray_session, caps
     for key in METRICS:
         assert all(row[key] != "" for row in rows), key
     assert float(rows[-1]["inference_batch_mean"]) >= 16
+
+
+@pytest.mark.timeout(240)
+def test_a_central_run_resumed_mid_way_ends_where_the_whole_run_ends(ray_session, tmp_path):
+    """The thin workers' envs, recorders and acting streams (numpy, tensors in the checkpoint)
+    go back into new workers: the resumed run ends with the whole run's weights."""
+    run = {**SMALL["run"], "target_steps": 3 * 256, "checkpoint_every": 256, "keep_checkpoints": 5, "log_every": 256}
+    whole = Learner.from_config(from_dict({**SMALL, "run": run, "scheme": CENTRAL}), run_dir=tmp_path / "whole", progress=False)
+    try:
+        whole.train()
+    finally:
+        whole.close()
+    resumed_dir = tmp_path / "resumed"
+    (resumed_dir / "checkpoints").mkdir(parents=True)
+    for name in ("config.yaml", "progress.csv"):
+        (resumed_dir / name).write_bytes((tmp_path / "whole" / name).read_bytes())
+    shutil.copytree(tmp_path / "whole" / "checkpoints" / "step_512", resumed_dir / "checkpoints" / "step_512")
+    resumed = Learner.resume(resumed_dir, progress=False)
+    try:
+        assert resumed.scheme.collection_workers.thin
+        resumed.train()
+    finally:
+        resumed.close()
+    assert (resumed.env_steps, resumed.episodes) == (whole.env_steps, whole.episodes)
+    a, b = whole.scheme.algorithm.get_weights(), resumed.scheme.algorithm.get_weights()
+    assert all(torch.equal(a[k], b[k]) for k in a)

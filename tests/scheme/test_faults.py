@@ -141,10 +141,13 @@ def test_failing_envs_are_recreated_inside_their_worker(ray_session):
     assert summary["env_restarts"] == learner.env_restarts == 4 * 3
 
 
-@pytest.mark.parametrize("communication", ["synchronous", "asynchronous"])
-def test_collection_workers_join_and_leave_while_training_runs(ray_session, communication):
+@pytest.mark.parametrize(
+    ("communication", "inference"), [("synchronous", "local"), ("asynchronous", "local"), ("asynchronous", "central")]
+)
+def test_collection_workers_join_and_leave_while_training_runs(ray_session, communication, inference):
     # 1 -> 3 -> 1 remote workers, resized from another thread while the main thread trains
-    learner = crashing_learner({}, {"num_col_workers": 1, "col_communication": communication}, target_steps=10**9)
+    central = {"inference": "central", "inference_server": {"num_cpus": 0.1}} if inference == "central" else {}
+    learner = crashing_learner({}, {"num_col_workers": 1, "col_communication": communication, **central}, target_steps=10**9)
     scheme, stop, seen = learner.scheme, threading.Event(), []
 
     def after(steps: int) -> None:  # wait until training has collected `steps` more env steps
@@ -181,6 +184,7 @@ def test_collection_workers_join_and_leave_while_training_runs(ray_session, comm
         stop.set()
         learner.close()
     assert learner.worker_restarts == 0 and learner.lost_batches == 0 and learner.updates > 0
+    assert scheme.collection_workers.thin == (inference == "central")
 
 
 @pytest.mark.parametrize(("communication", "execution"), [("synchronous", "decentralised"), ("asynchronous", "centralised")])

@@ -1,4 +1,5 @@
-"""How tensors travel between workers: all of a message's tensors in one buffer, optionally lz4-compressed.
+"""How tensors travel between workers: all of a message's tensors (and numeric numpy arrays,
+which come back as arrays) in one buffer, optionally lz4-compressed.
 
 :func:`pack` turns an object (dicts, lists and tuples holding tensors and plain data, e.g. a
 rollout and its info, or a state dict) into a :class:`Wire`: the object's skeleton, with every
@@ -14,22 +15,25 @@ compression is a switch (``pytorchrl benchmark compression``).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
+
+from pytorchrl.utils.arrays import is_tensor
 
 #: tensors start at multiples of this many bytes in the buffer, so each can be viewed in place
 _ALIGN = 16
 
 
 class _Slot:
-    """Where a tensor was: its place in the buffer, dtype and shape."""
+    """Where a tensor or a numpy array was: its place in the buffer, dtype (a torch dtype, or a
+    numpy one for an array: it comes back an array, in a process that may hold no torch) and shape."""
 
     __slots__ = ("dtype", "nbytes", "offset", "shape")
 
-    def __init__(self, offset: int, nbytes: int, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    def __init__(self, offset: int, nbytes: int, dtype: Any, shape: tuple[int, ...]) -> None:
         self.offset, self.nbytes, self.dtype, self.shape = offset, nbytes, dtype, shape
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -70,14 +74,18 @@ def pack(obj: Any, compress: bool = False) -> Any:
 
 def _strip(obj: Any, arrays: list[tuple[int, np.ndarray]], offset: int) -> tuple[Any, int]:
     """``obj`` with its tensors replaced by slots; their arrays listed with their offsets."""
-    if isinstance(obj, torch.Tensor):
-        tensor = obj.detach() if obj.device.type == "cpu" else obj.detach().cpu()
-        if tensor.dtype in _BITS:  # numpy has no such dtype: send the bits
-            tensor = tensor.view(_BITS[tensor.dtype])
-        array = tensor.numpy()
+    if is_tensor(obj) or (isinstance(obj, np.ndarray) and obj.dtype.kind in "biufc"):
+        if isinstance(obj, np.ndarray):
+            array, dtype = obj, obj.dtype
+        else:
+            tensor = obj.detach() if obj.device.type == "cpu" else obj.detach().cpu()
+            bits = _bits().get(tensor.dtype)
+            if bits is not None:  # numpy has no such dtype: send the bits
+                tensor = tensor.view(bits)
+            array, dtype = tensor.numpy(), obj.dtype
         arrays.append((offset, array))
         end = offset + array.nbytes
-        return _Slot(offset, array.nbytes, obj.dtype, tuple(obj.shape)), end + (-end % _ALIGN)
+        return _Slot(offset, array.nbytes, dtype, tuple(obj.shape)), end + (-end % _ALIGN)
     if isinstance(obj, dict):
         out = {}
         for k, v in obj.items():
@@ -95,12 +103,26 @@ def _strip(obj: Any, arrays: list[tuple[int, np.ndarray]], offset: int) -> tuple
 
 
 _PLAIN = frozenset((int, float, bool, str, type(None)))
-#: dtypes numpy lacks, sent as integers of the same width
-_BITS = {torch.bfloat16: torch.int16}
-_NUMPY = {d: torch.empty(0, dtype=_BITS.get(d, d)).numpy().dtype for d in (
-    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.uint8, torch.int8, torch.int16,
-    torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128,
-)}
+
+
+@functools.cache
+def _bits() -> dict[Any, Any]:
+    """Torch dtypes numpy lacks, sent as integers of the same width (torch imported when a tensor is met)."""
+    import torch
+
+    return {torch.bfloat16: torch.int16}
+
+
+@functools.cache
+def _numpy_dtypes() -> dict[Any, np.dtype]:
+    """The numpy dtype each torch dtype travels as."""
+    import torch
+
+    bits = _bits()
+    return {d: torch.empty(0, dtype=bits.get(d, d)).numpy().dtype for d in (
+        torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.uint8, torch.int8, torch.int16,
+        torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128,
+    )}
 
 
 def unpack(obj: Any) -> Any:
@@ -119,9 +141,13 @@ def unpack(obj: Any) -> Any:
 
 def _fill(obj: Any, buffer: np.ndarray) -> Any:
     if isinstance(obj, _Slot):
-        array = buffer[obj.offset : obj.offset + obj.nbytes].view(_NUMPY[obj.dtype]).reshape(obj.shape)
+        if isinstance(obj.dtype, np.dtype):
+            return buffer[obj.offset : obj.offset + obj.nbytes].view(obj.dtype).reshape(obj.shape)
+        import torch
+
+        array = buffer[obj.offset : obj.offset + obj.nbytes].view(_numpy_dtypes()[obj.dtype]).reshape(obj.shape)
         tensor = torch.from_numpy(array)
-        return tensor.view(obj.dtype) if obj.dtype in _BITS else tensor
+        return tensor.view(obj.dtype) if obj.dtype in _bits() else tensor
     if isinstance(obj, dict):
         return {k: _fill(v, buffer) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

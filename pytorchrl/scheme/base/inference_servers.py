@@ -18,13 +18,16 @@ import os
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytorchrl.scheme.base import compression
 from pytorchrl.scheme.base.worker_set import STARTUP_TIMEOUT_S, remote_threads
-from pytorchrl.scheme.inference.client import RemotePolicy
 from pytorchrl.utils.errors import WorkerFailure
 from pytorchrl.utils.runtime import cap_threads
+
+if TYPE_CHECKING:
+    from pytorchrl.scheme.inference.array_policy import ArrayPolicy
+    from pytorchrl.scheme.inference.client import RemotePolicy
 
 #: the server's own counters (InferenceServer.pop_metrics) turned into the round's metrics
 METRICS = ("inference_batch_mean", "inference_wait_ms", "inference_requests_per_s", "inference_busy_fraction")
@@ -157,10 +160,18 @@ def _resolve(name: str) -> Any:
     return handle
 
 
-def remote_policy(index: int, *, names: tuple[str, ...], timeout_s: float | None) -> RemotePolicy:
+def remote_policy(index: int, *, names: tuple[str, ...], timeout_s: float | None, arrays: bool = False) -> RemotePolicy | ArrayPolicy:
     """Collection worker ``index``'s policy: served by server ``index % len(names)`` (remote worker
-    ``i`` has collector index ``i - 1``, so it uses server ``(i - 1) % num_servers``)."""
-    return RemotePolicy(ServerCall(names[index % len(names)], timeout_s), index)
+    ``i`` has collector index ``i - 1``, so it uses server ``(i - 1) % num_servers``); with
+    ``arrays`` an :class:`~pytorchrl.scheme.inference.array_policy.ArrayPolicy` (a worker without torch)."""
+    call = ServerCall(names[index % len(names)], timeout_s)
+    if arrays:
+        from pytorchrl.scheme.inference.array_policy import ArrayPolicy
+
+        return ArrayPolicy(call, index)
+    from pytorchrl.scheme.inference.client import RemotePolicy
+
+    return RemotePolicy(call, index)
 
 
 class InferenceServers:
@@ -204,9 +215,10 @@ class InferenceServers:
         self._since = time.monotonic()
         self._starts = num_servers  # server starts counted so far (the box counts them)
 
-    def policy_factory(self) -> Callable[[int], RemotePolicy]:
-        """``factory(collector_index) -> RemotePolicy`` for the collection workers (picklable)."""
-        return functools.partial(remote_policy, names=self.names, timeout_s=self.timeout_s)
+    def policy_factory(self, arrays: bool = False) -> Callable[[int], RemotePolicy | ArrayPolicy]:
+        """``factory(collector_index) -> RemotePolicy`` for the collection workers (picklable);
+        with ``arrays``, of :class:`~pytorchrl.scheme.inference.array_policy.ArrayPolicy`."""
+        return functools.partial(remote_policy, names=self.names, timeout_s=self.timeout_s, arrays=arrays)
 
     def set_weights(self, weights: dict[str, Any], version: int) -> None:
         """Every server acts with ``weights`` of ``version`` from its next batch on; returns once all have them."""

@@ -13,6 +13,7 @@ from pytorchrl.agent.contracts import ActingPolicy, ActionSlots, CollectionStora
 from pytorchrl.agent.policy import LocalPolicy
 from pytorchrl.agent.storages.on_policy.demos import EpisodeRecorder
 from pytorchrl.envs.vec_env import VecEnv
+from pytorchrl.scheme.collection.thin_worker import rollout_info
 from pytorchrl.utils.runtime import configure_process
 from pytorchrl.utils.seeding import ACTING_ROLE, TorchStream, derive_seed
 
@@ -125,18 +126,7 @@ class CollectionWorker:
                 score = policy.score_sequence if recurrent else policy.score
                 storage.score(score, from_step=storage.step if scored else 0)
         data = storage.get_data()
-        episodes = envs.pop_episodes()
-        info = {
-            "env_steps": int(data["rewards"].numel()),
-            "episode_returns": [r for _, r, _ in episodes],
-            "episode_lengths": [n for _, _, n in episodes],
-            "policy_version": self.policy.version,
-            "collect_time_s": time.perf_counter() - start,
-            "worker_index": self.index,
-            "preempted": preempted,
-            "env_restarts": envs.pop_env_restarts(),
-        }
-        return data, info
+        return data, rollout_info(envs, env_steps=int(data["rewards"].numel()), version=self.policy.version, start=start, index=self.index, preempted=preempted)
 
     def preempt(self, round_id: int) -> None:
         """End round ``round_id``'s rollout early (called while :meth:`collect_data` runs)."""

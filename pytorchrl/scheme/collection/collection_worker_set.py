@@ -14,6 +14,8 @@ import torch
 from pytorchrl.scheme.base.inference_servers import InferenceServers
 from pytorchrl.scheme.base.worker_set import FaultTolerance, WorkerSet, replica_ordinal
 from pytorchrl.scheme.collection.collection_worker import CollectionWorker
+from pytorchrl.scheme.collection.thin_worker import Deferred, make_collection_worker, thin_recorder_factory
+from pytorchrl.utils.arrays import to_arrays, to_tensors
 from pytorchrl.utils.seeding import generation_seed
 
 
@@ -90,11 +92,23 @@ class CollectionWorkerSet:
         self.fraction_workers = fraction_workers
         if evaluation_only:
             num_workers = 0
-        factory = functools.partial(
+        factory: Callable[..., Any] = functools.partial(
             _make_collection_worker, worker_kwargs=worker_kwargs, offset=index_offset,
             local_collects=num_workers == 0 and not evaluation_only, set_generation=seed_generation,
             policy_factory=None if self.inference is None else self.inference.policy_factory(),
         )
+        recorder = None if self.inference is None else thin_recorder_factory(worker_kwargs["storage_factory"])
+        #: central inference with remote workers that hold no torch (:mod:`.thin_worker`)
+        self.thin = recorder is not None
+        if recorder is not None:
+            assert self.inference is not None
+            thin_kwargs: dict[str, Any] = {
+                "env_factory": worker_kwargs["env_factory"], "recorder_factory": recorder, "policy_factory": self.inference.policy_factory(arrays=True),
+                **{k: worker_kwargs[k] for k in ("seed", "env_seed") if k in worker_kwargs},
+            }
+            factory = functools.partial(
+                make_collection_worker, torch_factory=Deferred(factory), thin_kwargs=thin_kwargs, offset=index_offset, set_generation=seed_generation,
+            )
         self.workers: WorkerSet[CollectionWorker] = WorkerSet(
             factory, num_remote=num_workers, resources=resources, compress=compress, fault=fault, name="collection worker"
         )
@@ -151,7 +165,7 @@ class CollectionWorkerSet:
                 served = self.inference.pop_metrics()
                 info["worker_restarts"] = info.get("worker_restarts", 0) + served.pop("server_restarts")  # a server is a worker
                 info.update(served)
-            return [d for d, _ in results], info
+            return [to_tensors(d) for d, _ in results], info  # a thin worker's arrive as numpy
 
     def _collect_sync(self) -> list[tuple[dict[str, torch.Tensor], dict[str, Any]]]:
         ws = self.workers
@@ -372,7 +386,7 @@ class CollectionWorkerSet:
         with self._lock:
             self.local_worker.load_state_dict(state["local"])
             for worker, worker_state in zip(self.workers.remote_workers, state.get("remote", []), strict=False):
-                self.workers.get(self.workers.call(worker, "load_state_dict", worker_state))
+                self.workers.get(self.workers.call(worker, "load_state_dict", to_arrays(worker_state) if self.thin else worker_state))
 
     def close(self) -> None:
         with self._lock:

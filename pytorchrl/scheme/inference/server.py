@@ -33,11 +33,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 
 from pytorchrl.agent.contracts import ActionSlots
 from pytorchrl.agent.policy import LocalPolicy
+from pytorchrl.scheme.inference.array_policy import MissingNoiseError
 from pytorchrl.scheme.inference.spec import PolicySpec, policy_spec
+from pytorchrl.utils.seeding import TorchStream
 
 #: the actor attributes its ``set_collector`` sets per collection worker (Ape-X's exploration rate)
 COLLECTOR_ATTRIBUTES = ("epsilon_power",)
@@ -180,6 +183,8 @@ class InferenceServer:
         self._log_std: torch.Tensor | None = actor.action_head.log_std if self.spec.noise_scaled_by_std else None
         self._settings: dict[int, tuple[tuple[str, Any], ...]] = {}  # per worker: its COLLECTOR_ATTRIBUTES
         self._states: dict[int, torch.Tensor] = {}  # per worker: its envs' state rows, on the device
+        self._noise: dict[int, tuple[torch.Tensor, ...]] = {}  # per array client: its rollout's noise, per step
+        self._stream_lock = threading.Lock()
         self._queue: deque[PendingAct] = deque()
         self._queued_rows = 0
         self._cond = threading.Condition()
@@ -336,6 +341,48 @@ class InferenceServer:
             for name, value in defaults:
                 setattr(actor, name, value)
         return self._settings[worker_index]
+
+    # ------------------------------------------------------- clients without torch (numpy)
+
+    def array_spec(self) -> dict[str, Any]:
+        """What an :class:`~.array_policy.ArrayPolicy` needs to know, as plain data (unpickling a
+        :class:`PolicySpec` would import torch)."""
+        return {"scores_while_acting": self.spec.scores_while_acting, "is_recurrent": self.spec.is_recurrent}
+
+    def stream_state(self, seed: int) -> np.ndarray:
+        """The state of a fresh acting stream seeded ``seed``, as bytes."""
+        return TorchStream(seed).state.numpy().copy()
+
+    def begin_rollout(self, worker_index: int, stream: np.ndarray, num_steps: int, num_envs: int) -> np.ndarray:
+        """Draw worker ``worker_index``'s next rollout's noise from its acting stream, whose state
+        is ``stream`` (what its ``draw_noise`` would draw in a local worker), keep it for
+        :meth:`act_arrays`, and return the stream's state after the draw."""
+        drawing = TorchStream(0)
+        drawing.state = torch.from_numpy(np.array(stream, dtype=np.uint8))
+        with self._stream_lock, drawing.active():  # the global generator: one thread at a time
+            noise = self.spec.draw_noise(num_steps, num_envs)
+        self._noise[worker_index] = noise.unbind(0)
+        return drawing.state.numpy().copy()
+
+    def act_arrays(self, worker_index: int, obs: np.ndarray, step: int, scored: bool) -> tuple[Any, ...]:
+        """:meth:`act` for an :class:`~.array_policy.ArrayPolicy`: step ``step`` of the rollout
+        begun by :meth:`begin_rollout`; ``(action, log_prob, value, version)`` in numpy.
+
+        :raises MissingNoiseError: no rollout begun for the worker (the server was restarted).
+        """
+        noise = self._noise.get(worker_index)
+        if noise is None:
+            raise MissingNoiseError(f"no rollout noise held for worker {worker_index}: begin the rollout again")
+        reply = self.submit(worker_index, torch.from_numpy(obs), noise[step], None, scored, None).result()
+        return (
+            reply.action.numpy(), None if reply.log_prob is None else reply.log_prob.numpy(),
+            None if reply.value is None else reply.value.numpy(), reply.version,
+        )
+
+    def score_arrays(self, obs: np.ndarray, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`score` in numpy."""
+        log_prob, value = self.score(torch.from_numpy(obs), torch.from_numpy(actions))
+        return log_prob.numpy(), value.numpy()
 
     # ------------------------------------------------------------------------ scoring
 
