@@ -8,6 +8,10 @@ The manifest (YAML) lists, per config, where its runs are and what it is compare
       runs: ppo-cartpole-seed*          # a glob under --root: one run directory per seed
       threshold: 475                    # steps-to-threshold is counted against this return
       anchor: {return: 500, budget: 100000, source: "rl-baselines3-zoo", protocol: "..."}
+      plot: ppo-cartpole                # optional: the figure's file name (default: from config)
+
+``config`` is the row's label: a shipped config's path, or for a family default the command's
+``--algo ALGO --env ENV`` (``benchmarks/defaults.yaml``).
 
 Each run directory is what ``pytorchrl train`` writes: ``config.yaml`` (env, algorithm, seed),
 ``progress.csv`` (the evaluation curve) and ``summary.json`` (final evaluation, wall-clock, the
@@ -143,7 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.plots.mkdir(parents=True, exist_ok=True)
         for entry in entries(args.manifest):
             if found := run_dirs(entry, args.root):
-                plot_runs(found, output=args.plots / (Path(entry["config"]).with_suffix("").as_posix().replace("/", "-") + ".png"))
+                name = entry.get("plot") or Path(entry["config"]).with_suffix("").as_posix().replace("/", "-")
+                plot_runs(found, output=args.plots / f"{name}.png")
     return 0
 
 
