@@ -707,8 +707,8 @@ def _check_inference(scheme: SchemeConfig) -> None:
         )
     if scheme.num_grad_workers > 0:
         raise ConfigError(
-            f"config key 'scheme.inference' = 'central' with scheme.num_grad_workers = {scheme.num_grad_workers} is not yet "
-            "supported; central inference needs scheme.num_grad_workers = 0"
+            f"config key 'scheme.inference' = 'central' with scheme.num_grad_workers = {scheme.num_grad_workers}: central inference "
+            "serves the collection workers of one learner; set scheme.num_grad_workers = 0 (or use inference 'local')"
         )
 
 

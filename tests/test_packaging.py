@@ -120,6 +120,7 @@ def test_a_central_collection_worker_imports_no_torch():
         "from pytorchrl.scheme.base.inference_servers import ServerCall, remote_policy\n"
         "from pytorchrl.scheme.base.worker_set import WorkerSet\n"
         "from pytorchrl.agent.storages.on_policy.recorder import RolloutRecorder\n"
+        "from pytorchrl.agent.storages.off_policy.recorder import ReplayRecorder\n"
         "from pytorchrl.envs.vec_env import VecEnv\n"
         "envs = VecEnv('CartPole-v1', num_envs=2)\n"
         "rec = RolloutRecorder(num_steps=4, num_envs=2, obs_shape=(4,), action_shape=(), discrete=True)\n"

@@ -211,7 +211,7 @@ CARTPOLE = "configs/ppo/cartpole.yaml"
          "'scheme.inference_server.max_batch_size' = 0 is out of range"),
         (["scheme.inference=central", "scheme.num_col_workers=1", "scheme.inference_server.max_wait_ms=-1"],
          "'scheme.inference_server.max_wait_ms' = -1.0 is out of range"),
-        (["scheme.inference=central", "scheme.num_col_workers=1", "scheme.num_grad_workers=1"], "is not yet supported"),
+        (["scheme.inference=central", "scheme.num_col_workers=1", "scheme.num_grad_workers=1"], "central inference serves the collection workers of one learner; set scheme.num_grad_workers = 0"),
         (["scheme.inference=centre"], "'scheme.inference' = 'centre' is not allowed"),
         (["scheme.inference=central", "scheme.num_col_workers=1", "scheme.inference_server.num_cpus=64"],
          "one inference server asks for 64 CPU"),

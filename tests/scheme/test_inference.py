@@ -16,6 +16,7 @@ import torch
 from pytorchrl.agent.algorithms import ALGORITHMS, wire
 from pytorchrl.agent.contracts import ActionSlots
 from pytorchrl.agent.policy import LocalPolicy
+from pytorchrl.agent.storages.off_policy.recorder import ReplayRecorder
 from pytorchrl.agent.storages.on_policy.recorder import RolloutRecorder
 from pytorchrl.config import load_config
 from pytorchrl.envs.vec_env import VecEnv
@@ -411,14 +412,23 @@ def test_a_collection_worker_acting_through_the_server_collects_the_same_data(ma
     assert metrics["requests"] == 32 and metrics["score_requests"] == 2 and episode_starts > 0
 
 
-def test_a_thin_worker_collects_what_a_local_worker_collects_even_when_the_server_forgets_its_noise(make_server):
+@pytest.mark.parametrize(
+    ("config", "overrides", "rollouts"),
+    [
+        ("ppo/cartpole.yaml", ["storage.num_steps=16", "env.num_envs=8"], 2),
+        ("dqn/apex_cartpole.yaml", [], 3),  # per-worker epsilon; actor-side priorities scored through the server
+        ("sac/pendulum.yaml", ["env.num_envs=2", "algorithm.update_every=16"], 3),  # uniform warm-up acting, Gaussian noise
+    ],
+    ids=["ppo", "apex", "sac"],
+)
+def test_a_thin_worker_collects_what_a_local_worker_collects_even_when_the_server_forgets_its_noise(make_server, config, overrides, rollouts):
     """No torch on the worker's side of the calls (numpy in and out): the same rollouts, bit for
     bit, as a local worker of the same index and seed; a server that lost the rollout's noise
     (restarted) draws it again from the stream state the worker hands it."""
-    setup = Setup("ppo/cartpole.yaml", "storage.num_steps=16", "env.num_envs=8")
+    setup = Setup(config, *overrides)
     local = CollectionWorker(1, env_factory=setup.env_factory, actor_factory=setup.wiring.actor, storage_factory=setup.wiring.storage, seed=7)
     local.set_weights(setup.local.get_weights(), 3)
-    server = make_server(setup, max_batch_size=8, max_wait_ms=10_000)
+    server = make_server(setup, max_batch_size=setup.cfg.env.num_envs, max_wait_ms=10_000)
     server.set_weights(setup.local.get_weights(), 3)
     calls: list[str] = []
     sent: list[Any] = []
@@ -434,7 +444,7 @@ def test_a_thin_worker_collects_what_a_local_worker_collects_even_when_the_serve
     assert recorder is not None
     thin = ThinCollectionWorker(1, env_factory=setup.env_factory, recorder_factory=recorder, policy_factory=lambda i: ArrayPolicy(call, i), seed=7)
     try:
-        for _ in range(2):
+        for _ in range(rollouts):
             (expected, expected_info), (data, info) = local.collect_data(), thin.collect_data()
             assert expected.keys() == data.keys()
             for key in expected:
@@ -446,7 +456,7 @@ def test_a_thin_worker_collects_what_a_local_worker_collects_even_when_the_serve
     finally:
         local.close()
         thin.close()
-    assert calls.count("begin_rollout") == 3  # two rollouts, one begun again
+    assert calls.count("begin_rollout") == rollouts + 1  # one begun again
     assert not any(is_tensor(a) for a in sent)
 
 
@@ -456,7 +466,8 @@ def test_a_thin_worker_collects_what_a_local_worker_collects_even_when_the_serve
         ("ppo/cartpole.yaml", [], True),
         ("impala/cartpole.yaml", [], True),
         (GRU, [], False),  # the server keeps each env's state: the torch worker records it
-        ("dqn/cartpole.yaml", [], False),  # replay
+        ("dqn/cartpole.yaml", [], True),  # replay: a ReplayRecorder
+        ("sac/pendulum.yaml", [], True),
         ("ppo/cartpole.yaml", ["demos"], False),  # demonstrations replayed by the worker's storage
     ],
 )
@@ -469,4 +480,5 @@ def test_which_storages_a_thin_worker_records_for(config, overrides, thin):
     assert (recorder is not None) == thin
     if recorder is not None:
         made = recorder(device="cpu")
-        assert type(made) is RolloutRecorder and made.num_steps == setup.cfg.storage.num_steps
+        assert type(made) is (ReplayRecorder if setup.cfg.algorithm.replay else RolloutRecorder)
+        assert made.num_steps == (getattr(setup.cfg.algorithm, "update_every", None) or setup.cfg.storage.num_steps)

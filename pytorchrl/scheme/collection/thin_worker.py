@@ -12,9 +12,9 @@ dozens of collection workers share a small machine.
 It collects what a :class:`~pytorchrl.scheme.collection.collection_worker.CollectionWorker`
 with a :class:`~pytorchrl.scheme.inference.client.RemotePolicy` collects, bit for bit: the same
 env seeds, the same acting stream (drawn by the server from the state this worker keeps), the
-same recorder layout. It serves memoryless on-policy algorithms (PPO, A2C, IMPALA, APPO,
-RND included); recurrent policies, demonstrations and replay algorithms keep the torch worker
-(:func:`thin_recorder_factory` says which).
+same recorder layout. It serves memoryless policies: PPO, A2C, IMPALA and APPO (RND included),
+DQN and Ape-X (actor-side priorities scored through the server), SAC, TD3 and DDPG; recurrent
+policies and demonstrations keep the torch worker (:func:`thin_recorder_factory` says which).
 """
 
 from __future__ import annotations
@@ -55,6 +55,8 @@ class ThinCollectionWorker:
         self._stream: np.ndarray = self.policy.initial_stream(derive_seed(seed, ACTING_ROLE, index))
         self.envs = env_factory(worker_index=index, **({} if env_seed is None else {"seed": env_seed}))
         self.storage = recorder_factory()
+        if hasattr(self.storage, "stream_id"):  # a replay recorder keys its envs' observation streams by it
+            self.storage.stream_id = derive_seed(seed, ACTING_ROLE, index)
         self._preempted: int | None = None
         self._started = False
 
@@ -77,7 +79,8 @@ class ThinCollectionWorker:
             if round_id is not None and self._preempted == round_id:
                 preempted = not storage.full
                 break
-        storage.score(policy.score, from_step=storage.step if scored else 0)
+        if storage.needs_scoring:
+            storage.score(policy.score, from_step=storage.step if scored else 0)
         data = storage.get_data()
         return data, rollout_info(envs, env_steps=int(data["rewards"].size), version=policy.version, start=start, index=self.index, preempted=preempted)
 
@@ -136,7 +139,8 @@ def rollout_info(envs: Any, *, env_steps: int, version: int, start: float, index
 
 def thin_recorder_factory(storage_factory: Any) -> Callable[..., Any] | None:
     """The recorder a thin worker fills in place of ``storage_factory``'s storage, or None when
-    that storage needs the torch worker (replay, a recurrent state, demonstrations)."""
+    that storage needs the torch worker (a recurrent state, demonstrations)."""
+    from pytorchrl.agent.storages.off_policy.recorder import ReplayRecorder
     from pytorchrl.agent.storages.off_policy.replay_storage import ReplayStorage
     from pytorchrl.agent.storages.on_policy.recorder import RolloutRecorder
     from pytorchrl.agent.storages.on_policy.rollout import RolloutStorage
@@ -144,9 +148,10 @@ def thin_recorder_factory(storage_factory: Any) -> Callable[..., Any] | None:
     if not isinstance(storage_factory, functools.partial) or not isinstance(storage_factory.func, type):
         return None
     cls, kwargs = storage_factory.func, storage_factory.keywords
-    if not issubclass(cls, RolloutStorage) or issubclass(cls, ReplayStorage) or kwargs.get("state_size") or kwargs.get("demos") is not None:
+    if not issubclass(cls, RolloutStorage) or kwargs.get("state_size") or kwargs.get("demos") is not None:
         return None
-    return RolloutRecorder.from_storage_factory(storage_factory)
+    recorder = ReplayRecorder if issubclass(cls, ReplayStorage) else RolloutRecorder
+    return recorder.from_storage_factory(storage_factory)
 
 
 class Deferred:

@@ -18,12 +18,14 @@ from typing import Any
 import torch
 
 from pytorchrl.agent.storages.off_policy.her import HindsightRelabeller
+from pytorchrl.agent.storages.off_policy.recorder import ReplayRecorder
 from pytorchrl.agent.storages.off_policy.replay import PrioritizedSampler, ReplayBuffer, Sampler, UniformSampler
 from pytorchrl.agent.storages.on_policy.rollout import RolloutStorage
 
 
-class ReplayStorage(RolloutStorage):
-    """Rollouts in, replayed minibatches out.
+class ReplayStorage(RolloutStorage, ReplayRecorder):
+    """Rollouts in, replayed minibatches out: a :class:`~.recorder.ReplayRecorder` seen through
+    tensors (its collection side) and a :class:`ReplayBuffer` (its gradient side).
 
     :param capacity: transitions the replay buffer holds.
     :param n_step: n-step returns.
@@ -39,9 +41,6 @@ class ReplayStorage(RolloutStorage):
     :param relabeller: hindsight goals for replayed transitions (HER; the buffer applies it).
     :param rollout: :class:`RolloutStorage` arguments (``num_steps``, ``num_envs``, shapes).
     """
-
-    #: replayed transitions need no behaviour log-probabilities or values (scoring is only for actor-side priorities)
-    needs_scoring = False
 
     def __init__(
         self,
@@ -60,7 +59,7 @@ class ReplayStorage(RolloutStorage):
         device: str | torch.device = "cpu",
         **rollout: Any,
     ) -> None:
-        super().__init__(device=device, **rollout)
+        super().__init__(device=device, gamma=gamma, actor_priorities=actor_priorities, **rollout)
         sampler: Sampler = PrioritizedSampler(alpha=alpha, beta0=beta0) if prioritized else UniformSampler()
         self._sampler = sampler
         self._make_buffer: Callable[[], Any] = functools.partial(
@@ -70,11 +69,6 @@ class ReplayStorage(RolloutStorage):
         self.updates_per_step = updates_per_step
         self.start_steps = start_steps
         self.checkpoint_buffer = checkpoint_buffer
-        self.needs_scoring = actor_priorities
-        self._gamma = gamma
-        self._priorities: torch.Tensor | None = None
-        self.stream_id = 0  # set by the collection worker: who this rollout's envs are
-        self._chunk = 0
         self._credit = 0.0  # gradient steps owed for transitions received, carried between rounds
         self._round_steps = 0
 
@@ -87,34 +81,6 @@ class ReplayStorage(RolloutStorage):
         if self._buffer is None:
             self._buffer = self._make_buffer()
         return self._buffer
-
-    # ------------------------------------------------------------------ collection side
-
-    def score(
-        self, fn: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]], chunk_steps: int = 256, from_step: int = 0
-    ) -> None:
-        """Actor-side priorities: ``|r + gamma * max_a Q_target(s') - Q(s, a)|`` per step (a truncated
-        step bootstraps from its final observation; a terminated one does not; reset steps get 0).
-
-        :param fn: ``fn(obs, actions) -> (Q(obs, actions), max_a Q_target(obs, a))`` on flat batches.
-        :param chunk_steps: unused: one batch (rollouts of replay algorithms are short).
-        :param from_step: must be 0 (Q-network actors never score while acting).
-        """
-        assert from_step == 0
-        t, n = self.step, self.num_envs
-        q, bootstrap = fn(self.obs[: t + 1].flatten(0, 1), self.actions[: t + 1].flatten(0, 1))
-        q, bootstrap = q.view(t + 1, n)[:t], bootstrap.view(t + 1, n)[1:]
-        target = self.rewards[:t] + self._gamma * (~self.terminated[:t]) * bootstrap
-        self._priorities = (target - q).abs() * self.valid[:t]
-
-    def get_data(self) -> dict[str, torch.Tensor]:
-        data = super().get_data()
-        if self._priorities is not None:
-            data["priorities"], self._priorities = self._priorities, None
-        data["stream_id"] = torch.tensor(self.stream_id)
-        data["chunk_index"] = torch.tensor(self._chunk)
-        self._chunk += 1
-        return data
 
     # -------------------------------------------------------------------- gradient side
 
@@ -170,14 +136,6 @@ class ReplayStorage(RolloutStorage):
         self.buffer.update_priorities(indices, priorities)
 
     # ---------------------------------------------------------------------------- state
-
-    def state_dict(self) -> dict[str, Any]:
-        """Collection side: where the next rollout starts, and which chunk of the stream it is."""
-        return {**super().state_dict(), "chunk": self._chunk}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self._chunk = int(state.get("chunk", 0))
 
     def buffer_state(self) -> dict[str, Any] | None:
         """Gradient side, for a checkpoint (with ``checkpoint_buffer``, else None): the replay

@@ -84,7 +84,7 @@ class RolloutRecorder:
     def from_storage_factory(cls, factory: functools.partial) -> Callable[..., RolloutRecorder]:
         """The recorder of an on-policy storage's factory: its collection half, without torch
         (the factory's gradient-side arguments left out)."""
-        names = set(inspect.signature(cls.__init__).parameters) - {"self"}
+        names = {name for klass in cls.__mro__ if "__init__" in vars(klass) for name in inspect.signature(vars(klass)["__init__"]).parameters} - {"self", "rollout"}
         return functools.partial(_recorder, cls, {k: v for k, v in factory.keywords.items() if k in names})
 
     def _allocate(self) -> None:

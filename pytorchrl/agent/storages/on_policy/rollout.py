@@ -88,7 +88,7 @@ class RolloutStorage(RolloutRecorder):
         """A copy of the rollout so far (all ``num_steps`` unless it was cut short), and the
         storage rolled over for the next one."""
         # copied through numpy: a tenth of the cost of torch slicing and cloning for short rollouts
-        return {k: torch.from_numpy(v) for k, v in super().get_data().items()}
+        return {k: torch.as_tensor(v) for k, v in super().get_data().items()}
 
     # -------------------------------------------------------------------- gradient side
 
