@@ -369,3 +369,20 @@ def test_the_replay_buffer_goes_into_checkpoints_when_it_is_small_or_asked_for(e
     if override is not None:
         raw["storage"]["checkpoint_buffer"] = override
     assert checkpoints_buffer(from_dict(raw), space) is included
+
+
+def test_numpy_state_goes_through_a_checkpoint_with_its_shapes_and_dtypes(tmp_path):
+    """Workers without torch hold numpy state; checkpoints store it as tensors and give it back
+    with the same shapes (a 0-d running mean stays 0-d), dtypes and values."""
+    from pytorchrl.utils.arrays import to_arrays
+
+    state = {
+        "mean": np.array(-313.7178), "counts": np.arange(3, dtype=np.int32), "flags": np.array([True, False]),
+        "strided": np.arange(12.0).reshape(3, 4)[:, ::2], "nested": [{"x": np.float32(2.5), "name": "a"}],
+    }
+    ckpt.save_checkpoint(tmp_path / "c", {"state": state}, {})
+    back = to_arrays(ckpt.load_checkpoint(tmp_path / "c")[0]["state"])
+    for key in ("mean", "counts", "flags", "strided"):
+        assert back[key].shape == state[key].shape and back[key].dtype == state[key].dtype, key
+        assert np.array_equal(back[key], state[key]), key
+    assert back["nested"] == [{"x": 2.5, "name": "a"}]

@@ -26,11 +26,13 @@ def as_numpy(x: Any) -> np.ndarray:
 
 def to_tensors(tree: Any) -> Any:
     """``tree`` (dicts, lists, tuples) with its numeric numpy arrays as tensors sharing their memory
-    (what ``torch.load(weights_only=True)`` reads back)."""
+    and its numpy scalars as Python numbers (what ``torch.load(weights_only=True)`` reads back)."""
     if isinstance(tree, np.ndarray) and tree.dtype.kind in "biuf":
         import torch
 
-        return torch.from_numpy(np.ascontiguousarray(tree))
+        return torch.from_numpy(tree if tree.flags.c_contiguous else tree.copy(order="C"))  # (np.ascontiguousarray makes 0-d arrays 1-d)
+    if isinstance(tree, np.generic) and tree.dtype.kind in "biuf":  # a numpy scalar: a Python number
+        return tree.item()
     if isinstance(tree, dict):
         return {k: to_tensors(v) for k, v in tree.items()}
     if isinstance(tree, (list, tuple)) and not hasattr(tree, "_fields"):

@@ -16,6 +16,7 @@ from pytorchrl.config import from_dict
 from pytorchrl.learner import Learner
 from pytorchrl.scheme.collection.collection_worker_set import CollectionWorkerSet
 from pytorchrl.scheme.scheme import build_scheme
+from pytorchrl.utils.arrays import to_tensors
 from pytorchrl.utils.seeding import seed_everything
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -246,7 +247,7 @@ def test_recurrent_policies_train_in_remote_modes(ray_session, algorithm, scheme
         for _ in range(12):
             learner.step()
         assert learner.updates == 12 and learner.episodes > 0
-        states = _rhs_tensors(learner.scheme.state_dict())
+        states = _rhs_tensors(to_tensors(learner.scheme.state_dict()))  # as a checkpoint holds them
         workers = scheme["num_col_workers"] * scheme.get("num_grad_workers", 1)
         assert len(states) >= workers and all(s.shape[-1] == 16 for s in states)  # policy and value cores, 8 each
         assert all(s.abs().sum() > 0 for s in states)
