@@ -111,8 +111,15 @@ def entries(manifest: Path) -> list[dict[str, Any]]:
 
 
 def run_dirs(entry: dict[str, Any], root: Path) -> list[Path]:
-    """The finished runs (a ``summary.json``) that ``entry``'s glob finds under ``root``."""
-    return sorted(p for p in root.glob(entry["runs"]) if (p / "summary.json").is_file()) if entry.get("runs") else []
+    """The finished runs that ``entry``'s glob finds under ``root``: a ``summary.json`` that does
+    not say ``interrupted`` (a run stopped to be resumed is not finished)."""
+    if not entry.get("runs"):
+        return []
+    return sorted(p for p in root.glob(entry["runs"]) if (p / "summary.json").is_file() and _finished(p / "summary.json"))
+
+
+def _finished(summary: Path) -> bool:
+    return json.loads(summary.read_text()).get("stop_reason") != "interrupted"
 
 
 def markdown(rows: Sequence[dict[str, str]]) -> str:

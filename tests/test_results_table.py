@@ -32,6 +32,9 @@ def test_two_run_directories_make_exact_rows_and_a_config_without_runs_says_so(t
     _run(tmp_path, "ppo-cartpole-seed0", 0, [(1000, 100.0), (2000, None), (3000, 480.0), (4000, 500.0)], 12.0)
     _run(tmp_path, "ppo-cartpole-seed1", 1, [(1000, 50.0), (2000, 200.0), (4000, 300.7)], 20.0)
     (tmp_path / "ppo-cartpole-seed2").mkdir()  # a run that never finished: no summary.json, not counted
+    _run(tmp_path, "ppo-cartpole-seed3", 3, [(1000, 10.0)], 5.0)  # stopped to be resumed: not counted either
+    summary = tmp_path / "ppo-cartpole-seed3" / "summary.json"
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "stop_reason": "interrupted"}))
     manifest = tmp_path / "results.yaml"
     manifest.write_text(yaml.safe_dump([
         {"config": "configs/ppo/cartpole.yaml", "runs": "ppo-cartpole-seed*", "threshold": 475,
