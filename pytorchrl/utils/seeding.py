@@ -95,6 +95,16 @@ class TorchStream:
         generator.manual_seed(seed)
         self.state = generator.get_state()
 
+    @classmethod
+    def from_state(cls, state: Any) -> TorchStream:
+        """The stream whose generator state is ``state`` (a ``uint8`` tensor or array: a state
+        kept by a process without torch)."""
+        import torch
+
+        stream = cls.__new__(cls)
+        stream.state = torch.as_tensor(state, dtype=torch.uint8).clone()
+        return stream
+
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
         import torch

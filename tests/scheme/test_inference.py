@@ -479,6 +479,6 @@ def test_which_storages_a_thin_worker_records_for(config, overrides, thin):
     recorder = thin_recorder_factory(factory)
     assert (recorder is not None) == thin
     if recorder is not None:
-        made = recorder(device="cpu")
+        made = recorder()
         assert type(made) is (ReplayRecorder if setup.cfg.algorithm.replay else RolloutRecorder)
         assert made.num_steps == (getattr(setup.cfg.algorithm, "update_every", None) or setup.cfg.storage.num_steps)

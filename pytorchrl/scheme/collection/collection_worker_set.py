@@ -14,9 +14,8 @@ import torch
 from pytorchrl.scheme.base.inference_servers import InferenceServers
 from pytorchrl.scheme.base.worker_set import FaultTolerance, WorkerSet, replica_ordinal
 from pytorchrl.scheme.collection.collection_worker import CollectionWorker
-from pytorchrl.scheme.collection.thin_worker import Deferred, make_collection_worker, thin_recorder_factory
+from pytorchrl.scheme.collection.thin_worker import Deferred, generation_kwargs, make_collection_worker, thin_recorder_factory
 from pytorchrl.utils.arrays import to_arrays, to_tensors
-from pytorchrl.utils.seeding import generation_seed
 
 
 class CollectionWorkerSet:
@@ -425,9 +424,7 @@ def _make_collection_worker(
     # the collecting workers are numbered from `offset`: the local one when it collects, else the
     # remote ones (index 1 -> offset), so one remote worker collects what a local one would; a
     # replacement (generation > 0) keeps the number and gets fresh seeds
-    kwargs = dict(worker_kwargs)
-    if generation or set_generation:
-        kwargs["seed"] = kwargs["env_seed"] = generation_seed(worker_kwargs.get("seed", 0), generation, set_generation)
+    kwargs = generation_kwargs(worker_kwargs, generation, set_generation)
     if not local and policy_factory is not None:  # central inference: remote workers hold no network
         kwargs["policy_factory"] = policy_factory
     return CollectionWorker(offset + replica_ordinal(index), collect=local_collects if local else True, **kwargs)

@@ -176,7 +176,14 @@ def make_collection_worker(
     :class:`ThinCollectionWorker`, numbered and seeded as the torch factory numbers them."""
     if local:
         return torch_factory.load()(index, local=True, generation=generation)
-    kwargs = dict(thin_kwargs)
+    return ThinCollectionWorker(offset + replica_ordinal(index), **generation_kwargs(thin_kwargs, generation, set_generation))
+
+
+def generation_kwargs(kwargs: dict[str, Any], generation: int, set_generation: int) -> dict[str, Any]:
+    """A collection worker's arguments for its generation: a replacement (``generation`` > 0), or
+    a worker of a set rebuilt after a gradient worker's replacement (``set_generation``), keeps its
+    number and gets fresh acting and env seeds; the first generation keeps the run's."""
+    out = dict(kwargs)
     if generation or set_generation:
-        kwargs["seed"] = kwargs["env_seed"] = generation_seed(kwargs.get("seed", 0), generation, set_generation)
-    return ThinCollectionWorker(offset + replica_ordinal(index), **kwargs)
+        out["seed"] = out["env_seed"] = generation_seed(kwargs.get("seed", 0), generation, set_generation)
+    return out

@@ -347,7 +347,7 @@ class InferenceServer:
     def array_spec(self) -> dict[str, Any]:
         """What an :class:`~.array_policy.ArrayPolicy` needs to know, as plain data (unpickling a
         :class:`PolicySpec` would import torch)."""
-        return {"scores_while_acting": self.spec.scores_while_acting, "is_recurrent": self.spec.is_recurrent}
+        return {"scores_while_acting": self.spec.scores_while_acting}
 
     def stream_state(self, seed: int) -> np.ndarray:
         """The state of a fresh acting stream seeded ``seed``, as bytes."""
@@ -357,8 +357,7 @@ class InferenceServer:
         """Draw worker ``worker_index``'s next rollout's noise from its acting stream, whose state
         is ``stream`` (what its ``draw_noise`` would draw in a local worker), keep it for
         :meth:`act_arrays`, and return the stream's state after the draw."""
-        drawing = TorchStream(0)
-        drawing.state = torch.from_numpy(np.array(stream, dtype=np.uint8))
+        drawing = TorchStream.from_state(stream)
         with self._stream_lock, drawing.active():  # the global generator: one thread at a time
             noise = self.spec.draw_noise(num_steps, num_envs)
         self._noise[worker_index] = noise.unbind(0)

@@ -47,7 +47,7 @@ import torch
 
 from pytorchrl.agent.storages.off_policy.her import HindsightRelabeller
 from pytorchrl.agent.storages.off_policy.sum_tree import SumTree
-from pytorchrl.agent.storages.on_policy.rollout import as_array
+from pytorchrl.utils.arrays import as_numpy
 
 STEP_KEYS = ("actions", "rewards", "terminated", "truncated")
 
@@ -343,11 +343,11 @@ class ReplayBuffer:
         if ("stream_id" in data) != ("chunk_index" in data):
             raise ValueError("add_data: stream_id and chunk_index come together")
         stream = (int(data["stream_id"]), int(data["chunk_index"])) if "stream_id" in data else None
-        obs = as_array(data["obs"])
-        rewards = as_array(data["rewards"])
+        obs = as_numpy(data["obs"])
+        rewards = as_numpy(data["rewards"])
         t, n = rewards.shape
         if not self._arrays:
-            self._allocate(obs, as_array(data["actions"]), rewards)
+            self._allocate(obs, as_numpy(data["actions"]), rewards)
         pending_seq = self._continued(stream, n, t * n)
         if pending_seq is None:
             new_obs = obs.reshape((t + 1) * n, *obs.shape[2:])
@@ -362,8 +362,8 @@ class ReplayBuffer:
             next_offset = 0  # step j's next observation is new row j
         if len(new_obs) > self.capacity:
             raise ValueError(f"add_data: a chunk of {len(new_obs)} rows does not fit a buffer of capacity {self.capacity}")
-        valid = as_array(data["valid"]).reshape(t * n).astype(bool)
-        flat = {k: as_array(data[k]).reshape(t * n, *data[k].shape[2:]) for k in STEP_KEYS}
+        valid = as_numpy(data["valid"]).reshape(t * n).astype(bool)
+        flat = {k: as_numpy(data[k]).reshape(t * n, *data[k].shape[2:]) for k in STEP_KEYS}
         flat["ready"] = valid
         flat["next_row"] = self._rows(self._written + next_offset, t * n)
         a, seq, k = self._arrays, self._written, len(new_obs)
@@ -394,7 +394,7 @@ class ReplayBuffer:
         self._streams = {s: e for s, e in self._streams.items() if e[1] >= oldest}
         rows = np.concatenate([*(self._rows(first, length) for first, length in step_segments), self._rows(pending_seq, n)])
         ready = np.concatenate([valid, np.zeros(n, dtype=bool)])
-        prio = None if priorities is None else np.concatenate([as_array(priorities).reshape(t * n), np.zeros(n)])
+        prio = None if priorities is None else np.concatenate([as_numpy(priorities).reshape(t * n), np.zeros(n)])
         self.sampler.added(rows, ready, prio)
         if self.relabeller is not None:
             self.relabeller.added(rows, a["next_row"][rows])
@@ -464,8 +464,8 @@ class ReplayBuffer:
         sampling). Rows that lost their transition since they were sampled are skipped."""
         if not self.sampler.uses_priorities:
             return
-        rows = as_array(indices).astype(np.int64).reshape(-1)
-        td = as_array(td_errors).reshape(-1)
+        rows = as_numpy(indices).astype(np.int64).reshape(-1)
+        td = as_numpy(td_errors).reshape(-1)
         keep = self._arrays["ready"][rows]
         self.sampler.update_priorities(rows[keep], td[keep])
 

@@ -72,10 +72,6 @@ class ReplayStorage(RolloutStorage, ReplayRecorder):
         self._credit = 0.0  # gradient steps owed for transitions received, carried between rounds
         self._round_steps = 0
 
-    @classmethod
-    def create_factory(cls, **kwargs: Any) -> Callable[..., Any]:
-        return functools.partial(cls, **kwargs)
-
     @property
     def buffer(self) -> ReplayBuffer:
         if self._buffer is None:

@@ -26,7 +26,7 @@ import torch
 
 from pytorchrl.agent.storages.off_policy.replay import Sampler, UniformSampler
 from pytorchrl.agent.storages.off_policy.replay_storage import ReplayStorage
-from pytorchrl.agent.storages.on_policy.rollout import as_array
+from pytorchrl.utils.arrays import as_numpy
 
 #: per-step fields of a window (``obs`` and ``starts`` have one row more)
 STEP_FIELDS = ("actions", "rewards", "terminated", "truncated", "valid")
@@ -87,8 +87,8 @@ class SequenceBuffer:
         largest priority so far)."""
         del priorities
         self._adds += 1
-        new = {"obs": as_array(data["obs"]), "starts": as_array(data["starts"]), "states": as_array(data["states"])}
-        new.update({k: as_array(data[k]) for k in STEP_FIELDS})
+        new = {"obs": as_numpy(data["obs"]), "starts": as_numpy(data["starts"]), "states": as_numpy(data["states"])}
+        new.update({k: as_numpy(data[k]) for k in STEP_FIELDS})
         n = new["rewards"].shape[1]
         stream = (int(data["stream_id"]), int(data["chunk_index"])) if "stream_id" in data else None
         entry = None if stream is None else self._tails.get(stream[0])
@@ -153,9 +153,9 @@ class SequenceBuffer:
     def update_priorities(self, indices: Any, td_errors: Any) -> None:
         if not self.sampler.uses_priorities:
             return
-        rows = as_array(indices).astype(np.int64).reshape(-1)
+        rows = as_numpy(indices).astype(np.int64).reshape(-1)
         keep = self._arrays["ready"][rows]
-        self.sampler.update_priorities(rows[keep], as_array(td_errors).reshape(-1)[keep])
+        self.sampler.update_priorities(rows[keep], as_numpy(td_errors).reshape(-1)[keep])
 
     def set_progress(self, progress: float) -> None:
         self.sampler.set_progress(progress)

@@ -85,7 +85,7 @@ class RolloutRecorder:
         """The recorder of an on-policy storage's factory: its collection half, without torch
         (the factory's gradient-side arguments left out)."""
         names = {name for klass in cls.__mro__ if "__init__" in vars(klass) for name in inspect.signature(vars(klass)["__init__"]).parameters} - {"self", "rollout"}
-        return functools.partial(_recorder, cls, {k: v for k, v in factory.keywords.items() if k in names})
+        return functools.partial(cls, **{k: v for k, v in factory.keywords.items() if k in names})
 
     def _allocate(self) -> None:
         """The rollout arrays, made on first use: a gradient worker's storage never needs them."""
@@ -235,9 +235,3 @@ class RolloutRecorder:
         if self.state_size and "rhs" in state:
             self._np["states"][0] = as_numpy(state["rhs"])
             self._np["starts"][0] = as_numpy(state["starts"])
-
-
-def _recorder(cls: type[RolloutRecorder], kwargs: dict[str, Any], device: Any = "cpu") -> RolloutRecorder:
-    """``factory(device=...)`` of :meth:`RolloutRecorder.from_storage_factory` (the device is the
-    storage's: a recorder has none)."""
-    return cls(**kwargs)

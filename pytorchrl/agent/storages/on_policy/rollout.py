@@ -18,7 +18,6 @@ import torch
 from pytorchrl.agent.contracts import ActingPolicy
 from pytorchrl.agent.storages.on_policy.demos import DemoReplay, DemoSpec, ReplayingPolicy
 from pytorchrl.agent.storages.on_policy.recorder import RolloutRecorder
-from pytorchrl.utils.arrays import as_numpy
 
 
 class RolloutStorage(RolloutRecorder):
@@ -40,21 +39,16 @@ class RolloutStorage(RolloutRecorder):
         self._received: list[dict[str, torch.Tensor]] = []
         self.demos = demos
         self.demo_replay: DemoReplay | None = None
-        self._tensors: dict[str, torch.Tensor] = {}
 
     def _allocate(self) -> None:
+        """The recorder's arrays, and each as a tensor attribute sharing its memory
+        (``storage.obs``, ``storage.actions``, ...)."""
         super()._allocate()
-        self._tensors = {k: torch.from_numpy(v) for k, v in self._np.items()}
+        for key, array in self._np.items():
+            setattr(self, key, torch.from_numpy(array))
 
     def _view(self, key: str) -> torch.Tensor:
-        return self._tensors[key]
-
-    def __getattr__(self, key: str) -> torch.Tensor:
-        """The rollout's arrays as tensors: ``storage.obs``, ``storage.actions``, ..."""
-        tensors = self.__dict__.get("_tensors")
-        if tensors and key in tensors:
-            return tensors[key]
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {key!r}")
+        return getattr(self, key)
 
     # ------------------------------------------------------------------ collection side
 
@@ -137,6 +131,3 @@ class RolloutStorage(RolloutRecorder):
         if self.demos is not None and "demos" in state:
             self._demo_replay().load_state_dict(state["demos"], episodes=False)
 
-
-#: ``x`` as a numpy array (the memory of a CPU tensor)
-as_array = as_numpy
