@@ -14,8 +14,10 @@ by the batch it happened to lead. A Ray actor host with ``max_concurrency > 1`` 
 :meth:`InferenceServer.act` from its thread pool; each call only queues its request and blocks
 on its own event (without the GIL), so the cost of the extra thread is one wake-up per batch.
 
-What makes the actions those of a local policy (ARCHITECTURE.md, decision 34): the noise comes
-with the request (drawn by the worker from its own stream), and the rows do not interact in the
+What makes the actions those of a local policy (ARCHITECTURE.md, decisions 34 and 48): the noise
+is drawn from the worker's own stream (by the worker and sent with the request, or, for a client
+without torch, here from the stream state it hands over: :meth:`InferenceServer.begin_rollout`),
+and the rows do not interact in the
 policy, so a row's action depends on its observation, its noise and the weights only. Bitwise,
 that holds where a row's matrix products do not depend on where it sits in the batch: on the CPU
 (torch 2.13, one or two intra-op threads) a request whose row count is a multiple of 4 gets the
