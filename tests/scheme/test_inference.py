@@ -3,6 +3,7 @@ policy's, whatever the batch; versions, batching rules, recurrent states and who
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 import time
@@ -23,7 +24,7 @@ from pytorchrl.envs.vec_env import VecEnv
 from pytorchrl.scheme.collection.collection_worker import CollectionWorker
 from pytorchrl.scheme.collection.thin_worker import ThinCollectionWorker, thin_recorder_factory
 from pytorchrl.scheme.inference import ActReply, InferenceServer, MissingStateError, RemotePolicy, direct_call, policy_spec
-from pytorchrl.scheme.inference.array_policy import ArrayPolicy
+from pytorchrl.scheme.inference.array_policy import ArrayPolicy, FrameDelta, decode_frames, encode_frames
 from pytorchrl.utils.arrays import is_tensor, to_tensors
 from tests.conftest import CONFIGS
 
@@ -35,7 +36,9 @@ class Setup:
 
     def __init__(self, config: str, *overrides: str) -> None:
         self.cfg = load_config(CONFIGS / config, list(overrides))
-        self.env_factory, self.obs_space, act_space = VecEnv.create_factory(self.cfg.env.env_id, num_envs=self.cfg.env.num_envs)
+        self.env_factory, self.obs_space, act_space = VecEnv.create_factory(
+            self.cfg.env.env_id, num_envs=self.cfg.env.num_envs, atari=dataclasses.asdict(self.cfg.env.atari),
+        )
         self.wiring = wire(ALGORITHMS[self.cfg.algorithm.name], self.cfg, self.obs_space, act_space)
         self.local = LocalPolicy(self.wiring.actor("cpu"))
         self.spec = policy_spec(self.local.actor)
@@ -412,6 +415,17 @@ def test_a_collection_worker_acting_through_the_server_collects_the_same_data(ma
     assert metrics["requests"] == 32 and metrics["score_requests"] == 2 and episode_starts > 0
 
 
+def local_and_thin(setup: Setup, call: Callable[..., Any]) -> tuple[CollectionWorker, ThinCollectionWorker]:
+    """A local worker holding the weights of version 3, and a thin worker acting through ``call``,
+    both collector 1 of seed 7."""
+    local = CollectionWorker(1, env_factory=setup.env_factory, actor_factory=setup.wiring.actor, storage_factory=setup.wiring.storage, seed=7)
+    local.set_weights(setup.local.get_weights(), 3)
+    recorder = thin_recorder_factory(setup.wiring.storage)
+    assert recorder is not None
+    thin = ThinCollectionWorker(1, env_factory=setup.env_factory, recorder_factory=recorder, policy_factory=lambda i: ArrayPolicy(call, i), seed=7)
+    return local, thin
+
+
 @pytest.mark.parametrize(
     ("config", "overrides", "rollouts"),
     [
@@ -426,8 +440,6 @@ def test_a_thin_worker_collects_what_a_local_worker_collects_even_when_the_serve
     bit, as a local worker of the same index and seed; a server that lost the rollout's noise
     (restarted) draws it again from the stream state the worker hands it."""
     setup = Setup(config, *overrides)
-    local = CollectionWorker(1, env_factory=setup.env_factory, actor_factory=setup.wiring.actor, storage_factory=setup.wiring.storage, seed=7)
-    local.set_weights(setup.local.get_weights(), 3)
     server = make_server(setup, max_batch_size=setup.cfg.env.num_envs, max_wait_ms=10_000)
     server.set_weights(setup.local.get_weights(), 3)
     calls: list[str] = []
@@ -440,9 +452,7 @@ def test_a_thin_worker_collects_what_a_local_worker_collects_even_when_the_serve
             server._noise.clear()  # as a restarted server holds none
         return direct_call(server)(name, *args)
 
-    recorder = thin_recorder_factory(setup.wiring.storage)
-    assert recorder is not None
-    thin = ThinCollectionWorker(1, env_factory=setup.env_factory, recorder_factory=recorder, policy_factory=lambda i: ArrayPolicy(call, i), seed=7)
+    local, thin = local_and_thin(setup, call)
     try:
         for _ in range(rollouts):
             (expected, expected_info), (data, info) = local.collect_data(), thin.collect_data()
@@ -458,6 +468,50 @@ def test_a_thin_worker_collects_what_a_local_worker_collects_even_when_the_serve
         thin.close()
     assert calls.count("begin_rollout") == rollouts + 1  # one begun again
     assert not any(is_tensor(a) for a in sent)
+
+
+def test_frame_stacks_encode_as_their_newest_frames_and_decode_exactly():
+    rng = np.random.default_rng(0)
+    previous = rng.integers(0, 255, (5, 4, 6, 6), dtype=np.uint8)
+    obs = np.concatenate([previous[:, 1:], rng.integers(0, 255, (5, 1, 6, 6), dtype=np.uint8)], axis=1)
+    obs[[1, 3]] = rng.integers(0, 255, (2, 4, 6, 6), dtype=np.uint8)  # episode starts: stacks begun anew
+    delta = encode_frames(obs, 7, previous)
+    assert delta is not None and delta.base == 7 and delta.fresh_rows.tolist() == [1, 3]
+    assert delta.newest.shape == (5, 6, 6) and delta.fresh.shape == (2, 4, 6, 6)
+    assert np.array_equal(decode_frames(delta, previous), obs)
+    assert encode_frames(rng.integers(0, 255, (5, 4, 6, 6), dtype=np.uint8), 7, previous) is None  # nothing shifted
+    assert encode_frames(np.zeros((5, 4), np.float32), 7, np.zeros((5, 4), np.float32)) is None  # vectors are not stacks
+
+
+def test_a_thin_worker_sends_pongs_frame_stacks_as_deltas_and_collects_what_a_local_worker_collects(make_server):
+    """Each step sends the envs' newest frames; the server rebuilds the stacks from the step before
+    (the rollouts are a local worker's, bit for bit), and a server that lost them (restarted) is
+    sent the whole observations."""
+    setup = Setup("appo/atari_pong_central.yaml", "env.num_envs=4", "storage.num_steps=16", "env.atari.screen_size=42")
+    server = make_server(setup, max_batch_size=4, max_wait_ms=10_000)
+    server.set_weights(setup.local.get_weights(), 3)
+    sent: list[Any] = []
+
+    def call(name: str, *args: Any) -> Any:
+        if name == "act_arrays":
+            sent.append(args[1])
+            if len(sent) == 20:
+                server._frames.clear()  # as a restarted server holds none
+        return direct_call(server)(name, *args)
+
+    local, thin = local_and_thin(setup, call)
+    try:
+        for _ in range(2):
+            (expected, _), (data, _) = local.collect_data(), thin.collect_data()
+            for key in expected:
+                assert torch.equal(expected[key], torch.from_numpy(data[key])), key
+    finally:
+        local.close()
+        thin.close()
+    deltas = [i for i, obs in enumerate(sent) if isinstance(obs, FrameDelta)]
+    assert deltas[0] == 1  # the first step is sent whole
+    assert isinstance(sent[20], np.ndarray) and sent[19].base == 19  # the lost step sent again whole
+    assert len(deltas) == len(sent) - 2 and all(obs.newest.shape == (4, 42, 42) for i, obs in enumerate(sent) if i in deltas)
 
 
 @pytest.mark.parametrize(

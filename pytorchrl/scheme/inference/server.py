@@ -40,7 +40,7 @@ import torch
 
 from pytorchrl.agent.contracts import ActionSlots
 from pytorchrl.agent.policy import LocalPolicy
-from pytorchrl.scheme.inference.array_policy import MissingNoiseError
+from pytorchrl.scheme.inference.array_policy import FrameDelta, MissingFramesError, MissingNoiseError, decode_frames, stacks
 from pytorchrl.scheme.inference.spec import PolicySpec, policy_spec
 from pytorchrl.utils.seeding import TorchStream
 
@@ -186,6 +186,7 @@ class InferenceServer:
         self._settings: dict[int, tuple[tuple[str, Any], ...]] = {}  # per worker: its COLLECTOR_ATTRIBUTES
         self._states: dict[int, torch.Tensor] = {}  # per worker: its envs' state rows, on the device
         self._noise: dict[int, tuple[torch.Tensor, ...]] = {}  # per array client: its rollout's noise, per step
+        self._frames: dict[int, tuple[int, np.ndarray]] = {}  # per array client: its last step's frame stacks, and the step
         self._stream_lock = threading.Lock()
         self._queue: deque[PendingAct] = deque()
         self._queued_rows = 0
@@ -365,15 +366,24 @@ class InferenceServer:
         self._noise[worker_index] = noise.unbind(0)
         return drawing.state.numpy().copy()
 
-    def act_arrays(self, worker_index: int, obs: np.ndarray, step: int, scored: bool) -> tuple[Any, ...]:
+    def act_arrays(self, worker_index: int, obs: np.ndarray | FrameDelta, step: int, scored: bool, acted: int = 0) -> tuple[Any, ...]:
         """:meth:`act` for an :class:`~.array_policy.ArrayPolicy`: step ``step`` of the rollout
-        begun by :meth:`begin_rollout`; ``(action, log_prob, value, version)`` in numpy.
+        begun by :meth:`begin_rollout`; ``(action, log_prob, value, version)`` in numpy. ``obs``
+        may be a :class:`~.array_policy.FrameDelta` from the client's step ``acted - 1``.
 
         :raises MissingNoiseError: no rollout begun for the worker (the server was restarted).
+        :raises MissingFramesError: ``obs`` extends a step this server does not hold.
         """
         noise = self._noise.get(worker_index)
         if noise is None:
             raise MissingNoiseError(f"no rollout noise held for worker {worker_index}: begin the rollout again")
+        if isinstance(obs, FrameDelta):
+            held = self._frames.get(worker_index)
+            if held is None or held[0] != obs.base:
+                raise MissingFramesError(f"no observations of step {obs.base} held for worker {worker_index}: send them whole")
+            obs = decode_frames(obs, held[1])
+        if stacks(obs):
+            self._frames[worker_index] = (acted, obs)
         reply = self.submit(worker_index, torch.from_numpy(obs), noise[step], None, scored, None).result()
         return (
             reply.action.numpy(), None if reply.log_prob is None else reply.log_prob.numpy(),
