@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import pickle
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from pytorchrl.agent.storages.off_policy.recorder import ReplayRecorder
 from pytorchrl.agent.storages.on_policy.recorder import RolloutRecorder
 from pytorchrl.config import load_config
 from pytorchrl.envs.vec_env import VecEnv
+from pytorchrl.scheme.base import compression
 from pytorchrl.scheme.collection.collection_worker import CollectionWorker
 from pytorchrl.scheme.collection.thin_worker import ThinCollectionWorker, thin_recorder_factory
 from pytorchrl.scheme.inference import ActReply, InferenceServer, MissingStateError, RemotePolicy, direct_call, policy_spec
@@ -493,6 +495,7 @@ def test_a_thin_worker_sends_pongs_frame_stacks_as_deltas_and_collects_what_a_lo
     sent: list[Any] = []
 
     def call(name: str, *args: Any) -> Any:
+        args = compression.unpack(pickle.loads(pickle.dumps(compression.pack(args))))  # as the Ray transport sends them
         if name == "act_arrays":
             sent.append(args[1])
             if len(sent) == 20:
