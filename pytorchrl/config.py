@@ -335,6 +335,10 @@ class InferenceServerConfig:
     weight_sync_every: int = param(
         1, "Send the servers new weights once the learner is this many policy versions past theirs (1: every round).", min=1,
     )
+    transport: str = param(
+        "auto", "How collection workers without torch reach their server: auto (a Unix socket when on the server's node, Ray calls otherwise), ray (Ray calls always).",
+        choices=("auto", "ray"),
+    )
 
 
 @dataclass(frozen=True)

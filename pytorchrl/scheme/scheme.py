@@ -187,7 +187,7 @@ def _start_inference(config: SchemeConfig, actor_factory: Callable[..., Any], de
     return InferenceServers(
         server_factory, num_servers=server.num_servers, num_clients=config.num_col_workers,
         resources=server_resources(server.num_cpus, server.num_gpus), timeout_s=config.worker_timeout_s,
-        max_restarts=config.max_worker_restarts,
+        max_restarts=config.max_worker_restarts, transport=server.transport,
     )
 
 

@@ -55,15 +55,19 @@ def train(scheme: dict, updates: int, **sections: dict) -> tuple[Learner, list[d
     return learner, infos
 
 
-def test_central_collects_what_local_collects_and_reaches_the_same_weights(ray_session):
-    """Same seed, two remote workers: acting on a server changes where, not what."""
+@pytest.mark.parametrize("transport", ["auto", "ray"])
+def test_central_collects_what_local_collects_and_reaches_the_same_weights(ray_session, transport):
+    """Same seed, two remote workers: acting on a server changes where, not what, whether the
+    workers reach it over the same-node socket (auto, on this one-node cluster) or Ray calls."""
     local, _ = train(LOCAL, 3 * ROUND_UPDATES)
-    central, infos = train(CENTRAL, 3 * ROUND_UPDATES)
+    central, infos = train({**CENTRAL, "inference_server": {**CENTRAL["inference_server"], "transport": transport}}, 3 * ROUND_UPDATES)
     try:
         assert local.env_steps == central.env_steps == 3 * 2 * 8 * 16
         assert_same_run(local, central)
         assert all(key in infos[0] for key in METRICS)
         assert infos[0]["inference_batch_mean"] >= 8
+        socket_calls = ray.get(central.scheme.inference.handles[0].socket_calls.remote())
+        assert socket_calls > 3 * 2 * 16 if transport == "auto" else socket_calls == 0  # every step of every rollout
     finally:
         local.close()
         central.close()

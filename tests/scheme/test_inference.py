@@ -8,6 +8,7 @@ import functools
 import pickle
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -23,10 +24,11 @@ from pytorchrl.agent.storages.on_policy.recorder import RolloutRecorder
 from pytorchrl.config import load_config
 from pytorchrl.envs.vec_env import VecEnv
 from pytorchrl.scheme.base import compression
+from pytorchrl.scheme.base.local_socket import SocketCall, SocketListener, socket_address
 from pytorchrl.scheme.collection.collection_worker import CollectionWorker
 from pytorchrl.scheme.collection.thin_worker import ThinCollectionWorker, thin_recorder_factory
 from pytorchrl.scheme.inference import ActReply, InferenceServer, MissingStateError, RemotePolicy, direct_call, policy_spec
-from pytorchrl.scheme.inference.array_policy import ArrayPolicy, FrameDelta, decode_frames, encode_frames
+from pytorchrl.scheme.inference.array_policy import ArrayPolicy, FrameDelta, MissingNoiseError, decode_frames, encode_frames
 from pytorchrl.utils.arrays import is_tensor, to_tensors
 from tests.conftest import CONFIGS
 
@@ -515,6 +517,44 @@ def test_a_thin_worker_sends_pongs_frame_stacks_as_deltas_and_collects_what_a_lo
     assert deltas[0] == 1  # the first step is sent whole
     assert isinstance(sent[20], np.ndarray) and sent[19].base == 19  # the lost step sent again whole
     assert len(deltas) == len(sent) - 2 and all(obs.newest.shape == (4, 42, 42) for i, obs in enumerate(sent) if i in deltas)
+
+
+def test_a_thin_worker_over_the_same_node_socket_collects_what_a_local_worker_collects_and_falls_back_when_it_breaks(make_server):
+    setup = Setup("ppo/cartpole.yaml", "storage.num_steps=16", "env.num_envs=8")
+    server = make_server(setup, max_batch_size=8, max_wait_ms=10_000)
+    server.set_weights(setup.local.get_weights(), 3)
+
+    def handler(method: str, args: tuple[Any, ...]) -> Any:
+        return getattr(server, method)(*args)
+
+    address = socket_address(f"test-{uuid.uuid4().hex}")
+    listeners = [SocketListener(handler, address)]
+    fallen_back: list[str] = []
+
+    def fallback(name: str, *args: Any) -> Any:  # the Ray transport's place
+        fallen_back.append(name)
+        return direct_call(server)(name, *args)
+
+    call = SocketCall(fallback, address, timeout_s=60)
+    local, thin = local_and_thin(setup, call)
+    try:
+        for rollout in range(3):
+            (expected, _), (data, _) = local.collect_data(), thin.collect_data()
+            for key in expected:
+                assert torch.equal(expected[key], torch.from_numpy(data[key])), (rollout, key)
+            if rollout == 0:  # all over the socket; then the server's process "dies"
+                assert listeners[0].calls == 20 and fallen_back == []  # array_spec, stream_state, begin_rollout, 16 steps, score_arrays
+                listeners[0].close()
+            elif rollout == 1:  # all through the fallback; then a server starts again at the address
+                assert fallen_back.count("act_arrays") == 16
+                listeners.append(SocketListener(handler, address))
+        assert listeners[1].calls == 18 and fallen_back.count("act_arrays") == 16  # begin_rollout, 16 steps, score_arrays: back on the socket
+        with pytest.raises(MissingNoiseError):  # a server's error is raised in the client
+            call("act_arrays", 99, np.zeros((8, 4), np.float32), 0, True, 1)
+    finally:
+        local.close()
+        thin.close()
+        listeners[-1].close()
 
 
 @pytest.mark.parametrize(

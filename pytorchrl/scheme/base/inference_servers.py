@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pytorchrl.scheme.base import compression
+from pytorchrl.scheme.base.local_socket import SocketCall, SocketListener, socket_address
 from pytorchrl.scheme.base.worker_set import STARTUP_TIMEOUT_S, remote_threads
 from pytorchrl.utils.errors import WorkerFailure
 from pytorchrl.utils.runtime import cap_threads
@@ -31,6 +32,13 @@ if TYPE_CHECKING:
 
 #: the server's own counters (InferenceServer.pop_metrics) turned into the round's metrics
 METRICS = ("inference_batch_mean", "inference_wait_ms", "inference_requests_per_s", "inference_busy_fraction")
+
+
+#: what a client without torch calls (over the same-node socket too: :mod:`.local_socket`)
+ARRAY_METHODS = frozenset(("array_spec", "stream_state", "begin_rollout", "act_arrays", "score_arrays"))
+
+#: how a collection worker without torch reaches its server (``scheme.inference_server.transport``)
+TRANSPORTS = ("auto", "ray")
 
 
 #: a server's threads (Ray's ``max_concurrency``) at the least: every client's ``act`` waits for its
@@ -59,9 +67,27 @@ class _ServerHost:
         if latest is not None:
             (ref,), version = latest
             self.server.set_weights(compression.unpack(ray.get(ref)), version)
+        #: the same-node side door (after the weights: a client may call as soon as it connects)
+        self.listener: SocketListener = SocketListener(self._array_call, socket_address(ray.get_runtime_context().get_actor_name()))
 
     def ready(self) -> bool:
         return True
+
+    def node_id(self) -> str:
+        """The Ray node this server runs on (a client there may call it over :mod:`.local_socket`)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+    def socket_calls(self) -> int:
+        """Calls answered over the same-node socket so far."""
+        return self.listener.calls
+
+    def _array_call(self, method: str, args: tuple[Any, ...]) -> Any:
+        """A same-node client's call (:attr:`listener`)."""
+        if method not in ARRAY_METHODS:
+            raise ValueError(f"{method} is not served over the socket")
+        return getattr(self.server, method)(*args)
 
     def pid(self) -> int:
         """The server's process id (for resource monitoring)."""
@@ -153,6 +179,13 @@ def call_surviving(name: str, submit: Callable[[Any], Any], timeout_s: float | N
 _RETRY_S = 0.05
 
 
+def _on_this_node(name: str, timeout_s: float | None) -> bool:
+    """Whether the server named ``name`` runs on this process's Ray node."""
+    import ray
+
+    return bool(call_surviving(name, lambda h: h.node_id.remote(), timeout_s) == ray.get_runtime_context().get_node_id())
+
+
 def _resolve(name: str) -> Any:
     import ray
 
@@ -160,14 +193,21 @@ def _resolve(name: str) -> Any:
     return handle
 
 
-def remote_policy(index: int, *, names: tuple[str, ...], timeout_s: float | None, arrays: bool = False) -> RemotePolicy | ArrayPolicy:
+def remote_policy(
+    index: int, *, names: tuple[str, ...], timeout_s: float | None, arrays: bool = False, transport: str = "auto",
+) -> RemotePolicy | ArrayPolicy:
     """Collection worker ``index``'s policy: served by server ``index % len(names)`` (remote worker
     ``i`` has collector index ``i - 1``, so it uses server ``(i - 1) % num_servers``); with
-    ``arrays`` an :class:`~pytorchrl.scheme.inference.array_policy.ArrayPolicy` (a worker without torch)."""
-    call = ServerCall(names[index % len(names)], timeout_s)
+    ``arrays`` an :class:`~pytorchrl.scheme.inference.array_policy.ArrayPolicy` (a worker without
+    torch), which with ``transport`` "auto" calls a server on its own node over a Unix socket
+    (:mod:`.local_socket`)."""
+    name = names[index % len(names)]
+    call: Callable[..., Any] = ServerCall(name, timeout_s)
     if arrays:
         from pytorchrl.scheme.inference.array_policy import ArrayPolicy
 
+        if transport == "auto" and _on_this_node(name, timeout_s):
+            call = SocketCall(call, socket_address(name), timeout_s)
         return ArrayPolicy(call, index)
     from pytorchrl.scheme.inference.client import RemotePolicy
 
@@ -189,7 +229,7 @@ class InferenceServers:
 
     def __init__(
         self, server_factory: Callable[[], Any], *, num_servers: int, num_clients: int, resources: dict[str, float], timeout_s: float | None = None,
-        max_restarts: int = 0,
+        max_restarts: int = 0, transport: str = "auto",
     ) -> None:
         import ray
 
@@ -198,7 +238,7 @@ class InferenceServers:
         ensure_ray()
         token = uuid.uuid4().hex[:12]
         self.names = tuple(f"pytorchrl-inference-{token}-{i}" for i in range(num_servers))
-        self.timeout_s = timeout_s
+        self.timeout_s, self.transport = timeout_s, transport
         host: Any = ray.remote(_ServerHost)
         box_name = f"pytorchrl-inference-{token}-box"
         self._box: Any = ray.remote(_ServerBox).options(name=box_name, num_cpus=0).remote([ray.put(server_factory)])
@@ -218,7 +258,7 @@ class InferenceServers:
     def policy_factory(self, arrays: bool = False) -> Callable[[int], RemotePolicy | ArrayPolicy]:
         """``factory(collector_index) -> RemotePolicy`` for the collection workers (picklable);
         with ``arrays``, of :class:`~pytorchrl.scheme.inference.array_policy.ArrayPolicy`."""
-        return functools.partial(remote_policy, names=self.names, timeout_s=self.timeout_s, arrays=arrays)
+        return functools.partial(remote_policy, names=self.names, timeout_s=self.timeout_s, arrays=arrays, transport=self.transport)
 
     def set_weights(self, weights: dict[str, Any], version: int) -> None:
         """Every server acts with ``weights`` of ``version`` from its next batch on; returns once all have them."""
