@@ -7,6 +7,9 @@ every worker is), and is the learner's handle on them: new weights once per roun
 A collection worker acts through a :class:`~pytorchrl.scheme.inference.client.RemotePolicy`
 whose transport is a :class:`ServerCall`: the server's name, resolved in the worker's process
 (so a replaced server is found again by name), never a handle captured at start-up.
+A collection worker without torch on the server's node calls it over a Unix socket instead
+(:mod:`.local_socket`, ``scheme.inference_server.transport: auto``), with the :class:`ServerCall`
+as its fallback.
 
 Like :mod:`.worker_set`, Ray is imported here only when a server is asked for.
 """
@@ -36,10 +39,6 @@ METRICS = ("inference_batch_mean", "inference_wait_ms", "inference_requests_per_
 
 #: what a client without torch calls (over the same-node socket too: :mod:`.local_socket`)
 ARRAY_METHODS = frozenset(("array_spec", "stream_state", "begin_rollout", "act_arrays", "score_arrays"))
-
-#: how a collection worker without torch reaches its server (``scheme.inference_server.transport``)
-TRANSPORTS = ("auto", "ray")
-
 
 #: a server's threads (Ray's ``max_concurrency``) at the least: every client's ``act`` waits for its
 #: batch in one, so workers added during training up to this many per server never queue for one
