@@ -75,8 +75,13 @@ class SocketListener:
                     reply: tuple[bool, Any] = (True, self.handler(method, args))
                 except Exception as error:  # the client raises it
                     reply = (False, error)
-                self.calls += 1  # before the reply: a client that has it sees the count
-                send(conn, reply)
+                try:
+                    data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+                except Exception as error:  # an error that does not pickle: the client still gets one
+                    data = pickle.dumps((False, RuntimeError(f"{method}: the server's reply does not pickle: {error!r}")))
+                with self._lock:  # before the reply: a client that has it sees the count
+                    self.calls += 1
+                _send_bytes(conn, data)
         except OSError:  # the client went away, or the listener closed
             pass
         finally:
@@ -150,12 +155,12 @@ class SocketCall:
             self._conn.close()
             self._conn = None
 
-    def __getstate__(self) -> dict[str, Any]:  # a connection does not travel
-        return {**self.__dict__, "_conn": None}
-
 
 def send(conn: socket.socket, obj: Any) -> None:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    _send_bytes(conn, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _send_bytes(conn: socket.socket, data: bytes) -> None:
     conn.sendall(_HEADER.pack(len(data)) + data)
 
 
