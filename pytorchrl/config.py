@@ -336,8 +336,10 @@ class InferenceServerConfig:
         1, "Send the servers new weights once the learner is this many policy versions past theirs (1: every round).", min=1,
     )
     transport: str = param(
-        "auto", "How collection workers without torch reach their server: auto (a Unix socket when on the server's node, Ray calls otherwise), ray (Ray calls always).",
-        choices=("auto", "ray"),
+        "auto",
+        "How collection workers without torch reach their server: auto (a Unix socket on the server's node, TCP from other nodes), "
+        "same_node (the Unix socket on the server's node, Ray calls from others), ray (Ray calls always).",
+        choices=("auto", "same_node", "ray"),
     )
 
 

@@ -16,7 +16,9 @@ prints one JSON line:
   (PSS splits pages shared between processes, such as torch's libraries, among them);
 * ``cpu_us_per_request``: CPU time of the collection workers and of the servers per env step of
   one worker (one inference request in central mode), from ``/proc``;
-* in central mode the servers' batch mean, queueing wait and busy fraction.
+* in central mode the servers' batch mean, queueing wait and busy fraction, and how the requests
+  travelled (``socket_calls_per_request`` by family, ``unix`` or ``tcp``; the rest by Ray call), with
+  ``--transports`` choosing ``scheme.inference_server.transport`` (one pass each).
 
 ``--ceiling`` measures instead one server's most requests/s: workers whose env does not sleep
 (``step_ms`` 0), ``--envs`` observations per request.
@@ -84,6 +86,7 @@ def measure(scheme: Any, seconds: float, envs_per_worker: int) -> dict[str, Any]
         step()
     if cws.inference is not None:
         cws.inference.pop_metrics()
+    calls = _socket_calls(cws.inference)
     col_pids = _pids(cws.workers.remote_workers)
     srv_pids = _pids(cws.inference.handles) if cws.inference is not None else []
     before = {pid: _proc(pid) for pid in col_pids + srv_pids}
@@ -112,10 +115,22 @@ def measure(scheme: Any, seconds: float, envs_per_worker: int) -> dict[str, Any]
         for key in ("inference_batch_mean", "inference_wait_ms", "inference_busy_fraction"):
             out[key] = round(statistics.mean(m[key] for m in served), 3) if served else None
         out["server_pss_mb"] = round(sum(after[p]["pss_mb"] for p in srv_pids), 1)
+        # how requests travelled: socket calls per request, by family (the rest by Ray call)
+        out["socket_calls_per_request"] = {k: round((n - calls[k]) / max(requests, 1), 2) for k, n in _socket_calls(cws.inference).items()}
     return out
 
 
-def run_mode(inference: str, counts: list[int], args: argparse.Namespace, address: str) -> list[dict[str, Any]]:
+def _socket_calls(inference: Any) -> dict[str, int]:
+    """The servers' socket calls so far, by family (``unix``, ``tcp``)."""
+    import ray
+
+    if inference is None:
+        return {}
+    parts = ray.get([h.socket_calls.remote() for h in inference.handles])
+    return {family: sum(p[family] for p in parts) for family in ("unix", "tcp")}
+
+
+def run_mode(inference: str, counts: list[int], args: argparse.Namespace, address: str, transport: str = "auto") -> list[dict[str, Any]]:
     from pytorchrl.config import load_config
     from pytorchrl.scheme.scheme import build_scheme
 
@@ -123,7 +138,9 @@ def run_mode(inference: str, counts: list[int], args: argparse.Namespace, addres
         f"scheme.inference={inference}", "scheme.num_col_workers=1", f"env.num_envs={args.envs}",
         f"env.env_kwargs.step_ms={0 if args.ceiling else args.step_ms}", f"scheme.ray.address={address}",
         f"scheme.inference_server.max_wait_ms={args.max_wait_ms}", f"scheme.inference_server.num_cpus={args.server_cpus}",
+        f"scheme.inference_server.transport={transport}",
     ]
+    label = {"inference": inference, **({"transport": transport} if inference == "central" else {})}
     scheme = build_scheme(load_config(CONFIG, overrides))
     rows: list[dict[str, Any]] = []
     try:
@@ -131,11 +148,11 @@ def run_mode(inference: str, counts: list[int], args: argparse.Namespace, addres
             have = scheme.num_collection_workers
             free_gb = _available_gb()
             if count > have and free_gb < args.min_free_gb:
-                print(json.dumps({"inference": inference, "stopped_before": count, "available_gb": round(free_gb, 1)}), flush=True)
+                print(json.dumps({**label, "stopped_before": count, "available_gb": round(free_gb, 1)}), flush=True)
                 break
             if count > have:
                 scheme.add_collection_workers(count - have)
-            row = {"inference": inference, **measure(scheme, args.seconds, args.envs)}
+            row = {**label, **measure(scheme, args.seconds, args.envs)}
             if rows:
                 first = rows[0]
                 row["linear"] = round(row["steps_per_s"] / (first["steps_per_s"] / first["workers"] * row["workers"]), 3)
@@ -155,6 +172,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--envs", type=int, default=1, help="envs per collection worker (rows per request)")
     parser.add_argument("--nodes", type=int, default=4, help="Ray nodes besides the head (each with 16 logical CPUs)")
     parser.add_argument("--max-wait-ms", type=float, default=2.0)
+    parser.add_argument(
+        "--transports", nargs="+", default=["auto"], choices=["auto", "same_node", "ray"],
+        help="central mode's scheme.inference_server.transport, one pass each",
+    )
     parser.add_argument("--server-cpus", type=float, default=1.0)
     parser.add_argument("--min-free-gb", type=float, default=3.0, help="add no workers once less memory than this is available")
     parser.add_argument("--ceiling", action="store_true", help="envs that do not sleep: one server's most requests/s")
@@ -169,7 +190,8 @@ def main(argv: list[str] | None = None) -> None:
     ray.init(address=cluster.address, logging_level="ERROR")
     try:
         for mode in args.modes:
-            run_mode(mode, sorted(args.workers), args, cluster.address)
+            for transport in args.transports if mode == "central" else ["auto"]:
+                run_mode(mode, sorted(args.workers), args, cluster.address, transport)
     finally:
         ray.shutdown()
         cluster.shutdown()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import pytest
 
@@ -56,3 +57,45 @@ def test_more_pinned_workers_than_nodes_fail_fast(cluster, pytorchrl_cmd, tmp_pa
     assert "ask for 3 collector in all (3 collection workers x 1) but the Ray cluster has 2" in last
     assert "Traceback" not in proc.stderr
 
+
+
+#: trains a few synchronous central rounds with each transport on the cluster at ``sys.argv[1]``
+#: and prints, per transport, the server's socket calls and a digest of the learner's weights
+_CENTRAL_ACROSS_NODES = """
+import hashlib, json, sys
+import ray
+from pytorchrl.config import from_dict
+from pytorchrl.learner import Learner
+
+ray.init(address=sys.argv[1])
+out = {}
+for transport in ("auto", "same_node", "ray"):
+    raw = {
+        "env": {"env_id": "CartPole-v1", "num_envs": 8}, "storage": {"num_steps": 16},
+        "algorithm": {"name": "ppo", "num_epochs": 1, "minibatch_size": 128}, "run": {"seed": 5, "eval_every": 0},
+        "scheme": {"num_col_workers": 2, "col_worker_resources": {"num_cpus": 0.1, "resources": {"collector": 1}},
+                   "inference": "central", "inference_server": {"num_cpus": 0.5, "transport": transport}},
+    }
+    learner = Learner.from_config(from_dict(raw), progress=False)
+    for _ in range(3 * 2):
+        learner.step()
+    weights = learner.scheme.algorithm.get_weights()
+    digest = hashlib.sha256(b"".join(weights[k].numpy().tobytes() for k in sorted(weights))).hexdigest()
+    out[transport] = {"calls": ray.get(learner.scheme.inference.handles[0].socket_calls.remote()), "weights": digest}
+    learner.close()
+print(json.dumps(out))
+"""
+
+
+def test_central_workers_on_other_nodes_call_the_server_over_tcp_and_collect_what_ray_calls_collect(cluster):
+    """The two collection workers sit on the two collector nodes, so at least one is on a node
+    the server is not on: with ``transport: auto`` it calls over TCP, with ``same_node`` by Ray
+    call, and every transport trains to the same weights."""
+    proc = subprocess.run([sys.executable, "-c", _CENTRAL_ACROSS_NODES, cluster.address], capture_output=True, text=True, timeout=500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = json.loads(proc.stdout.strip().splitlines()[-1])
+    steps = 3 * 16  # rounds x steps: one act call each, from every worker
+    assert runs["auto"]["calls"]["tcp"] >= steps and runs["auto"]["calls"]["unix"] + runs["auto"]["calls"]["tcp"] >= 2 * steps
+    assert runs["same_node"]["calls"]["tcp"] == 0
+    assert runs["ray"]["calls"] == {"unix": 0, "tcp": 0}
+    assert runs["auto"]["weights"] == runs["same_node"]["weights"] == runs["ray"]["weights"]

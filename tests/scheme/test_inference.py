@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import pickle
+import socket
 import threading
 import time
 import uuid
@@ -24,7 +25,7 @@ from pytorchrl.agent.storages.on_policy.recorder import RolloutRecorder
 from pytorchrl.config import load_config
 from pytorchrl.envs.vec_env import VecEnv
 from pytorchrl.scheme.base import compression
-from pytorchrl.scheme.base.local_socket import SocketCall, SocketListener, socket_address
+from pytorchrl.scheme.base.socket_transport import MAX_RETRY_S, TOKEN_BYTES, SocketCall, SocketListener, send, socket_address
 from pytorchrl.scheme.collection.collection_worker import CollectionWorker
 from pytorchrl.scheme.collection.thin_worker import ThinCollectionWorker, thin_recorder_factory
 from pytorchrl.scheme.inference import ActReply, InferenceServer, MissingStateError, RemotePolicy, direct_call, policy_spec
@@ -519,7 +520,8 @@ def test_a_thin_worker_sends_pongs_frame_stacks_as_deltas_and_collects_what_a_lo
     assert len(deltas) == len(sent) - 2 and all(obs.newest.shape == (4, 42, 42) for i, obs in enumerate(sent) if i in deltas)
 
 
-def test_a_thin_worker_over_the_same_node_socket_collects_what_a_local_worker_collects_and_falls_back_when_it_breaks(make_server):
+@pytest.mark.parametrize("family", ["unix", "tcp"])
+def test_a_thin_worker_over_a_socket_collects_what_a_local_worker_collects_and_falls_back_when_it_breaks(make_server, family):
     setup = Setup("ppo/cartpole.yaml", "storage.num_steps=16", "env.num_envs=8")
     server = make_server(setup, max_batch_size=8, max_wait_ms=10_000)
     server.set_weights(setup.local.get_weights(), 3)
@@ -528,14 +530,18 @@ def test_a_thin_worker_over_the_same_node_socket_collects_what_a_local_worker_co
         return getattr(server, method)(*args)
 
     address = socket_address(f"test-{uuid.uuid4().hex}")
-    listeners = [SocketListener(handler, address)]
+    listeners = [SocketListener(handler, address, "127.0.0.1")]
     fallen_back: list[str] = []
 
     def fallback(name: str, *args: Any) -> Any:  # the Ray transport's place
         fallen_back.append(name)
         return direct_call(server)(name, *args)
 
-    call = SocketCall(fallback, address, timeout_s=60)
+    def locate() -> tuple[str, Any, bytes]:  # a restarted server listens on another TCP port
+        endpoint = listeners[-1].endpoint()
+        return family, endpoint.unix if family == "unix" else endpoint.tcp, endpoint.token
+
+    call = SocketCall(fallback, locate, timeout_s=60, retry_s=0)
     local, thin = local_and_thin(setup, call)
     try:
         for rollout in range(3):
@@ -543,18 +549,54 @@ def test_a_thin_worker_over_the_same_node_socket_collects_what_a_local_worker_co
             for key in expected:
                 assert torch.equal(expected[key], torch.from_numpy(data[key])), (rollout, key)
             if rollout == 0:  # all over the socket; then the server's process "dies"
-                assert listeners[0].calls == 20 and fallen_back == []  # array_spec, stream_state, begin_rollout, 16 steps, score_arrays
+                assert listeners[0].calls[family] == 20 and fallen_back == []  # array_spec, stream_state, begin_rollout, 16 steps, score_arrays
                 listeners[0].close()
-            elif rollout == 1:  # all through the fallback; then a server starts again at the address
+            elif rollout == 1:  # all through the fallback; then a server starts again
                 assert fallen_back.count("act_arrays") == 16
-                listeners.append(SocketListener(handler, address))
-        assert listeners[1].calls == 18 and fallen_back.count("act_arrays") == 16  # begin_rollout, 16 steps, score_arrays: back on the socket
+                listeners.append(SocketListener(handler, address, "127.0.0.1"))
+        assert listeners[1].calls[family] == 18 and fallen_back.count("act_arrays") == 16  # begin_rollout, 16 steps, score_arrays: back on the socket
         with pytest.raises(MissingNoiseError):  # a server's error is raised in the client
             call("act_arrays", 99, np.zeros((8, 4), np.float32), 0, True, 1)
     finally:
         local.close()
         thin.close()
         listeners[-1].close()
+
+
+def test_a_socket_connection_without_the_listeners_token_is_hung_up_on_before_anything_is_unpickled():
+    called: list[str] = []
+    listener = SocketListener(lambda method, args: called.append(method), socket_address(f"test-{uuid.uuid4().hex}"), "127.0.0.1")
+    try:
+        for wrong in (bytes(TOKEN_BYTES), listener.token[:-1] + bytes([listener.token[-1] ^ 1])):
+            with socket.create_connection(listener.tcp, timeout=10) as conn:
+                conn.sendall(wrong)
+                send(conn, ("act_arrays", ()))
+                try:  # closed, with no reply (reset, as the message it sent was never read)
+                    assert conn.recv(1) == b""
+                except ConnectionResetError:
+                    pass
+        assert called == [] and listener.calls == {"unix": 0, "tcp": 0}
+        call = SocketCall(lambda *a: pytest.fail("fell back"), lambda: ("tcp", listener.tcp, listener.token), timeout_s=10)
+        assert call("array_spec") is None and called == ["array_spec"] and listener.calls["tcp"] == 1
+    finally:
+        listener.close()
+
+
+def test_a_socket_call_that_cannot_connect_falls_back_and_asks_where_again_only_after_a_growing_pause():
+    with socket.socket() as spare:  # a port that nothing listens on
+        spare.bind(("127.0.0.1", 0))
+        port = spare.getsockname()[1]
+    located: list[int] = []
+
+    def locate() -> tuple[str, Any, bytes] | None:
+        located.append(1)
+        return ("tcp", ("127.0.0.1", port), bytes(TOKEN_BYTES)) if len(located) == 1 else None
+
+    call = SocketCall(lambda method, *args: (method, args), locate, timeout_s=10, retry_s=10)
+    assert [call("act_arrays", i) for i in range(3)] == [("act_arrays", (i,)) for i in range(3)]
+    assert len(located) == 1 and call._retry_at > time.monotonic() + 9 and call._pause == 20  # refused: next try in 10 s, then 20
+    call._retry_at = 0.0  # the pause is over
+    assert call("score_arrays") == ("score_arrays", ()) and len(located) == 2 and call._pause == MAX_RETRY_S == 30
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,9 @@ every worker is), and is the learner's handle on them: new weights once per roun
 A collection worker acts through a :class:`~pytorchrl.scheme.inference.client.RemotePolicy`
 whose transport is a :class:`ServerCall`: the server's name, resolved in the worker's process
 (so a replaced server is found again by name), never a handle captured at start-up.
-A collection worker without torch on the server's node calls it over a Unix socket instead
-(:mod:`.local_socket`, ``scheme.inference_server.transport: auto``), with the :class:`ServerCall`
-as its fallback.
+A collection worker without torch calls it over a plain socket instead (:mod:`.socket_transport`:
+a Unix socket on the server's node, TCP from other nodes; ``scheme.inference_server.transport``),
+with the :class:`ServerCall` as its fallback.
 
 Like :mod:`.worker_set`, Ray is imported here only when a server is asked for.
 """
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pytorchrl.scheme.base import compression
-from pytorchrl.scheme.base.local_socket import SocketCall, SocketListener, socket_address
+from pytorchrl.scheme.base.socket_transport import Endpoint, Route, SocketCall, SocketListener, socket_address
 from pytorchrl.scheme.base.worker_set import STARTUP_TIMEOUT_S, remote_threads
 from pytorchrl.utils.errors import WorkerFailure
 from pytorchrl.utils.runtime import cap_threads
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 METRICS = ("inference_batch_mean", "inference_wait_ms", "inference_requests_per_s", "inference_busy_fraction")
 
 
-#: what a client without torch calls (over the same-node socket too: :mod:`.local_socket`)
+#: what a client without torch calls (over the socket too: :mod:`.socket_transport`)
 ARRAY_METHODS = frozenset(("array_spec", "stream_state", "begin_rollout", "act_arrays", "score_arrays"))
 
 #: a server's threads (Ray's ``max_concurrency``) at the least: every client's ``act`` waits for its
@@ -54,7 +54,7 @@ class _ServerHost:
     server acts with the same weights and version as the others before it answers anyone.
     """
 
-    def __init__(self, box_name: str, max_threads: int) -> None:
+    def __init__(self, box_name: str, max_threads: int, transport: str = "auto") -> None:
         import ray
 
         cap_threads(max_threads)
@@ -66,24 +66,25 @@ class _ServerHost:
         if latest is not None:
             (ref,), version = latest
             self.server.set_weights(compression.unpack(ray.get(ref)), version)
-        #: the same-node side door (after the weights: a client may call as soon as it connects)
-        self.listener: SocketListener = SocketListener(self._array_call, socket_address(ray.get_runtime_context().get_actor_name()))
+        #: the side door (after the weights: a client may call as soon as it connects); TCP on
+        #: the node's address for other nodes' clients unless they are to use Ray
+        tcp_host = ray.util.get_node_ip_address() if transport == "auto" else None
+        self.node: str = ray.get_runtime_context().get_node_id()
+        self.listener: SocketListener = SocketListener(self._array_call, socket_address(ray.get_runtime_context().get_actor_name()), tcp_host)
 
     def ready(self) -> bool:
         return True
 
-    def node_id(self) -> str:
-        """The Ray node this server runs on (a client there may call it over :mod:`.local_socket`)."""
-        import ray
+    def endpoint(self) -> tuple[str, Endpoint]:
+        """The Ray node this server runs on, and where its socket listens (:mod:`.socket_transport`)."""
+        return self.node, self.listener.endpoint()
 
-        return ray.get_runtime_context().get_node_id()
-
-    def socket_calls(self) -> int:
-        """Calls answered over the same-node socket so far."""
-        return self.listener.calls
+    def socket_calls(self) -> dict[str, int]:
+        """Calls answered over the socket so far: ``{"unix": n, "tcp": m}``."""
+        return dict(self.listener.calls)
 
     def _array_call(self, method: str, args: tuple[Any, ...]) -> Any:
-        """A same-node client's call (:attr:`listener`)."""
+        """A call over the socket (:attr:`listener`)."""
         if method not in ARRAY_METHODS:
             raise ValueError(f"{method} is not served over the socket")
         return getattr(self.server, method)(*args)
@@ -178,11 +179,17 @@ def call_surviving(name: str, submit: Callable[[Any], Any], timeout_s: float | N
 _RETRY_S = 0.05
 
 
-def _on_this_node(name: str, timeout_s: float | None) -> bool:
-    """Whether the server named ``name`` runs on this process's Ray node."""
+def locate(name: str, transport: str, timeout_s: float | None) -> Route | None:
+    """How this process reaches the server named ``name`` by socket: its Unix socket when on its
+    Ray node, else its TCP port with ``transport`` "auto"; None: by Ray call."""
     import ray
 
-    return bool(call_surviving(name, lambda h: h.node_id.remote(), timeout_s) == ray.get_runtime_context().get_node_id())
+    node, endpoint = call_surviving(name, lambda h: h.endpoint.remote(), timeout_s)
+    if node == ray.get_runtime_context().get_node_id():
+        return "unix", endpoint.unix, endpoint.token
+    if transport == "auto" and endpoint.tcp is not None:
+        return "tcp", endpoint.tcp, endpoint.token
+    return None
 
 
 def _resolve(name: str) -> Any:
@@ -198,15 +205,16 @@ def remote_policy(
     """Collection worker ``index``'s policy: served by server ``index % len(names)`` (remote worker
     ``i`` has collector index ``i - 1``, so it uses server ``(i - 1) % num_servers``); with
     ``arrays`` an :class:`~pytorchrl.scheme.inference.array_policy.ArrayPolicy` (a worker without
-    torch), which with ``transport`` "auto" calls a server on its own node over a Unix socket
-    (:mod:`.local_socket`)."""
+    torch), which calls the server over a socket (:mod:`.socket_transport`) unless ``transport``
+    is "ray": "auto" a Unix socket on the server's node and TCP from others, "same_node" the Unix
+    socket only."""
     name = names[index % len(names)]
     call: Callable[..., Any] = ServerCall(name, timeout_s)
     if arrays:
         from pytorchrl.scheme.inference.array_policy import ArrayPolicy
 
-        if transport == "auto" and _on_this_node(name, timeout_s):
-            call = SocketCall(call, socket_address(name), timeout_s)
+        if transport != "ray":
+            call = SocketCall(call, functools.partial(locate, name, transport, timeout_s), timeout_s)
         return ArrayPolicy(call, index)
     from pytorchrl.scheme.inference.client import RemotePolicy
 
@@ -245,7 +253,7 @@ class InferenceServers:
             "num_cpus": float(resources.get("num_cpus", 1.0)), "num_gpus": float(resources.get("num_gpus", 0.0)),
             "max_concurrency": max(num_clients + 2, MIN_SERVER_THREADS), "max_restarts": max_restarts,
         }
-        self.handles: list[Any] = [host.options(name=name, **options).remote(box_name, remote_threads(resources)) for name in self.names]
+        self.handles: list[Any] = [host.options(name=name, **options).remote(box_name, remote_threads(resources), transport) for name in self.names]
         ready, _ = ray.wait([h.ready.remote() for h in self.handles], num_returns=len(self.handles), timeout=STARTUP_TIMEOUT_S)
         if len(ready) < len(self.handles):
             self.close()

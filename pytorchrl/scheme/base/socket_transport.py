@@ -1,0 +1,256 @@
+"""A side door to an inference server: method calls over a plain socket, a Unix socket on the
+server's node and TCP from other nodes (ARCHITECTURE.md, decisions 50 and 51).
+
+A Ray actor call costs each side a fixed amount of CPU (serialising, Ray's executor and gRPC
+threads, the GIL handed between them): on a 2-core machine ~2 ms a side per call, paid on every
+env step of every central-inference worker. A torch-free collection worker can skip it:
+:class:`SocketListener` (in the server's process) answers length-prefixed pickled
+``(method, args)`` messages, one thread per client connection, and :class:`SocketCall` (in the
+worker) sends them.
+
+* **Where.** The listener binds a Unix socket (on Linux in the abstract namespace: no file to clean
+  up, it goes with the process) and, given a host, a TCP port on it. :meth:`SocketListener.endpoint`
+  says where; the client asks the server for it through Ray and picks the Unix socket when it
+  runs on the server's Ray node, TCP otherwise (``scheme.inference_server.transport``).
+* **Who.** Every connection first sends the listener's random token (:data:`TOKEN_BYTES`), which
+  the client got through Ray; the listener hangs up on any other, before it unpickles a byte.
+* **Faults.** A refused or broken connection (the server died, or was restarted elsewhere) sends
+  that call through the fallback (the Ray transport, which waits for a restarted server). The
+  client asks for the endpoint again before its next connection, after a pause that doubles while
+  connecting fails (:data:`RETRY_S` up to :data:`MAX_RETRY_S`), so an unreachable port costs a
+  connection attempt now and then, not one per call. No reply within ``timeout_s`` raises as a Ray
+  call's timeout would.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import pickle
+import secrets
+import socket
+import struct
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+#: a message's length, ahead of its pickled bytes
+_HEADER = struct.Struct("<Q")
+
+#: the length of a listener's token, the first bytes a client sends
+TOKEN_BYTES = 16
+
+#: the first pause before connecting again after a connection failed, and the longest
+RETRY_S, MAX_RETRY_S = 0.5, 30.0
+
+#: how long connecting may take, and how long a new connection has to send its token
+CONNECT_TIMEOUT_S = 3.0
+
+
+def socket_address(name: str) -> str:
+    """The Unix socket address of the server named ``name``."""
+    if sys.platform == "linux":
+        return "\0pytorchrl-" + name
+    return os.path.join(tempfile.gettempdir(), f"pytorchrl-{name}.sock")
+
+
+class Endpoint(NamedTuple):
+    """Where a listener answers: its Unix socket, its TCP ``(host, port)`` if it has one, and the
+    token a connection must send first."""
+
+    unix: str
+    tcp: tuple[str, int] | None
+    token: bytes
+
+
+class SocketListener:
+    """Answers ``handler(method, args)`` for clients connecting to ``address`` (and to ``tcp_host``,
+    when given, on a port the system picks), one thread each.
+
+    :param handler: runs a call; what it returns (or raises) is sent back.
+    :param address: the Unix socket, from :func:`socket_address`.
+    :param tcp_host: the address to listen on for other nodes' clients (the Ray node's IP), or None.
+    """
+
+    def __init__(self, handler: Callable[[str, tuple[Any, ...]], Any], address: str, tcp_host: str | None = None) -> None:
+        self.handler, self.address = handler, address
+        self.calls = {"unix": 0, "tcp": 0}  # calls answered
+        self.token = secrets.token_bytes(TOKEN_BYTES)
+        self._conns: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        if not address.startswith("\0") and os.path.exists(address):
+            os.unlink(address)  # left by a server process that died
+        unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        unix.bind(address)
+        self._sockets = {"unix": unix}
+        self.tcp: tuple[str, int] | None = None
+        if tcp_host is not None:
+            tcp = socket.socket(socket.AF_INET6 if ":" in tcp_host else socket.AF_INET, socket.SOCK_STREAM)
+            tcp.bind((tcp_host, 0))
+            self.tcp = (tcp_host, tcp.getsockname()[1])
+            self._sockets["tcp"] = tcp
+        for family, listening in self._sockets.items():
+            listening.listen(256)
+            threading.Thread(target=self._accept, args=(listening, family), daemon=True, name=f"pytorchrl-{family}-accept").start()
+
+    def endpoint(self) -> Endpoint:
+        return Endpoint(self.address, self.tcp, self.token)
+
+    def _accept(self, listening: socket.socket, family: str) -> None:
+        while True:
+            try:
+                conn, _ = listening.accept()
+            except OSError:  # closed
+                return
+            threading.Thread(target=self._serve, args=(conn, family), daemon=True, name="pytorchrl-socket-client").start()
+
+    def _serve(self, conn: socket.socket, family: str) -> None:
+        with self._lock:
+            self._conns.add(conn)
+        try:
+            if family == "tcp":
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn.settimeout(CONNECT_TIMEOUT_S)
+            token = _read(conn, TOKEN_BYTES)
+            if token is None or not hmac.compare_digest(bytes(token), self.token):
+                return  # not one of ours: nothing it sent is unpickled
+            conn.settimeout(None)
+            while (message := receive(conn)) is not None:
+                method, args = message
+                try:
+                    reply: tuple[bool, Any] = (True, self.handler(method, args))
+                except Exception as error:  # the client raises it
+                    reply = (False, error)
+                try:
+                    data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+                except Exception as error:  # an error that does not pickle: the client still gets one
+                    data = pickle.dumps((False, RuntimeError(f"{method}: the server's reply does not pickle: {error!r}")))
+                with self._lock:  # before the reply: a client that has it sees the count
+                    self.calls[family] += 1
+                _send_bytes(conn, data)
+        except OSError:  # the client went away or was too slow to say who it is, or the listener closed
+            pass
+        finally:
+            with self._lock:
+                self._conns.discard(conn)
+            conn.close()
+
+    def close(self) -> None:
+        """Stop listening and hang up on every client (they fall back, as when the process dies)."""
+        for listening in self._sockets.values():
+            try:  # wakes the accepting thread; a bare close would leave its accept() listening
+                listening.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            listening.close()
+        with self._lock:
+            conns, self._conns = list(self._conns), set()
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:  # already gone
+                pass
+        if not self.address.startswith("\0") and os.path.exists(self.address):
+            os.unlink(self.address)
+
+
+#: where a client connects: ``("unix", address, token)`` or ``("tcp", (host, port), token)``
+Route = tuple[str, Any, bytes]
+
+
+class SocketCall:
+    """``call(method, *args)`` over the socket that ``locate()`` names, else through ``fallback``.
+
+    :param fallback: the transport a call takes when there is no socket to use or it breaks
+        (:class:`~.inference_servers.ServerCall`).
+    :param locate: ``locate() -> Route | None``, asked before each connection (a restarted server
+        listens elsewhere); None: call through the fallback for now.
+    :param timeout_s: the longest one call waits for its reply (None: no limit).
+    :param retry_s: the first pause before connecting again once a connection failed.
+    """
+
+    def __init__(
+        self, fallback: Callable[..., Any], locate: Callable[[], Route | None], timeout_s: float | None = None, retry_s: float = RETRY_S,
+    ) -> None:
+        self.fallback, self.locate, self.timeout_s = fallback, locate, timeout_s
+        self.retry_s = self._pause = retry_s
+        self._conn: socket.socket | None = None
+        self._retry_at = 0.0  # no connection attempt before this (time.monotonic)
+
+    def __call__(self, method: str, *args: Any) -> Any:
+        conn = self._conn or self._connect()
+        if conn is not None:
+            try:
+                send(conn, (method, args))
+                reply = receive(conn)
+            except TimeoutError:
+                self._drop()
+                raise TimeoutError(f"no reply from the inference server to {method} within {self.timeout_s:g} s") from None
+            except OSError:
+                reply = None
+            if reply is not None:
+                ok, value = reply
+                if not ok:
+                    raise value
+                return value
+            self._drop()
+        return self.fallback(method, *args)
+
+    def _connect(self) -> socket.socket | None:
+        if time.monotonic() < self._retry_at:
+            return None
+        route = self.locate()
+        if route is not None:
+            family, address, token = route
+            conn = socket.socket(socket.AF_UNIX if family == "unix" else socket.AF_INET6 if ":" in address[0] else socket.AF_INET, socket.SOCK_STREAM)
+            conn.settimeout(CONNECT_TIMEOUT_S)
+            try:
+                conn.connect(address)
+                if family == "tcp":
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                conn.sendall(token)
+            except OSError:  # not listening (yet), or not reachable from here: the fallback finds it
+                conn.close()
+            else:
+                conn.settimeout(self.timeout_s)
+                self._conn, self._pause = conn, self.retry_s
+                return conn
+        self._retry_at = time.monotonic() + self._pause
+        self._pause = min(2 * self._pause, MAX_RETRY_S)
+        return None
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def send(conn: socket.socket, obj: Any) -> None:
+    _send_bytes(conn, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _send_bytes(conn: socket.socket, data: bytes) -> None:
+    conn.sendall(_HEADER.pack(len(data)) + data)
+
+
+def receive(conn: socket.socket) -> Any:
+    """The next message, or None once the other side has closed."""
+    header = _read(conn, _HEADER.size)
+    if header is None:
+        return None
+    body = _read(conn, _HEADER.unpack(header)[0])
+    return None if body is None else pickle.loads(body)
+
+
+def _read(conn: socket.socket, size: int) -> bytearray | None:
+    buffer = bytearray(size)
+    view, got = memoryview(buffer), 0
+    while got < size:
+        n = conn.recv_into(view[got:])
+        if n == 0:
+            return None
+        got += n
+    return buffer
