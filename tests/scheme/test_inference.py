@@ -9,6 +9,7 @@ import pickle
 import socket
 import threading
 import time
+import types
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -24,8 +25,17 @@ from pytorchrl.agent.storages.off_policy.recorder import ReplayRecorder
 from pytorchrl.agent.storages.on_policy.recorder import RolloutRecorder
 from pytorchrl.config import load_config
 from pytorchrl.envs.vec_env import VecEnv
-from pytorchrl.scheme.base import compression
-from pytorchrl.scheme.base.socket_transport import MAX_RETRY_S, TOKEN_BYTES, SocketCall, SocketListener, send, socket_address
+from pytorchrl.scheme.base import compression, inference_servers, socket_transport
+from pytorchrl.scheme.base.socket_transport import (
+    KEY_BYTES,
+    MAX_RETRY_S,
+    NONCE_BYTES,
+    Endpoint,
+    SocketCall,
+    SocketListener,
+    send,
+    socket_address,
+)
 from pytorchrl.scheme.collection.collection_worker import CollectionWorker
 from pytorchrl.scheme.collection.thin_worker import ThinCollectionWorker, thin_recorder_factory
 from pytorchrl.scheme.inference import ActReply, InferenceServer, MissingStateError, RemotePolicy, direct_call, policy_spec
@@ -520,6 +530,7 @@ def test_a_thin_worker_sends_pongs_frame_stacks_as_deltas_and_collects_what_a_lo
     assert len(deltas) == len(sent) - 2 and all(obs.newest.shape == (4, 42, 42) for i, obs in enumerate(sent) if i in deltas)
 
 
+@pytest.mark.filterwarnings("ignore:inference server at")  # the connection refused while the server is down
 @pytest.mark.parametrize("family", ["unix", "tcp"])
 def test_a_thin_worker_over_a_socket_collects_what_a_local_worker_collects_and_falls_back_when_it_breaks(make_server, family):
     setup = Setup("ppo/cartpole.yaml", "storage.num_steps=16", "env.num_envs=8")
@@ -539,7 +550,7 @@ def test_a_thin_worker_over_a_socket_collects_what_a_local_worker_collects_and_f
 
     def locate() -> tuple[str, Any, bytes]:  # a restarted server listens on another TCP port
         endpoint = listeners[-1].endpoint()
-        return family, endpoint.unix if family == "unix" else endpoint.tcp, endpoint.token
+        return family, endpoint.unix if family == "unix" else endpoint.tcp, endpoint.key
 
     call = SocketCall(fallback, locate, timeout_s=60, retry_s=0)
     local, thin = local_and_thin(setup, call)
@@ -563,23 +574,39 @@ def test_a_thin_worker_over_a_socket_collects_what_a_local_worker_collects_and_f
         listeners[-1].close()
 
 
-def test_a_socket_connection_without_the_listeners_token_is_hung_up_on_before_anything_is_unpickled():
+def _hung_up(conn: socket.socket) -> bool:
+    """Whether the other side closed ``conn`` (reset, when what was sent to it was never read)."""
+    try:
+        return conn.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_only_a_client_holding_the_listeners_key_is_served_and_only_the_listener_holding_it_is_called():
     called: list[str] = []
     listener = SocketListener(lambda method, args: called.append(method), socket_address(f"test-{uuid.uuid4().hex}"), "127.0.0.1")
+    impostor = SocketListener(lambda method, args: called.append("impostor"), socket_address(f"test-{uuid.uuid4().hex}"), "127.0.0.1")
+    fallen_back: list[str] = []
     try:
-        for wrong in (bytes(TOKEN_BYTES), listener.token[:-1] + bytes([listener.token[-1] ^ 1])):
-            with socket.create_connection(listener.tcp, timeout=10) as conn:
-                conn.sendall(wrong)
-                send(conn, ("act_arrays", ()))
-                try:  # closed, with no reply (reset, as the message it sent was never read)
-                    assert conn.recv(1) == b""
-                except ConnectionResetError:
-                    pass
-        assert called == [] and listener.calls == {"unix": 0, "tcp": 0}
-        call = SocketCall(lambda *a: pytest.fail("fell back"), lambda: ("tcp", listener.tcp, listener.token), timeout_s=10)
-        assert call("array_spec") is None and called == ["array_spec"] and listener.calls["tcp"] == 1
+        with socket.create_connection(listener.tcp, timeout=10) as conn:  # a client that knows no key
+            assert len(conn.recv(NONCE_BYTES)) == NONCE_BYTES  # the listener's challenge
+            conn.sendall(bytes(48))  # a wrong answer, then a call
+            send(conn, ("act_arrays", ()))
+            assert _hung_up(conn)
+        wrong_key = SocketCall(lambda method, *a: fallen_back.append(method), lambda: ("tcp", listener.tcp, bytes(KEY_BYTES)), timeout_s=10)
+        with pytest.warns(UserWarning, match="the handshake failed"):
+            wrong_key("array_spec")
+        assert fallen_back == ["array_spec"] and wrong_key._retry_at > time.monotonic()  # refused: it waits before trying again
+        # a process at the address the client was told, without the listener's key, gets no call
+        at_impostor = SocketCall(lambda method, *a: fallen_back.append(method), lambda: ("unix", impostor.address, listener.key), timeout_s=10)
+        at_impostor("act_arrays")
+        assert fallen_back == ["array_spec", "act_arrays"] and impostor.calls == {"unix": 0, "tcp": 0}
+        assert called == [] and listener.calls == {"unix": 0, "tcp": 0}  # nothing unpickled, nothing run
+        right = SocketCall(lambda *a: pytest.fail("fell back"), lambda: ("tcp", listener.tcp, listener.key), timeout_s=10)
+        assert right("array_spec") is None and called == ["array_spec"] and listener.calls["tcp"] == 1
     finally:
         listener.close()
+        impostor.close()
 
 
 def test_a_socket_call_that_cannot_connect_falls_back_and_asks_where_again_only_after_a_growing_pause():
@@ -590,13 +617,49 @@ def test_a_socket_call_that_cannot_connect_falls_back_and_asks_where_again_only_
 
     def locate() -> tuple[str, Any, bytes] | None:
         located.append(1)
-        return ("tcp", ("127.0.0.1", port), bytes(TOKEN_BYTES)) if len(located) == 1 else None
+        return ("tcp", ("127.0.0.1", port), bytes(KEY_BYTES)) if len(located) == 1 else None
 
     call = SocketCall(lambda method, *args: (method, args), locate, timeout_s=10, retry_s=10)
-    assert [call("act_arrays", i) for i in range(3)] == [("act_arrays", (i,)) for i in range(3)]
+    with pytest.warns(UserWarning, match=f"127.0.0.1:{port}"):  # said once
+        assert [call("act_arrays", i) for i in range(3)] == [("act_arrays", (i,)) for i in range(3)]
     assert len(located) == 1 and call._retry_at > time.monotonic() + 9 and call._pause == 20  # refused: next try in 10 s, then 20
     call._retry_at = 0.0  # the pause is over
-    assert call("score_arrays") == ("score_arrays", ()) and len(located) == 2 and call._pause == MAX_RETRY_S == 30
+    assert call("score_arrays") == ("score_arrays", ()) and len(located) == 2 and call._pause == 40
+    call._pause = MAX_RETRY_S
+    call._retry_at = 0.0
+    call("score_arrays")
+    assert call._pause == MAX_RETRY_S  # the longest pause
+
+
+def test_a_socket_call_interrupted_before_its_reply_hangs_up_so_the_next_call_gets_its_own_reply(monkeypatch):
+    listener = SocketListener(lambda method, args: (method, args), socket_address(f"test-{uuid.uuid4().hex}"))
+    call = SocketCall(lambda *a: pytest.fail("fell back"), lambda: ("unix", listener.address, listener.key), timeout_s=10, retry_s=0)
+    real_receive = socket_transport.receive
+
+    def interrupted(conn: socket.socket) -> Any:
+        monkeypatch.setattr(socket_transport, "receive", real_receive)
+        raise KeyboardInterrupt
+
+    try:
+        assert call("act_arrays", 1) == ("act_arrays", (1,))
+        monkeypatch.setattr(socket_transport, "receive", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            call("act_arrays", 2)
+        assert call("act_arrays", 3) == ("act_arrays", (3,))  # not call 2's reply, still waiting on the old connection
+    finally:
+        listener.close()
+
+
+@pytest.mark.parametrize(
+    ("transport", "server_node", "route"), [("auto", "here", "unix"), ("auto", "there", "tcp"), ("same_node", "here", "unix"), ("same_node", "there", None)],
+)
+def test_locate_picks_the_unix_socket_on_the_servers_node_and_tcp_elsewhere_as_the_transport_allows(monkeypatch, transport, server_node, route):
+    ray = pytest.importorskip("ray")
+    endpoint = Endpoint("\0pytorchrl-x", ("10.0.0.7", 4321), b"k" * KEY_BYTES)
+    monkeypatch.setattr(inference_servers, "call_surviving", lambda name, submit, timeout_s: (server_node, endpoint))
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: types.SimpleNamespace(get_node_id=lambda: "here"))
+    expected = {"unix": ("unix", endpoint.unix, endpoint.key), "tcp": ("tcp", endpoint.tcp, endpoint.key), None: None}[route]
+    assert inference_servers.locate("server-0", transport, 5.0) == expected
 
 
 @pytest.mark.parametrize(

@@ -67,8 +67,10 @@ class _ServerHost:
             (ref,), version = latest
             self.server.set_weights(compression.unpack(ray.get(ref)), version)
         #: the side door (after the weights: a client may call as soon as it connects); TCP on
-        #: the node's address for other nodes' clients unless they are to use Ray
-        tcp_host = ray.util.get_node_ip_address() if transport == "auto" else None
+        #: the node's address for other nodes' clients unless they are to use Ray, or Ray's own
+        #: traffic is encrypted (TLS), which a plain socket would not be
+        tls = os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true")
+        tcp_host = ray.util.get_node_ip_address() if transport == "auto" and not tls else None
         self.node: str = ray.get_runtime_context().get_node_id()
         self.listener: SocketListener = SocketListener(self._array_call, socket_address(ray.get_runtime_context().get_actor_name()), tcp_host)
 
@@ -186,9 +188,9 @@ def locate(name: str, transport: str, timeout_s: float | None) -> Route | None:
 
     node, endpoint = call_surviving(name, lambda h: h.endpoint.remote(), timeout_s)
     if node == ray.get_runtime_context().get_node_id():
-        return "unix", endpoint.unix, endpoint.token
+        return "unix", endpoint.unix, endpoint.key
     if transport == "auto" and endpoint.tcp is not None:
-        return "tcp", endpoint.tcp, endpoint.token
+        return "tcp", endpoint.tcp, endpoint.key
     return None
 
 

@@ -12,18 +12,24 @@ worker) sends them.
   up, it goes with the process) and, given a host, a TCP port on it. :meth:`SocketListener.endpoint`
   says where; the client asks the server for it through Ray and picks the Unix socket when it
   runs on the server's Ray node, TCP otherwise (``scheme.inference_server.transport``).
-* **Who.** Every connection first sends the listener's random token (:data:`TOKEN_BYTES`), which
-  the client got through Ray; the listener hangs up on any other, before it unpickles a byte.
+* **Who.** Each listener has a random key (:data:`KEY_BYTES`), which clients get through Ray. A
+  connection begins with a challenge each way (:func:`_handshake`): the client proves it holds the
+  key by an HMAC of the listener's nonce, the listener by an HMAC of the client's, so the key
+  itself never crosses the socket, a recorded handshake cannot be replayed, and a process that took
+  over a dead server's address gets no call. The listener unpickles nothing before it.
 * **Faults.** A refused or broken connection (the server died, or was restarted elsewhere) sends
   that call through the fallback (the Ray transport, which waits for a restarted server). The
   client asks for the endpoint again before its next connection, after a pause that doubles while
   connecting fails (:data:`RETRY_S` up to :data:`MAX_RETRY_S`), so an unreachable port costs a
-  connection attempt now and then, not one per call. No reply within ``timeout_s`` raises as a Ray
+  3 s connection attempt every few minutes, not one per call, and says so once. TCP connections
+  probe an idle peer (keepalive), so a server whose node vanished breaks the connection (and the
+  call falls back) instead of leaving it waiting. No reply within ``timeout_s`` raises as a Ray
   call's timeout would.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import os
 import pickle
@@ -34,20 +40,24 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 #: a message's length, ahead of its pickled bytes
 _HEADER = struct.Struct("<Q")
 
-#: the length of a listener's token, the first bytes a client sends
-TOKEN_BYTES = 16
+#: the length of a listener's key, and of each side's nonce in the handshake
+KEY_BYTES = NONCE_BYTES = 16
 
 #: the first pause before connecting again after a connection failed, and the longest
-RETRY_S, MAX_RETRY_S = 0.5, 30.0
+RETRY_S, MAX_RETRY_S = 0.5, 300.0
 
-#: how long connecting may take, and how long a new connection has to send its token
+#: how long connecting, the handshake included, may take
 CONNECT_TIMEOUT_S = 3.0
+
+#: TCP keepalive: probe a connection idle this many seconds, then every interval, this many times
+_KEEPALIVE = (10, 5, 3)
 
 
 def socket_address(name: str) -> str:
@@ -59,11 +69,11 @@ def socket_address(name: str) -> str:
 
 class Endpoint(NamedTuple):
     """Where a listener answers: its Unix socket, its TCP ``(host, port)`` if it has one, and the
-    token a connection must send first."""
+    key of its handshake."""
 
     unix: str
     tcp: tuple[str, int] | None
-    token: bytes
+    key: bytes
 
 
 class SocketListener:
@@ -72,15 +82,18 @@ class SocketListener:
 
     :param handler: runs a call; what it returns (or raises) is sent back.
     :param address: the Unix socket, from :func:`socket_address`.
-    :param tcp_host: the address to listen on for other nodes' clients (the Ray node's IP), or None.
+    :param tcp_host: the address to listen on for other nodes' clients (the Ray node's IP), or None;
+        one that cannot be bound (not an address of this machine) leaves the listener Unix-only,
+        with a warning.
     """
 
     def __init__(self, handler: Callable[[str, tuple[Any, ...]], Any], address: str, tcp_host: str | None = None) -> None:
         self.handler, self.address = handler, address
         self.calls = {"unix": 0, "tcp": 0}  # calls answered
-        self.token = secrets.token_bytes(TOKEN_BYTES)
+        self.key = secrets.token_bytes(KEY_BYTES)
         self._conns: set[socket.socket] = set()
         self._lock = threading.Lock()
+        self._closed = False
         if not address.startswith("\0") and os.path.exists(address):
             os.unlink(address)  # left by a server process that died
         unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -89,33 +102,41 @@ class SocketListener:
         self.tcp: tuple[str, int] | None = None
         if tcp_host is not None:
             tcp = socket.socket(socket.AF_INET6 if ":" in tcp_host else socket.AF_INET, socket.SOCK_STREAM)
-            tcp.bind((tcp_host, 0))
-            self.tcp = (tcp_host, tcp.getsockname()[1])
-            self._sockets["tcp"] = tcp
+            try:
+                tcp.bind((tcp_host, 0))
+            except OSError as error:  # the node's address is not this machine's (NAT): Ray calls serve other nodes
+                tcp.close()
+                warnings.warn(f"inference server: cannot listen on TCP at {tcp_host} ({error}); workers on other nodes call it by Ray", stacklevel=2)
+            else:
+                self.tcp = (tcp_host, tcp.getsockname()[1])
+                self._sockets["tcp"] = tcp
         for family, listening in self._sockets.items():
             listening.listen(256)
             threading.Thread(target=self._accept, args=(listening, family), daemon=True, name=f"pytorchrl-{family}-accept").start()
 
     def endpoint(self) -> Endpoint:
-        return Endpoint(self.address, self.tcp, self.token)
+        return Endpoint(self.address, self.tcp, self.key)
 
     def _accept(self, listening: socket.socket, family: str) -> None:
-        while True:
+        while not self._closed:
             try:
                 conn, _ = listening.accept()
-            except OSError:  # closed
-                return
-            threading.Thread(target=self._serve, args=(conn, family), daemon=True, name="pytorchrl-socket-client").start()
+            except OSError:  # closed, or out of descriptors for now (EMFILE): not a reason to stop serving
+                if not self._closed:
+                    time.sleep(0.1)
+                continue
+            try:
+                threading.Thread(target=self._serve, args=(conn, family), daemon=True, name="pytorchrl-socket-client").start()
+            except RuntimeError:  # no thread to be had: the client falls back
+                conn.close()
 
     def _serve(self, conn: socket.socket, family: str) -> None:
         with self._lock:
             self._conns.add(conn)
         try:
             if family == "tcp":
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn.settimeout(CONNECT_TIMEOUT_S)
-            token = _read(conn, TOKEN_BYTES)
-            if token is None or not hmac.compare_digest(bytes(token), self.token):
+                _tune_tcp(conn)
+            if not _handshake(conn, self.key, listener=True):
                 return  # not one of ours: nothing it sent is unpickled
             conn.settimeout(None)
             while (message := receive(conn)) is not None:
@@ -140,6 +161,7 @@ class SocketListener:
 
     def close(self) -> None:
         """Stop listening and hang up on every client (they fall back, as when the process dies)."""
+        self._closed = True
         for listening in self._sockets.values():
             try:  # wakes the accepting thread; a bare close would leave its accept() listening
                 listening.shutdown(socket.SHUT_RDWR)
@@ -157,7 +179,7 @@ class SocketListener:
             os.unlink(self.address)
 
 
-#: where a client connects: ``("unix", address, token)`` or ``("tcp", (host, port), token)``
+#: where a client connects: ``("unix", address, key)`` or ``("tcp", (host, port), key)``
 Route = tuple[str, Any, bytes]
 
 
@@ -179,6 +201,7 @@ class SocketCall:
         self.retry_s = self._pause = retry_s
         self._conn: socket.socket | None = None
         self._retry_at = 0.0  # no connection attempt before this (time.monotonic)
+        self._warned = False
 
     def __call__(self, method: str, *args: Any) -> Any:
         conn = self._conn or self._connect()
@@ -191,6 +214,9 @@ class SocketCall:
                 raise TimeoutError(f"no reply from the inference server to {method} within {self.timeout_s:g} s") from None
             except OSError:
                 reply = None
+            except BaseException:  # interrupted between request and reply: its reply must not answer the next call
+                self._drop()
+                raise
             if reply is not None:
                 ok, value = reply
                 if not ok:
@@ -204,20 +230,29 @@ class SocketCall:
             return None
         route = self.locate()
         if route is not None:
-            family, address, token = route
+            family, address, key = route
             conn = socket.socket(socket.AF_UNIX if family == "unix" else socket.AF_INET6 if ":" in address[0] else socket.AF_INET, socket.SOCK_STREAM)
             conn.settimeout(CONNECT_TIMEOUT_S)
             try:
                 conn.connect(address)
                 if family == "tcp":
-                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                conn.sendall(token)
-            except OSError:  # not listening (yet), or not reachable from here: the fallback finds it
-                conn.close()
+                    _tune_tcp(conn)
+                proven = _handshake(conn, key, listener=False)
+            except OSError as error:  # not listening (yet), or not reachable from here: the fallback finds it
+                proven, reason = False, repr(error)
             else:
+                reason = "the handshake failed"
+            if proven:
                 conn.settimeout(self.timeout_s)
                 self._conn, self._pause = conn, self.retry_s
                 return conn
+            conn.close()
+            if family == "tcp" and not self._warned:
+                self._warned = True
+                warnings.warn(
+                    f"inference server at {address[0]}:{address[1]}: {reason}; this worker calls it by Ray and tries again now and then "
+                    "(scheme.inference_server.transport: same_node stops the tries)", stacklevel=2,
+                )
         self._retry_at = time.monotonic() + self._pause
         self._pause = min(2 * self._pause, MAX_RETRY_S)
         return None
@@ -226,6 +261,44 @@ class SocketCall:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _handshake(conn: socket.socket, key: bytes, *, listener: bool) -> bool:
+    """Each side proves it holds ``key`` without sending it: an HMAC of the other side's fresh
+    nonce. The listener speaks first; the whole exchange must finish within :data:`CONNECT_TIMEOUT_S`."""
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    mine = secrets.token_bytes(NONCE_BYTES)
+    digest = hashlib.sha256().digest_size
+    if listener:
+        conn.sendall(mine)
+        answer = _read(conn, digest + NONCE_BYTES, deadline)
+        if answer is None or not hmac.compare_digest(bytes(answer[:digest]), _prove(key, b"client", mine)):
+            return False
+        conn.sendall(_prove(key, b"listener", bytes(answer[digest:])))
+        return True
+    theirs = _read(conn, NONCE_BYTES, deadline)
+    if theirs is None:
+        return False
+    conn.sendall(_prove(key, b"client", bytes(theirs)) + mine)
+    proof = _read(conn, digest, deadline)
+    return proof is not None and hmac.compare_digest(bytes(proof), _prove(key, b"listener", mine))
+
+
+def _prove(key: bytes, role: bytes, nonce: bytes) -> bytes:
+    return hmac.new(key, role + nonce, hashlib.sha256).digest()
+
+
+def _tune_tcp(conn: socket.socket) -> None:
+    """No Nagle delay on small replies, and keepalive probes, so that a peer whose node vanished
+    breaks the connection within ~25 s instead of holding it (and a thread) forever."""
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    idle, interval, count = _KEEPALIVE
+    # Linux; elsewhere the system's keepalive times apply. TCP_USER_TIMEOUT bounds the wait for an
+    # acknowledgement too, which keepalive (idle connections only) does not
+    for option, value in (("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", interval), ("TCP_KEEPCNT", count), ("TCP_USER_TIMEOUT", 1000 * (idle + interval * count))):
+        if hasattr(socket, option):
+            conn.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
 
 
 def send(conn: socket.socket, obj: Any) -> None:
@@ -245,10 +318,17 @@ def receive(conn: socket.socket) -> Any:
     return None if body is None else pickle.loads(body)
 
 
-def _read(conn: socket.socket, size: int) -> bytearray | None:
+def _read(conn: socket.socket, size: int, deadline: float | None = None) -> bytearray | None:
+    """``size`` bytes, or None once the other side has closed; with a ``deadline``
+    (``time.monotonic``), None once it has passed too."""
     buffer = bytearray(size)
     view, got = memoryview(buffer), 0
     while got < size:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            conn.settimeout(left)
         n = conn.recv_into(view[got:])
         if n == 0:
             return None
