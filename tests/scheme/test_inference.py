@@ -4,6 +4,7 @@ policy's, whatever the batch; versions, batching rules, recurrent states and who
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import pickle
 import socket
@@ -648,6 +649,35 @@ def test_a_socket_call_interrupted_before_its_reply_hangs_up_so_the_next_call_ge
         with pytest.raises(KeyboardInterrupt):
             call("act_arrays", 2)
         assert call("act_arrays", 3) == ("act_arrays", (3,))  # not call 2's reply, still waiting on the old connection
+    finally:
+        listener.close()
+
+
+@pytest.mark.parametrize(
+    ("error", "falls_back"), [(TimeoutError(errno.ETIMEDOUT, "Connection timed out"), True), (TimeoutError("timed out"), False)],
+    ids=["peer-gone", "no-reply"],
+)
+def test_a_connection_the_system_timed_out_falls_back_and_a_reply_not_back_in_time_raises(monkeypatch, error, falls_back):
+    listener = SocketListener(lambda method, args: (method, args), socket_address(f"test-{uuid.uuid4().hex}"))
+    fallen_back: list[str] = []
+    call = SocketCall(lambda method, *a: fallen_back.append(method), lambda: ("unix", listener.address, listener.key), timeout_s=10)
+    real_receive = socket_transport.receive
+
+    def timed_out(conn: socket.socket) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            return real_receive(conn)
+        raise error
+
+    try:
+        monkeypatch.setattr(socket_transport, "receive", timed_out)
+        if falls_back:  # keepalive or TCP_USER_TIMEOUT found the server's node gone: Ray takes the call
+            call("act_arrays", 1)
+            assert fallen_back == ["act_arrays"]
+        else:
+            with pytest.raises(TimeoutError, match="within 10 s"):
+                call("act_arrays", 1)
+            assert fallen_back == []
+        assert call._conn is None  # hung up either way
     finally:
         listener.close()
 

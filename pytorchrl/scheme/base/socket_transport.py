@@ -209,9 +209,11 @@ class SocketCall:
             try:
                 send(conn, (method, args))
                 reply = receive(conn)
-            except TimeoutError:
+            except TimeoutError as error:
                 self._drop()
-                raise TimeoutError(f"no reply from the inference server to {method} within {self.timeout_s:g} s") from None
+                if error.errno is None:  # our own timeout_s, not the connection's (ETIMEDOUT: keepalive found the peer gone)
+                    raise TimeoutError(f"no reply from the inference server to {method} within {self.timeout_s:g} s") from None
+                reply = None
             except OSError:
                 reply = None
             except BaseException:  # interrupted between request and reply: its reply must not answer the next call
