@@ -276,6 +276,32 @@ def test_a_lone_request_is_answered_after_max_wait_ms(make_server):
     assert metrics["batches"] == 1 and metrics["mean_wait_ms"] >= 49.9 and 0 < metrics["busy_fraction"] < 1
 
 
+def test_busy_time_that_spans_windows_is_split_between_them_so_the_fraction_never_passes_one(monkeypatch):
+    from pytorchrl.scheme.inference import server as server_module
+
+    clock = [100.0]
+    monkeypatch.setattr(server_module, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))  # this module's clock only
+    counters = server_module._Counters()  # window from t=100
+    clock[0] = 101.0
+    counters.busy()  # a long scoring call from t=101 ...
+    clock[0] = 102.0
+    first = counters.pop()  # ... still running at the end of the first window (100-102)
+    clock[0] = 106.0
+    counters.scoring()  # ... ends at t=106
+    counters.busy()  # a batch from t=106 to 107
+    clock[0] = 107.0
+    counters.batch([], 106.0)
+    clock[0] = 110.0
+    second = counters.pop()  # window 102-110: busy 102-107
+    assert first["busy_fraction"] == pytest.approx(0.5) and first["score_requests"] == 0
+    assert second["busy_fraction"] == pytest.approx(5 / 8) and second["score_requests"] == 1 and second["batches"] == 1
+    counters.busy()
+    clock[0] = 111.0
+    counters.idle()  # a call that raised: its time counted, nothing else
+    third = counters.pop()
+    assert third["busy_fraction"] == pytest.approx(1.0) and third["batches"] == third["score_requests"] == 0
+
+
 def test_concurrent_workers_get_their_own_replies_in_batches_of_at_most_max_batch_size(make_server):
     setup = Setup("ppo/cartpole.yaml")
     server = make_server(setup, max_batch_size=16, max_wait_ms=2)

@@ -115,10 +115,17 @@ class PendingAct:
 
 
 class _Counters:
-    """What :meth:`InferenceServer.pop_metrics` reports, accumulated under a lock of its own."""
+    """What :meth:`InferenceServer.pop_metrics` reports, accumulated under a lock of its own.
+
+    Busy time is what the policy runs (a batch, or a scoring call), which the policy lock
+    serialises, so at most one busy interval is open at a time (``busy_since``): a window counts
+    the part of it that falls inside the window, so ``busy_fraction`` stays within [0, 1] even
+    when a long scoring call spans several windows.
+    """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.busy_since: float | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -126,24 +133,44 @@ class _Counters:
         self.requests = self.rows = self.batches = self.max_batch_rows = self.score_requests = 0
         self.wait_s = self.busy_s = 0.0
 
-    def batch(self, requests: Sequence[PendingAct], start: float, busy_s: float) -> None:
+    def busy(self) -> float:
+        """The policy starts running (call with the policy lock held); returns the time."""
+        with self.lock:
+            self.busy_since = now = time.monotonic()
+        return now
+
+    def idle(self) -> None:
+        """The policy has stopped running (what :meth:`batch` and :meth:`scoring` do first)."""
+        with self.lock:
+            self._idle()
+
+    def _idle(self) -> None:
+        if self.busy_since is not None:
+            self.busy_s += time.monotonic() - max(self.busy_since, self.since)
+            self.busy_since = None
+
+    def batch(self, requests: Sequence[PendingAct], start: float) -> None:
+        """A batch that began at ``start`` (:meth:`busy`) has run."""
         rows = sum(r.rows for r in requests)
         with self.lock:
+            self._idle()
             self.requests += len(requests)
             self.rows += rows
             self.batches += 1
             self.max_batch_rows = max(self.max_batch_rows, rows)
             self.wait_s += sum(start - r.arrival for r in requests)
-            self.busy_s += busy_s
 
-    def scoring(self, busy_s: float) -> None:
+    def scoring(self) -> None:
+        """A scoring call has run."""
         with self.lock:
+            self._idle()
             self.score_requests += 1
-            self.busy_s += busy_s
 
     def pop(self) -> dict[str, float]:
         with self.lock:
             now = time.monotonic()
+            if self.busy_since is not None:  # running now: this window's part, the rest to the next
+                self.busy_s += now - max(self.busy_since, self.since)
             out = {
                 "requests": float(self.requests),
                 "rows": float(self.rows),
@@ -275,14 +302,17 @@ class InferenceServer:
     def _run_batch(self, batch: list[PendingAct]) -> None:
         try:
             with self._policy_lock:
-                start = time.monotonic()  # busy (and done waiting) from here: a scoring call may have held the lock
-                replies = self._act_groups(batch)
-                busy_s = time.monotonic() - start
+                start = self._counters.busy()  # busy (and done waiting) from here: a scoring call may have held the lock
+                try:
+                    replies = self._act_groups(batch)
+                except BaseException:
+                    self._counters.idle()
+                    raise
+                self._counters.batch(batch, start)
         except Exception as error:  # the callers get it instead of waiting forever
             for request in batch:
                 request.finish(error=error)
             return
-        self._counters.batch(batch, start, busy_s)
         for request, reply in zip(batch, replies):
             request.finish(reply)
 
@@ -409,10 +439,14 @@ class InferenceServer:
 
     def _serialised(self, fn: Callable[..., tuple[torch.Tensor, torch.Tensor]], *tensors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         with self._policy_lock, torch.inference_mode():
-            start = time.monotonic()  # busy from here: the wait for the lock is not work
-            log_prob, value = fn(*(t.to(self.device) for t in tensors))
-            out = log_prob.cpu(), value.cpu()
-            self._counters.scoring(time.monotonic() - start)
+            self._counters.busy()  # busy from here: the wait for the lock is not work
+            try:
+                log_prob, value = fn(*(t.to(self.device) for t in tensors))
+                out = log_prob.cpu(), value.cpu()
+            except BaseException:
+                self._counters.idle()
+                raise
+            self._counters.scoring()
         return out
 
     def evaluation_step(self, obs: torch.Tensor, state: Any, starts: torch.Tensor | None, deterministic: bool) -> tuple[torch.Tensor, Any]:
