@@ -658,52 +658,40 @@ def test_a_socket_call_that_cannot_connect_falls_back_and_asks_where_again_only_
     assert call._pause == MAX_RETRY_S  # the longest pause
 
 
-def test_a_socket_call_interrupted_before_its_reply_hangs_up_so_the_next_call_gets_its_own_reply(monkeypatch):
-    listener = SocketListener(lambda method, args: (method, args), socket_address(f"test-{uuid.uuid4().hex}"))
-    call = SocketCall(lambda *a: pytest.fail("fell back"), lambda: ("unix", listener.address, listener.key), timeout_s=10, retry_s=0)
-    real_receive = socket_transport.receive
-
-    def interrupted(conn: socket.socket) -> Any:
-        if threading.current_thread() is not threading.main_thread():  # the listener's own receive
-            return real_receive(conn)
-        monkeypatch.setattr(socket_transport, "receive", real_receive)
-        raise KeyboardInterrupt
-
-    try:
-        assert call("act_arrays", 1) == ("act_arrays", (1,))
-        monkeypatch.setattr(socket_transport, "receive", interrupted)
-        with pytest.raises(KeyboardInterrupt):
-            call("act_arrays", 2)
-        assert call("act_arrays", 3) == ("act_arrays", (3,))  # not call 2's reply, still waiting on the old connection
-    finally:
-        listener.close()
-
-
 @pytest.mark.parametrize(
-    ("error", "falls_back"), [(TimeoutError(errno.ETIMEDOUT, "Connection timed out"), True), (TimeoutError("timed out"), False)],
-    ids=["peer-gone", "no-reply"],
+    ("error", "outcome"),
+    [(KeyboardInterrupt(), "raises"), (TimeoutError(errno.ETIMEDOUT, "Connection timed out"), "falls back"), (TimeoutError("timed out"), "times out")],
+    ids=["interrupted", "peer-gone", "no-reply"],
 )
-def test_a_connection_the_system_timed_out_falls_back_and_a_reply_not_back_in_time_raises(monkeypatch, error, falls_back):
+def test_a_socket_call_cut_short_hangs_up_and_the_next_call_gets_its_own_reply(monkeypatch, error, outcome):
+    """Interrupted between request and reply, the call re-raises; a connection the system timed
+    out (keepalive, TCP_USER_TIMEOUT: the server's node gone) falls back to Ray; no reply within
+    ``timeout_s`` raises as a Ray timeout. Either way the connection is dropped, so the reply
+    left on it can never answer the next call."""
     listener = SocketListener(lambda method, args: (method, args), socket_address(f"test-{uuid.uuid4().hex}"))
     fallen_back: list[str] = []
-    call = SocketCall(lambda method, *a: fallen_back.append(method), lambda: ("unix", listener.address, listener.key), timeout_s=10)
+    call = SocketCall(lambda method, *a: fallen_back.append(method), lambda: ("unix", listener.address, listener.key), timeout_s=10, retry_s=0)
     real_receive = socket_transport.receive
 
-    def timed_out(conn: socket.socket) -> Any:
+    def cut_short(conn: socket.socket) -> Any:  # once, in the client (not the listener's threads)
         if threading.current_thread() is not threading.main_thread():
             return real_receive(conn)
+        monkeypatch.setattr(socket_transport, "receive", real_receive)
         raise error
 
     try:
-        monkeypatch.setattr(socket_transport, "receive", timed_out)
-        if falls_back:  # keepalive or TCP_USER_TIMEOUT found the server's node gone: Ray takes the call
-            call("act_arrays", 1)
-            assert fallen_back == ["act_arrays"]
-        else:
+        assert call("act_arrays", 1) == ("act_arrays", (1,))
+        monkeypatch.setattr(socket_transport, "receive", cut_short)
+        if outcome == "raises":
+            with pytest.raises(KeyboardInterrupt):
+                call("act_arrays", 2)
+        elif outcome == "times out":
             with pytest.raises(TimeoutError, match="within 10 s"):
-                call("act_arrays", 1)
-            assert fallen_back == []
-        assert call._conn is None  # hung up either way
+                call("act_arrays", 2)
+        else:
+            call("act_arrays", 2)
+        assert call._conn is None and fallen_back == (["act_arrays"] if outcome == "falls back" else [])
+        assert call("act_arrays", 3) == ("act_arrays", (3,))  # not call 2's reply, left on the old connection
     finally:
         listener.close()
 

@@ -101,7 +101,7 @@ class SocketListener:
         self._sockets = {"unix": unix}
         self.tcp: tuple[str, int] | None = None
         if tcp_host is not None:
-            tcp = socket.socket(socket.AF_INET6 if ":" in tcp_host else socket.AF_INET, socket.SOCK_STREAM)
+            tcp = socket.socket(_inet_family(tcp_host), socket.SOCK_STREAM)
             try:
                 tcp.bind((tcp_host, 0))
             except OSError as error:  # the node's address is not this machine's (NAT): Ray calls serve other nodes
@@ -209,16 +209,13 @@ class SocketCall:
             try:
                 send(conn, (method, args))
                 reply = receive(conn)
-            except TimeoutError as error:
+            except BaseException as error:  # never reuse a connection a call was cut short on: its reply would answer the next
                 self._drop()
-                if error.errno is None:  # our own timeout_s, not the connection's (ETIMEDOUT: keepalive found the peer gone)
+                if isinstance(error, TimeoutError) and error.errno is None:  # our timeout_s (ETIMEDOUT: keepalive found the peer gone)
                     raise TimeoutError(f"no reply from the inference server to {method} within {self.timeout_s:g} s") from None
-                reply = None
-            except OSError:
-                reply = None
-            except BaseException:  # interrupted between request and reply: its reply must not answer the next call
-                self._drop()
-                raise
+                if not isinstance(error, OSError):
+                    raise
+                reply = None  # a broken connection: the fallback takes the call
             if reply is not None:
                 ok, value = reply
                 if not ok:
@@ -233,7 +230,7 @@ class SocketCall:
         route = self.locate()
         if route is not None:
             family, address, key = route
-            conn = socket.socket(socket.AF_UNIX if family == "unix" else socket.AF_INET6 if ":" in address[0] else socket.AF_INET, socket.SOCK_STREAM)
+            conn = socket.socket(socket.AF_UNIX if family == "unix" else _inet_family(address[0]), socket.SOCK_STREAM)
             conn.settimeout(CONNECT_TIMEOUT_S)
             try:
                 conn.connect(address)
@@ -288,6 +285,10 @@ def _handshake(conn: socket.socket, key: bytes, *, listener: bool) -> bool:
 
 def _prove(key: bytes, role: bytes, nonce: bytes) -> bytes:
     return hmac.new(key, role + nonce, hashlib.sha256).digest()
+
+
+def _inet_family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
 def _tune_tcp(conn: socket.socket) -> None:
