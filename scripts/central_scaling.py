@@ -138,7 +138,7 @@ def run_mode(inference: str, counts: list[int], args: argparse.Namespace, addres
         f"scheme.inference={inference}", "scheme.num_col_workers=1", f"env.num_envs={args.envs}",
         f"env.env_kwargs.step_ms={0 if args.ceiling else args.step_ms}", f"scheme.ray.address={address}",
         f"scheme.inference_server.max_wait_ms={args.max_wait_ms}", f"scheme.inference_server.num_cpus={args.server_cpus}",
-        f"scheme.inference_server.transport={transport}",
+        f"scheme.inference_server.transport={transport}", *args.set,
     ]
     label = {"inference": inference, **({"transport": transport} if inference == "central" else {})}
     scheme = build_scheme(load_config(CONFIG, overrides))
@@ -178,6 +178,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--server-cpus", type=float, default=1.0)
     parser.add_argument("--min-free-gb", type=float, default=3.0, help="add no workers once less memory than this is available")
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="further config overrides, as on pytorchrl train")
     parser.add_argument("--ceiling", action="store_true", help="envs that do not sleep: one server's most requests/s")
     args = parser.parse_args(argv)
 
