@@ -12,7 +12,6 @@ import inspect
 import json
 import os
 import re
-import signal
 import sys
 import warnings
 from collections.abc import Sequence
@@ -26,6 +25,8 @@ if TYPE_CHECKING:
     from pytorchrl.config import Config
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT = 0, 1, 2
+#: a run stopped at once by a second Ctrl-C or SIGTERM (the shell's 128 + SIGINT)
+EXIT_INTERRUPTED = 130
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -47,6 +48,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (WorkerFailure, TrainingDiverged) as exc:
         print(f"pytorchrl: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except Interrupted as exc:
+        print(f"pytorchrl: {exc}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:  # Ctrl-C in a command other than train, or before training starts
+        print("pytorchrl: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
         warnings.formatwarning = formatwarning  # main() called in-process leaves the caller's own
 
@@ -172,6 +179,7 @@ def _run_training(args: argparse.Namespace) -> dict[str, Any]:
     """Build or resume the run of ``train``'s arguments and train it; the run's summary."""
     from pytorchrl.config import load_config
     from pytorchrl.learner import Learner
+    from pytorchrl.utils.checkpoint import list_checkpoints
     from pytorchrl.utils.paths import check_run_dir
 
     picking = _check_algo_env(args)
@@ -192,22 +200,32 @@ def _run_training(args: argparse.Namespace) -> dict[str, Any]:
         run_dir = Path(args.run_dir) if args.run_dir else _default_run_dir(name)
         check_run_dir(run_dir, "--run-dir" if args.run_dir else "run directory")  # first: `exists()` below raises on a too-long name
         if (run_dir / "config.yaml").exists():  # a new run there would mix its logs and checkpoints with the old one's
+            if not list_checkpoints(run_dir / "checkpoints"):
+                raise InputError(
+                    f"--run-dir {str(run_dir)!r} already holds a run (its config.yaml) that stopped before its first checkpoint, "
+                    "so it cannot be resumed: remove the directory or choose a new one"
+                )
             raise InputError(
                 f"--run-dir {str(run_dir)!r} already holds a run (its config.yaml); continue it with `pytorchrl train --resume {run_dir}`, or choose a new directory"
             )
         learner = Learner.from_config(config, run_dir=run_dir, progress=not args.quiet)
     print(f"pytorchrl: run directory {learner.run_dir}", file=sys.stderr)
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        summary = learner.train()
+        return learner.train()  # the first Ctrl-C or SIGTERM stops it at the round's end, with a checkpoint
+    except KeyboardInterrupt:  # the second: at once
+        newest = learner.newest_checkpoint()
+        if newest is None:
+            raise Interrupted("stopped at once, before the run's first checkpoint: nothing to resume") from None
+        raise Interrupted(
+            f"stopped at once: the training after its newest checkpoint, {newest}, is not saved; continue from there with "
+            f"`pytorchrl train --resume {learner.run_dir}`"
+        ) from None
     finally:
-        signal.signal(signal.SIGTERM, previous)
         learner.close()
-    return summary
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+class Interrupted(Exception):
+    """A run stopped at once, by a second Ctrl-C or SIGTERM."""
 
 
 def _check_algo_env(args: argparse.Namespace) -> bool:

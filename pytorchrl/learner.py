@@ -7,10 +7,15 @@ import datetime
 import json
 import math
 import shutil
+import signal
 import sys
+import threading
 import time
+import warnings
 from collections import Counter, deque
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import torch
@@ -21,7 +26,13 @@ from pytorchrl.logging.writers import CSVWriter, ProgressLine, TensorBoardWriter
 from pytorchrl.scheme.base.inference_servers import METRICS as INFERENCE_METRICS
 from pytorchrl.scheme.scheme import Scheme, build_scheme
 from pytorchrl.utils.arrays import to_tensors
-from pytorchrl.utils.checkpoint import load_checkpoint, load_newest_checkpoint, prune_checkpoints, save_checkpoint
+from pytorchrl.utils.checkpoint import (
+    list_checkpoints,
+    load_checkpoint,
+    load_newest_checkpoint,
+    prune_checkpoints,
+    save_checkpoint,
+)
 from pytorchrl.utils.errors import CheckpointError, TrainingDiverged
 from pytorchrl.utils.paths import check_run_dir, make_dir
 from pytorchrl.utils.runtime import cpu_model
@@ -76,6 +87,7 @@ class Learner:
         #: share of the last evaluation's episodes that ended with ``info["is_success"]`` (goal envs; None: not reported)
         self.last_eval_success: float | None = None
         self.stop_reason: str | None = None
+        self._stop_requested = False  # request_stop(): stop at the end of the round
         self._returns: deque[float] = deque(maxlen=100)
         self._lengths: deque[float] = deque(maxlen=100)
         self._interval: dict[str, list[float]] = {}
@@ -124,10 +136,21 @@ class Learner:
         """
         run_dir = check_run_dir(run_dir, "--resume", resume=True)
         config = load_run_config(run_dir, overrides)  # first: a bad config or override is told before the checkpoints are read
+        if not list_checkpoints(run_dir / "checkpoints"):
+            raise CheckpointError(
+                f"--resume {str(run_dir)!r}: the run stopped before its first checkpoint, so there is nothing to resume; "
+                "train it again in a new --run-dir (or remove this one)"
+            )
         _, state, _ = load_newest_checkpoint(run_dir / "checkpoints")
         learner = cls.from_config(config, run_dir=run_dir, progress=progress)
         learner.load_state(state)
         truncate_progress(run_dir / "progress.csv", learner.env_steps)
+        if learner.env_steps >= config.run.target_steps:
+            warnings.warn(
+                f"run.target_steps = {config.run.target_steps:,} is already reached: the run is at {learner.env_steps:,} env steps, so it "
+                f"stops at once; to train on, resume with a larger one, e.g. run.target_steps={2 * learner.env_steps}",
+                stacklevel=2,
+            )
         return learner
 
     # ------------------------------------------------------------------------ stepping
@@ -177,14 +200,15 @@ class Learner:
         self._nonfinite_streak.append(bad)
         if len(self._nonfinite_streak) < self.run.max_nonfinite_updates:
             return
-        newest = self._newest_checkpoint()
+        newest = self.newest_checkpoint()
         where = f"the newest checkpoint, {newest}, is good" if newest else "no checkpoint was written before"
         raise TrainingDiverged(
             f"{type(self.scheme.algorithm).__name__}: {len(self._nonfinite_streak)} updates in a row had a non-finite gradient "
             f"(first: {self._nonfinite_streak[0]}) and were skipped (run.max_nonfinite_updates); {where}"
         )
 
-    def _newest_checkpoint(self) -> Path | None:
+    def newest_checkpoint(self) -> Path | None:
+        """The newest checkpoint written in the run directory (None: none, or no run directory)."""
         directory = self.run_dir / "checkpoints" if self.run_dir is not None else None
         if directory is None or not directory.is_dir():
             return None
@@ -223,13 +247,21 @@ class Learner:
         return self.wall_time_offset + running
 
     def done(self) -> bool:
-        """True at the end of a round once the budget, the time limit or the return target is reached."""
+        """True at the end of a round once the budget, the time limit or the return target is
+        reached, or a stop was asked for (:meth:`request_stop`)."""
         if not self._round_end:
             return False
-        reason = self._stop_reason()
+        reason = self._stop_reason() or ("interrupted" if self._stop_requested else None)
         if reason is not None:
             self.stop_reason = reason
         return self.stop_reason is not None
+
+    def request_stop(self) -> None:
+        """Stop :meth:`train` at the end of the current round, with a final checkpoint and
+        ``stop_reason: interrupted``: what the first Ctrl-C or SIGTERM does. The round's end is where
+        the state is whole (all of its updates applied, every rollout counted), so the run resumes
+        exactly, as from a periodic checkpoint. Safe to call from another thread."""
+        self._stop_requested = True
 
     def _stop_reason(self) -> str | None:
         """Why the run stops after the last round (None: it goes on). The time limit is judged at
@@ -247,27 +279,45 @@ class Learner:
     def train(self) -> dict[str, Any]:
         """Step until :meth:`done`, then evaluate, checkpoint and summarise.
 
-        A ``KeyboardInterrupt`` (SIGINT, or SIGTERM through the CLI) stops at once and still writes
-        the final checkpoint and summary.
+        In the main thread, the first SIGINT (Ctrl-C) or SIGTERM asks for a stop at the end of the
+        round (:meth:`request_stop`): the final checkpoint then resumes exactly. A second one
+        stops at once: ``summary.json`` says ``interrupted``, no checkpoint is written (the state
+        may be half way through a round), and the ``KeyboardInterrupt`` propagates.
 
         :return: the summary (also written to ``summary.json``).
         """
-        try:
-            while not self.done():
-                self.step()
-        except KeyboardInterrupt:
-            self.stop_reason = "interrupted"
-        except TrainingDiverged:
-            self.stop_reason = "nonfinite_updates"
-            self._write_summary()  # no evaluation and no checkpoint: the newest one stays the good one
-            raise
-        return self.finish()
+        with StopSignals(self._on_stop_signal):
+            try:
+                while not self.done():
+                    self.step()
+            except KeyboardInterrupt:
+                self.stop_reason = "interrupted"
+                self._write_summary()  # no checkpoint: the newest one is the last whole state
+                self._progress.close()
+                raise
+            except TrainingDiverged:
+                self.stop_reason = "nonfinite_updates"
+                self._write_summary()  # no evaluation and no checkpoint: the newest one stays the good one
+                raise
+            return self.finish()
+
+    def _on_stop_signal(self) -> None:
+        self.request_stop()
+        newline = "\n" if self._progress.live else ""  # below the live progress line
+        print(
+            f"{newline}pytorchrl: stopping at the end of this round, with a checkpoint; a second Ctrl-C or SIGTERM stops at once, without one",
+            file=sys.stderr, flush=True,
+        )
 
     def finish(self) -> dict[str, Any]:
-        """Final evaluation (unless just done), log row, checkpoint and ``summary.json``."""
-        if self.stop_reason != "interrupted" and (self.last_eval is None or self._eval_steps != self.env_steps):
+        """Final evaluation (unless just done), log row, checkpoint and ``summary.json``. A run
+        stopped on request (``interrupted``) is not evaluated and gets no extra log row: its
+        checkpoint keeps the log interval in progress, so that a resumed run writes the rows an
+        uninterrupted one would."""
+        interrupted = self.stop_reason == "interrupted"
+        if not interrupted and (self.last_eval is None or self._eval_steps != self.env_steps):
             self.evaluate()
-        if self._eval_row or self._log_mark[0] != self.env_steps:
+        if not interrupted and (self._eval_row or self._log_mark[0] != self.env_steps):
             self.log()
         if self.run_dir is not None:
             self.checkpoint()
@@ -426,7 +476,7 @@ class Learner:
         state = to_tensors(self.state_dict())  # workers without torch send numpy arrays
         bad = _nonfinite_tensor(state["scheme"])
         if bad is not None:  # never write (and rotate in) a poisoned checkpoint
-            newest = self._newest_checkpoint()
+            newest = self.newest_checkpoint()
             raise TrainingDiverged(
                 f"checkpoint at {self.env_steps} env steps not written: {bad} holds NaN or infinite values; "
                 + (f"the newest checkpoint, {newest}, is good" if newest else "no checkpoint was written before")
@@ -439,6 +489,39 @@ class Learner:
     def close(self) -> None:
         close_writers(self.writers)
         self.scheme.close()
+
+
+class StopSignals:
+    """SIGINT and SIGTERM, while a run trains in the main thread, call ``on_first`` the first
+    time (the learner then stops at the end of its round) and raise ``KeyboardInterrupt`` after
+    that; the previous handlers come back on exit. A signal the process ignores (SIGINT in a
+    shell's background job) stays ignored, and in another thread nothing is installed (Python
+    delivers signals to the main thread only)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, on_first: Callable[[], None]) -> None:
+        self._on_first = on_first
+        self._previous: dict[int, Any] = {}
+        self.received = 0
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                if signal.getsignal(sig) is not signal.SIG_IGN:
+                    self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.received += 1
+        if self.received > 1:
+            raise KeyboardInterrupt
+        self._on_first()
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
 
 
 def open_writers(run: RunConfig, run_dir: Path | None) -> list[Writer]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -161,6 +162,111 @@ def test_sigkill_then_resume_equals_the_uninterrupted_run(tmp_path):
     assert final_whole["learner"]["updates"] == final_killed["learner"]["updates"]
 
 
+def _signal_after(learner: Learner, update: int, *signums: int, children: bool = False) -> None:
+    """Raise ``signums`` in this process, one after the other, right after the learner's
+    ``update``-th update (and first SIGINT in its child processes, as a terminal's Ctrl-C would)."""
+    step, made = learner.scheme.update_worker.step, [0]
+
+    def stepping() -> dict:
+        info = step()
+        made[0] += 1
+        if made[0] == update:
+            for child in multiprocessing.active_children() if children else ():
+                os.kill(child.pid, signal.SIGINT)
+            for signum in signums:
+                signal.raise_signal(signum)
+        return info
+
+    learner.scheme.update_worker.step = stepping
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_run_stopped_by_a_signal_mid_round_resumes_to_the_whole_run(tmp_path):
+    """TINY's rounds are 128 env steps and 4 updates: a SIGTERM after the 18th update lets the
+    fifth round finish (20 updates, 640 steps: no log row falls there), checkpoints it, and the
+    resumed run writes the rows and ends with the weights of the run that was never stopped."""
+    whole_rows, whole_state = _run(tmp_path, "whole", {})
+    previous = signal.getsignal(signal.SIGTERM)
+    learner = Learner.from_config(from_dict({**TINY, "scheme": {}}), run_dir=tmp_path / "stopped", progress=False)
+    _signal_after(learner, 18, signal.SIGTERM)
+    try:
+        summary = learner.train()
+    finally:
+        learner.close()
+    assert signal.getsignal(signal.SIGTERM) is previous  # handed back
+    assert summary["stop_reason"] == "interrupted" and (summary["env_steps"], summary["updates"]) == (640, 20)
+    _, _, meta = ckpt.load_newest_checkpoint(tmp_path / "stopped" / "checkpoints")
+    assert (meta["env_steps"], meta["updates"]) == (640, 20)
+    assert [row["env_steps"] for row in learning_rows(tmp_path / "stopped" / "progress.csv")] == ["256", "512"]  # no extra row
+    again = Learner.resume(tmp_path / "stopped", progress=False)
+    try:
+        assert again.train()["stop_reason"] == "target_steps"
+    finally:
+        again.close()
+    assert learning_rows(tmp_path / "stopped" / "progress.csv") == whole_rows
+    assert_same_state(whole_state["scheme"], ckpt.load_newest_checkpoint(tmp_path / "stopped" / "checkpoints")[1]["scheme"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_second_signal_stops_at_once_without_a_checkpoint(tmp_path):
+    raw = {**TINY, "run": {**TINY["run"], "checkpoint_every": 256}}
+    learner = Learner.from_config(from_dict(raw), run_dir=tmp_path / "run", progress=False)
+    _signal_after(learner, 18, signal.SIGTERM, signal.SIGTERM)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            learner.train()
+    finally:
+        learner.close()
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["stop_reason"] == "interrupted" and summary["updates"] < 20  # mid-round
+    _, _, meta = ckpt.load_newest_checkpoint(tmp_path / "run" / "checkpoints")
+    assert (meta["env_steps"], meta["updates"]) == (512, 16)  # the last whole state, written on schedule
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_cli_stopped_at_once_exits_130_and_names_the_checkpoint_to_resume(tmp_path):
+    run_dir = tmp_path / "run"
+    cmd = [
+        sys.executable, "-m", "pytorchrl.cli", "train", str(CONFIGS / "ppo" / "cartpole.yaml"), "--quiet", "--run-dir", str(run_dir),
+        "run.target_steps=10000000", "run.stop_at_return=null", "run.checkpoint_every=1",
+        "storage.num_steps=1024", "algorithm.num_epochs=100",  # rounds of seconds: the second signal comes within one
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 90
+    while not (run_dir / "checkpoints").is_dir() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    lines = [proc.stderr.readline() for _ in range(2)]  # the run directory, then the notice that it is stopping
+    assert "stopping at the end of this round" in lines[1]
+    proc.send_signal(signal.SIGTERM)  # the second, once the first was seen (two pending at once would merge into one)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("pytorchrl: stopped at once") and f"--resume {run_dir}" in last and "Traceback" not in err
+    newest = ckpt.load_newest_checkpoint(run_dir / "checkpoints")[0]
+    assert str(newest) in last
+    assert json.loads((run_dir / "summary.json").read_text())["stop_reason"] == "interrupted" and out == ""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_async_env_processes_leave_ctrl_c_to_the_learner(tmp_path):
+    """A terminal's Ctrl-C reaches the async vector env's processes too: they ignore it, so the
+    learner finishes its round with them before it stops."""
+    raw = {**TINY, "env": {**TINY["env"], "vectorization": "async", "num_envs": 2}}
+    learner = Learner.from_config(from_dict(raw), run_dir=tmp_path / "run", progress=False)
+    _signal_after(learner, 5, signal.SIGTERM, children=True)  # mid-round: 2 envs x 32 steps make one minibatch, 2 epochs
+    try:
+        summary = learner.train()
+    finally:
+        learner.close()
+    assert summary["stop_reason"] == "interrupted" and (summary["env_steps"], summary["updates"]) == (192, 6)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_resume_without_snapshot_falls_back_to_a_reset(tmp_path):
@@ -180,48 +286,74 @@ def test_resume_without_snapshot_falls_back_to_a_reset(tmp_path):
         again.close()
 
 
-def _ray_worker_pids() -> set[int]:
-    """Processes hosting pytorchrl's remote workers (Ray names them ``ray::_WorkerHost``)."""
-    pids = set()
+def _ray_worker_pids(root: int) -> set[int]:
+    """Processes hosting pytorchrl's remote workers (Ray names them ``ray::_WorkerHost``) that
+    descend from process ``root`` (the driver starts the raylet, which starts them): other Ray
+    sessions on the machine, a test's own included, do not count."""
+    parent, hosts = {}, set()
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and b"_WorkerHost" in (entry / "cmdline").read_bytes():
-                pids.add(int(entry.name))
+            if entry.name.isdigit():
+                parent[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                if b"_WorkerHost" in (entry / "cmdline").read_bytes():
+                    hosts.add(int(entry.name))
         except OSError:
             continue  # gone meanwhile
-    return pids
+    found = set()
+    for pid in hosts:
+        ancestor = pid
+        while ancestor > 1 and ancestor != root:
+            ancestor = parent.get(ancestor, 1)
+        if ancestor == root:
+            found.add(pid)
+    return found
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process table from /proc")
-def test_sigterm_writes_a_final_checkpoint_and_leaves_no_worker_processes(tmp_path):
-    before = _ray_worker_pids()
+@pytest.mark.parametrize("group", [False, True], ids=["sigterm-to-the-driver", "ctrl-c-to-the-process-group"])
+def test_a_stop_signal_writes_a_whole_round_checkpoint_and_leaves_no_worker_processes(tmp_path, group):
+    """SIGTERM to the driver (a scheduler), or SIGINT to its whole process group (a terminal's
+    Ctrl-C, which Ray's own processes receive too): the run ends its round, checkpoints and exits 0."""
     run_dir = tmp_path / "run"
     cmd = [
         sys.executable, "-m", "pytorchrl.cli", "train", str(CONFIGS / "ppo" / "cartpole_sync_2workers.yaml"), "--quiet",
         "--run-dir", str(run_dir), "run.target_steps=10000000", "run.log_every=512", "run.stop_at_return=null",
         "scheme.ray.num_cpus=2", "scheme.col_worker_resources.num_cpus=0.5",
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # its own session, as a terminal's foreground job, with SIGINT as a terminal leaves it (a test
+    # runner started in the background may ignore it, and that would be inherited)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and proc.poll() is None:
         rows = (run_dir / "progress.csv").read_text().splitlines() if (run_dir / "progress.csv").is_file() else []
         if len(rows) >= 3:
             break
         time.sleep(0.2)
-    assert len(_ray_worker_pids() - before) == 2  # the two collection workers are running
-    proc.send_signal(signal.SIGTERM)
+    assert proc.poll() is None, proc.communicate()[1][-2000:]
+    workers = _ray_worker_pids(proc.pid)
+    assert len(workers) == 2  # the two collection workers are running
+    if group:
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err[-2000:]
+    assert "stopping at the end of this round" in err
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["stop_reason"] == "interrupted"
     _path, state, meta = ckpt.load_newest_checkpoint(run_dir / "checkpoints")
     assert meta["env_steps"] == summary["env_steps"] and len(state["scheme"]["local_gradient_worker"]["collection"]["remote"]) == 2
+    # whole rounds: 2 workers x 16 envs x 16 steps, then 20 epochs of one minibatch
+    assert meta["env_steps"] % 512 == 0 and meta["updates"] == 20 * meta["env_steps"] // 512
     deadline = time.monotonic() + 30
-    while _ray_worker_pids() - before and time.monotonic() < deadline:
+    while any(Path(f"/proc/{pid}").exists() for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert not _ray_worker_pids() - before  # no orphan worker processes
+    assert not any(Path(f"/proc/{pid}").exists() for pid in workers)  # no orphan worker processes
 
 
 DQN_TINY = {

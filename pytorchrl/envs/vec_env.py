@@ -21,6 +21,8 @@ import contextlib
 import difflib
 import functools
 import importlib
+import multiprocessing
+import signal
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -529,8 +531,19 @@ def _make_vector_env(
     if restart_failed_envs:
         make = _RestartOnError.wrap(make)
     if vectorization == "async":
+        # a terminal's Ctrl-C reaches the env processes too: they leave it to the learner, which
+        # finishes its round with them before it stops
+        make = functools.partial(_ignoring_sigint, make)
         return gym.vector.AsyncVectorEnv([make] * num_envs, autoreset_mode=AutoresetMode.NEXT_STEP)
     return gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode=AutoresetMode.NEXT_STEP)
+
+
+def _ignoring_sigint(make: Callable[[], gym.Env]) -> gym.Env:
+    """``make()``; in an async vector env's process, which from then on ignores SIGINT (the
+    vector env also makes one env in this process, to read its spaces: that one changes nothing)."""
+    if multiprocessing.parent_process() is not None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return make()
 
 
 class _RestartOnError(gym.Wrapper):
