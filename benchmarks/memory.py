@@ -14,13 +14,13 @@ MASKED_CARTPOLE = "pytorchrl/CartPoleNoVelocity-v1"
 
 
 def ppo_gru_masked_cartpole(seeds: list[int]) -> dict[str, Any]:
-    """PPO-GRU on CartPole without velocities to eval >= 475 within 300k env steps
+    """PPO-GRU on CartPole without velocities to eval >= 475 within the zoo's 100k env steps
     (configs/ppo/cartpole_masked_gru.yaml), and the same config without the recurrent core,
     which must not get there (the memory is what solves it)."""
     from benchmarks.suite import learning
 
-    gru = learning("ppo/cartpole_masked_gru.yaml", 475.0, 300_000, seeds)
-    mlp = learning("ppo/cartpole_masked_gru.yaml", 475.0, 300_000, seeds, ("actor.recurrent.type=none",))
+    gru = learning("ppo/cartpole_masked_gru.yaml", 475.0, 100_000, seeds)
+    mlp = learning("ppo/cartpole_masked_gru.yaml", 475.0, 100_000, seeds, ("actor.recurrent.type=none",))
     return {
         "gru_solved": gru["solved"],
         "gru_median_solved_at_env_steps": gru["median_solved_at_env_steps"],

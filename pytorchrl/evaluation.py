@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ def evaluate_checkpoint(
     path = check_output_dir(path, "evaluate", must_exist=True, writable=False)  # a file, a missing or too long path: one line
     if video_dir is not None:  # before the episodes, not after them
         check_output_dir(video_dir, "--video")
+        _pillow()
     if demos_dir is not None:
         check_output_dir(demos_dir, "--save-demos")
     if (path / META_FILE).is_file():
@@ -91,15 +93,24 @@ def evaluate_checkpoint(
 MAX_VIDEO_FRAMES = 5_000
 
 
+def _pillow() -> Any:
+    """PIL's ``Image`` module, which writes the GIF (one line, before any episode, when missing)."""
+    try:
+        from PIL import Image
+    except ImportError:
+        raise InputError("--video needs Pillow: pip install pillow pygame (pygame renders classic control)") from None
+    return Image
+
+
 def _record_gif(learner: Learner, video_dir: Path, deterministic: bool = True) -> Path:
     """One episode (``deterministic``: the policy's mode; else sampled) (at most :data:`MAX_VIDEO_FRAMES` frames) rendered to
     ``video_dir/episode.gif`` (needs the env's rgb_array render), preprocessed as in evaluation."""
     import gymnasium as gym
 
-    try:
-        from PIL import Image
-    except ImportError:
-        raise InputError("--video needs Pillow: pip install 'pytorchrl[video]'") from None
+    Image = _pillow()
+    # frames are drawn off screen: pygame's dummy video driver needs no display (without one,
+    # SDL's default prints "XDG_RUNTIME_DIR is invalid" on stderr, though rendering works)
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     worker = learner.scheme.collection_workers.local_worker
     envs = worker.envs
     assert envs is not None
@@ -108,7 +119,7 @@ def _record_gif(learner: Learner, video_dir: Path, deterministic: bool = True) -
         obs, _ = env.reset(seed=0)
         frames = [env.render()]
     except (gym.error.DependencyNotInstalled, ImportError) as exc:
-        raise InputError(f"--video: env {envs.env_id!r} cannot render ({exc}); try pip install 'pytorchrl[video]'") from None
+        raise InputError(f"--video: env {envs.env_id!r} cannot render ({exc}); try pip install pygame pillow") from None
     except Exception as exc:  # OpenGL failing in the first render: mujoco.FatalError, PyOpenGL errors, a missing libOSMesa
         reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         raise InputError(f"--video: env {envs.env_id!r} cannot render ({reason}); {opengl_hint()}") from None

@@ -96,6 +96,14 @@ def group_runs(runs: list[Run]) -> dict[str, list[Run]]:
     return labelled
 
 
+def _members(runs: list[Run]) -> str:
+    """A group's legend suffix: ``(3 seeds)``, or ``(2 runs)`` when runs share a seed."""
+    if len(runs) < 2:
+        return ""
+    seeds = {run.config.get("run", {}).get("seed") for run in runs}
+    return f" ({len(runs)} seeds)" if len(seeds) == len(runs) else f" ({len(runs)} runs)"
+
+
 def band(runs: list[Run], x: str, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(x, mean, min, max)`` of ``metric`` over ``runs``, on the first run's x values up to the
     shortest run's last one; each run interpolated linearly onto them."""
@@ -124,9 +132,15 @@ def plot_runs(
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise InputError("plot needs matplotlib: pip install 'pytorchrl[plot]'") from None
+        raise InputError("plot needs matplotlib: pip install matplotlib") from None
     if x not in X_AXES:
         raise InputError(f"--x = {x!r} is not allowed; allowed: {', '.join(X_AXES)}")
+    if output is not None:  # before any run is read: a typo in -o is found at once
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        kind, formats = Path(output).suffix[1:].lower(), FigureCanvasBase.get_supported_filetypes()
+        if kind and kind not in formats:
+            raise InputError(f"-o {str(output)!r}: {kind!r} is not an image format matplotlib writes; allowed: {', '.join(sorted(formats))}")
     runs = [load_run(d) for d in run_dirs]
     for metric in metrics:
         if all(metric not in run.columns for run in runs):
@@ -140,7 +154,7 @@ def plot_runs(
             usable = [r for r in members if metric in r.columns]
             grid, mean, low, high = band(usable, x, metric)
             colour = f"C{i % 10}"
-            seeds = f" ({len(usable)} seeds)" if len(usable) > 1 else ""
+            seeds = _members(usable)
             ax.plot(grid, mean, color=colour, label=label + seeds, marker="o" if len(grid) <= MARKERS_UP_TO else None, markersize=4)
             if len(usable) > 1 and len(grid) == 1:  # a band of one point has no area: a min-max bar instead
                 ax.vlines(grid, low, high, color=colour, alpha=0.4)

@@ -11,7 +11,14 @@ The manifest (YAML) lists, per config, where its runs are and what it is compare
       plot: ppo-cartpole                # optional: the figure's file name (default: from config)
 
 ``config`` is the row's label: a shipped config's path, or for a family default the command's
-``--algo ALGO --env ENV`` (``benchmarks/defaults.yaml``).
+``--algo ALGO --env ENV`` (``benchmarks/defaults.yaml``). ``overrides`` (optional) lists the
+``KEY=VALUE`` overrides its runs were made with beyond their seed.
+
+A run counts for a row only when its saved ``config.yaml`` is that config with the row's
+overrides and the run's seed, up to keys that change neither what is learned nor how it is
+evaluated (:data:`NEUTRAL_KEYS`: threads, checkpoints, logging, where Ray runs, when the run
+stops). A run that differs elsewhere (another learning rate, budget or evaluation protocol) is
+left out with a warning naming the first keys that differ, so that a row never mixes configs.
 
 Each run directory is what ``pytorchrl train`` writes: ``config.yaml`` (env, algorithm, seed),
 ``progress.csv`` (the evaluation curve) and ``summary.json`` (final evaluation, wall-clock, the
@@ -33,6 +40,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+#: config keys (dotted; a trailing dot: a whole section) a run may change without leaving its
+#: row: they decide how fast, where and how long it runs and what it writes, not what it learns
+#: or how its evaluations are made. ``run.target_steps`` is not here: PPO anneals over it.
+NEUTRAL_KEYS = (
+    "run.seed", "run.torch_threads", "run.checkpoint_every", "run.keep_checkpoints", "run.log_every", "run.prometheus_port",
+    "run.stop_at_return", "run.max_time_s", "run.device", "storage.checkpoint_buffer", "env.atari.num_threads", "env.vectorization",
+    "scheme.ray.",
+)
 
 COLUMNS = (
     "env", "algorithm", "config", "seeds", "final return (median)", "spread (min to max)", "steps to threshold",
@@ -74,14 +91,15 @@ def read_run(run_dir: Path, threshold: float | None) -> Run:
     )
 
 
-def table_row(entry: dict[str, Any], runs: Sequence[Run]) -> dict[str, str]:
-    """The table's row of one manifest entry and its runs (none: a row that says so)."""
+def table_row(entry: dict[str, Any], runs: Sequence[Run], labels: tuple[str, str] = ("", "")) -> dict[str, str]:
+    """The table's row of one manifest entry and its runs (none: a row that says so, with the
+    env and algorithm ``labels``)."""
     anchor = entry.get("anchor") or {}
     anchor_text = f"{_number(anchor.get('return'))} in {_number(anchor.get('budget'))} steps ({anchor.get('source', 'no source')})" if anchor else "none"
     row = dict.fromkeys(COLUMNS, "")
     row.update(config=entry["config"], anchor=anchor_text, protocol=str(anchor.get("protocol", "")))
     if not runs:
-        row.update(env="", algorithm="", seeds="no runs yet")
+        row.update(env=labels[0], algorithm=labels[1], seeds="no runs yet")
         return row
     finals = [r.final_return for r in runs if r.final_return is not None]
     reached = [r.steps_to_threshold for r in runs if r.steps_to_threshold is not None]
@@ -101,9 +119,73 @@ def table_row(entry: dict[str, Any], runs: Sequence[Run]) -> dict[str, str]:
     return row
 
 
-def results_table(manifest: Path, root: Path) -> list[dict[str, str]]:
-    """Every manifest entry's row (runs found with its ``runs`` glob under ``root``)."""
-    return [table_row(entry, [read_run(p, entry.get("threshold")) for p in run_dirs(entry, root)]) for entry in entries(manifest)]
+def results_table(manifest: Path, root: Path, repo: Path = REPO) -> list[dict[str, str]]:
+    """Every manifest entry's row (runs found with its ``runs`` glob under ``root`` whose config
+    is the entry's: :func:`config_differences`; the others are told on stderr and left out)."""
+    rows = []
+    for entry in entries(manifest):
+        runs = []
+        for run_dir in run_dirs(entry, root):
+            differ = config_differences(entry, run_dir, repo)
+            if differ:
+                shown = "; ".join(f"{key} = {ran!r}, not {expected!r}" for key, ran, expected in differ[:3])
+                print(f"results_table: {run_dir} left out of {entry['config']!r}: its config differs at {shown}", file=sys.stderr)
+                continue
+            runs.append(read_run(run_dir, entry.get("threshold")))
+        rows.append(table_row(entry, runs, _labels(entry, repo)))
+    return rows
+
+
+def expected_config(entry: dict[str, Any], seed: int, repo: Path = REPO) -> dict[str, Any]:
+    """The resolved config (every default written out, as a run saves it) of ``entry``'s config
+    or ``--algo ALGO --env ENV`` default, with its overrides and ``run.seed``."""
+    from pytorchrl.config import apply_overrides, config_to_dict, from_dict, load_config
+    from pytorchrl.defaults import choose_config
+
+    overrides = [*entry.get("overrides", []), f"run.seed={seed}"]
+    algo_env = _algo_env(entry["config"])
+    if algo_env is None:
+        return config_to_dict(load_config(repo / entry["config"], overrides))
+    choice = choose_config(*algo_env, overrides, configs=repo / "configs")
+    return config_to_dict(from_dict(apply_overrides(choice.raw, overrides)))
+
+
+def config_differences(entry: dict[str, Any], run_dir: Path, repo: Path = REPO) -> list[tuple[str, Any, Any]]:
+    """``(key, the run's value, the entry's value)`` for each dotted key where the run's saved
+    config differs from :func:`expected_config`, leaving out :data:`NEUTRAL_KEYS`."""
+    from pytorchrl.config import config_to_dict, load_run_config
+
+    ran = config_to_dict(load_run_config(run_dir))  # as --resume reads it: keys added since, at their defaults
+    expected = expected_config(entry, int(ran["run"]["seed"]), repo)
+    flat_ran, flat_expected = _flatten(ran), _flatten(expected)
+    keys = sorted(set(flat_ran) | set(flat_expected))
+    return [
+        (key, flat_ran.get(key), flat_expected.get(key)) for key in keys
+        if flat_ran.get(key) != flat_expected.get(key) and not any(key == n or (n.endswith(".") and key.startswith(n)) for n in NEUTRAL_KEYS)
+    ]
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(tree, dict):
+        return {k: v for key, value in tree.items() for k, v in _flatten(value, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: tree}
+
+
+def _algo_env(label: str) -> tuple[str, str] | None:
+    """``(ALGO, ENV)`` of a ``--algo ALGO --env ENV`` label (None: a config path)."""
+    words = label.split()
+    if words[:1] != ["--algo"]:
+        return None
+    return words[1], words[3]
+
+
+def _labels(entry: dict[str, Any], repo: Path) -> tuple[str, str]:
+    """The env id and algorithm a row names, from its config (for a row with no runs yet)."""
+    algo_env = _algo_env(entry["config"])
+    if algo_env is not None:
+        return algo_env[1], algo_env[0]
+    config = yaml.safe_load((repo / entry["config"]).read_text())
+    return config["env"]["env_id"], config["algorithm"]["name"]
 
 
 def entries(manifest: Path) -> list[dict[str, Any]]:

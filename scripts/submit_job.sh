@@ -24,7 +24,15 @@ if [[ ! -f "$config" ]]; then
   echo "submit_job.sh: config file '$config' does not exist" >&2
   exit 2
 fi
-cd "$(dirname "$0")/.."
+repo="$(cd "$(dirname "$0")/.." && pwd -P)"
+config_path="$(cd "$(dirname "$config")" && pwd -P)/$(basename "$config")"
+# the job runs in a copy of the repository: the config is named by its path inside it
+if [[ "$config_path" != "$repo"/* ]]; then
+  echo "submit_job.sh: config file '$config' is outside the repository $repo, which is what the job ships; copy it into the repository (e.g. configs/)" >&2
+  exit 2
+fi
+config="${config_path#"$repo"/}"
+cd "$repo"
 export RAY_ADDRESS="${RAY_ADDRESS:-http://127.0.0.1:8265}"
 # clusters with token authentication (Ray's default since 2.5x): send the token we have
 if [[ -z "${RAY_AUTH_MODE:-}" && ( -n "${RAY_AUTH_TOKEN:-}" || -f "$HOME/.ray/auth_token" ) ]]; then

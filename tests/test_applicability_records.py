@@ -69,6 +69,13 @@ def test_defaults_and_keys_that_apply_do_not_warn():
         warn_inapplicable(from_dict(resumed), VECTOR)
 
 
+def test_where_ray_runs_applies_only_with_remote_workers():
+    """``--address`` (scheme.ray.address) on a run that never starts Ray is named, not ignored in silence."""
+    assert _keys({"scheme": {"ray": {"address": "10.0.0.1:6379", "num_cpus": 4}}}) == ["scheme.ray.address", "scheme.ray.num_cpus"]
+    assert _keys({"scheme": {"num_col_workers": 2, "ray": {"address": "10.0.0.1:6379"}}}) == []
+    assert _keys({"scheme": {"num_grad_workers": 2, "ray": {"num_cpus": 4}}}) == []
+
+
 def test_the_encoder_decides_the_cnn_keys():
     assert _keys({"actor": {"encoder": "mlp", "cnn_features": 64}}, IMAGE) == ["actor.encoder.features"]  # the old flat key, read as the nested one
     assert _keys({"actor": {"encoder": {"channels": [8, 8]}}}, IMAGE) == ["actor.encoder.channels"]  # auto: a Nature CNN

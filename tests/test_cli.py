@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import itertools
 import json
+import shlex
 import subprocess
 
 import pytest
@@ -80,6 +82,20 @@ def test_resume_continues_counters_and_progress(trained_run, tmp_path):
     assert steps == sorted(steps) and len(steps) == len(set(steps)) and steps[-1] == 3072
     state, meta = ckpt.load_checkpoint(run_dir / "checkpoints" / "step_3072")
     assert meta["policy_version"] == after["updates"] == state["learner"]["updates"]
+
+
+@pytest.mark.slow
+def test_resume_past_its_target_says_so(trained_run, tmp_path):
+    src, _ = trained_run
+    import shutil
+
+    shutil.copytree(src, tmp_path / "r")
+    with pytest.warns(UserWarning) as told:
+        assert main(["train", "--resume", str(tmp_path / "r"), "run.target_steps=1024", "--quiet"]) == 0
+    assert [str(w.message) for w in told] == [
+        "run.target_steps = 1,024 is already reached: the run is at 2,048 env steps, so it stops at once; "
+        "to train on, resume with a larger one, e.g. run.target_steps=4096"
+    ]
 
 
 @pytest.mark.slow
@@ -166,8 +182,10 @@ def test_bad_train_input_exits_2_with_one_line(capsys, tmp_path, args, needle):
 def test_missing_config_and_bad_resume_dirs(capsys, tmp_path):
     assert "does not exist" in _bad(capsys, ["train", str(tmp_path / "missing.yaml")])
     assert "no config.yaml there" in _bad(capsys, ["train", "--resume", str(tmp_path)])
-    (tmp_path / "config.yaml").write_text("{}\n")
-    assert "no checkpoint in" in _bad(capsys, ["train", "--resume", str(tmp_path)])
+    (tmp_path / "config.yaml").write_text("{}\n")  # a run stopped before its first checkpoint: each message says so
+    assert "stopped before its first checkpoint, so there is nothing to resume" in _bad(capsys, ["train", "--resume", str(tmp_path)])
+    err = _bad(capsys, ["train", CARTPOLE, "--run-dir", str(tmp_path), "--quiet"])
+    assert "stopped before its first checkpoint" in err and "remove the directory or choose a new one" in err and "--resume" not in err
     assert f"evaluate '{tmp_path / 'nope'}' does not exist" in _bad(capsys, ["evaluate", str(tmp_path / "nope")])
 
 
@@ -239,3 +257,19 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as info:
         main(["--version"])
     assert info.value.code == 0 and capsys.readouterr().out.strip() == f"pytorchrl {__version__}"
+
+
+def _readme_error_examples() -> list[tuple[str, str]]:
+    """The README's ``$ pytorchrl ...`` examples followed by the ``pytorchrl: error:`` line they
+    print (those that do not depend on the machine's CPU count)."""
+    lines = (REPO / "README.md").read_text().splitlines()
+    return [
+        (line[2:], after) for line, after in itertools.pairwise(lines)
+        if line.startswith("$ pytorchrl ") and after.startswith("pytorchrl: error:") and "Ray cluster has" not in after
+    ]
+
+
+@pytest.mark.parametrize(("command", "printed"), _readme_error_examples())
+def test_the_readme_error_examples_print_what_the_readme_shows(capsys, command, printed):
+    assert main(shlex.split(command)[1:]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == printed

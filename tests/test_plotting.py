@@ -45,6 +45,8 @@ def test_seeds_of_one_config_are_a_mean_with_a_band_and_configs_get_their_own_li
     mean, single = ax.lines
     assert np.array_equal(mean.get_xydata(), [[100, 2], [200, 20]])  # up to the shortest run
     assert mean.get_label() == "ppo CartPole-v1 (2 seeds)" and mean.get_color() != single.get_color()
+    again = _run_dir(tmp_path, "s0-again", 0, [(100, 1.0, "2"), (200, 2.0, "12")])  # a second run of seed 0
+    assert plot_runs([a, again]).axes[0].lines[0].get_label() == "ppo CartPole-v1 (2 runs)"
     band = ax.collections[0].get_paths()[0].vertices
     assert band[:, 1].min() == 0 and band[:, 1].max() == 30  # min-max over the seeds
     assert len(fig.axes) == 2 and fig.axes[1].get_ylabel() == "train_return_mean"
@@ -56,11 +58,13 @@ def test_seeds_of_one_config_are_a_mean_with_a_band_and_configs_get_their_own_li
         (["nowhere"], "run directory 'nowhere' has no progress.csv"),
         (["RUN", "--metric", "eval_retrun_mean"], "--metric = 'eval_retrun_mean' is not a progress.csv column (did you mean 'eval_return_mean'?)"),
         (["RUN", "--x", "updates"], "--x = 'updates' is not allowed; allowed: env_steps, wall_time_s"),
+        (["RUN", "-o", "OUT/x.jpgx"], "'jpgx' is not an image format matplotlib writes; allowed: "),
     ],
 )
 def test_bad_plot_input_is_one_line_and_exit_2(tmp_path, capsys, args, needle):
     run = _run_dir(tmp_path, "a", 0, [(100, 1.0, "1")])
-    code = main(["plot", *[str(run) if a == "RUN" else a for a in args], "-o", str(tmp_path / "x.png")])
+    args = [str(run) if a == "RUN" else a.replace("OUT", str(tmp_path)) for a in args]
+    code = main(["plot", *args, *([] if "-o" in args else ["-o", str(tmp_path / "x.png")])])
     err = capsys.readouterr().err
     assert code == 2 and needle in err and err.count("\n") == 1
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import REPO
+from pytorchrl.config import config_to_dict, load_config
+from tests.conftest import CONFIGS, REPO
 
 _spec = importlib.util.spec_from_file_location("results_table", REPO / "scripts" / "results_table.py")
 assert _spec is not None and _spec.loader is not None
@@ -18,10 +19,15 @@ sys.modules["results_table"] = results_table  # its dataclasses look their modul
 _spec.loader.exec_module(results_table)
 
 
-def _run(root: Path, name: str, seed: int, curve: list[tuple[int, float | None]], wall: float, machine: str = "CPU X, 2 cores") -> None:
+def _run(
+    root: Path, name: str, seed: int, curve: list[tuple[int, float | None]], wall: float, machine: str = "CPU X, 2 cores",
+    overrides: tuple[str, ...] = (),
+) -> None:
+    """A run directory of configs/ppo/cartpole.yaml (with ``overrides``), as ``train`` writes one."""
     run = root / name
     run.mkdir(parents=True)
-    (run / "config.yaml").write_text(yaml.safe_dump({"env": {"env_id": "CartPole-v1"}, "algorithm": {"name": "ppo"}, "run": {"seed": seed}}))
+    config = config_to_dict(load_config(CONFIGS / "ppo" / "cartpole.yaml", [f"run.seed={seed}", *overrides]))
+    (run / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     rows = ["env_steps,eval_return_mean"] + [f"{steps},{'' if value is None else value}" for steps, value in curve]
     (run / "progress.csv").write_text("\n".join(rows) + "\n")
     final = next(value for _, value in reversed(curve) if value is not None)
@@ -48,6 +54,7 @@ def test_two_run_directories_make_exact_rows_and_a_config_without_runs_says_so(t
         "wall-clock (median)": "16 s", "CPU": "CPU X, 2 cores", "anchor": "500 in 100,000 steps (zoo)", "protocol": "agent steps",
     }
     assert rows[1]["seeds"] == "no runs yet" and rows[1]["anchor"] == "none" and rows[1]["config"] == "configs/ppo/acrobot.yaml"
+    assert (rows[1]["env"], rows[1]["algorithm"]) == ("Acrobot-v1", "ppo")  # named from the config
     text = results_table.markdown(rows)
     assert text.splitlines()[2].startswith("| CartPole-v1 | ppo | configs/ppo/cartpole.yaml | 0, 1 | 400 |")
 
@@ -55,3 +62,32 @@ def test_two_run_directories_make_exact_rows_and_a_config_without_runs_says_so(t
 def test_the_shipped_manifest_names_shipped_configs():
     entries = results_table.entries(REPO / "benchmarks" / "results.yaml")
     assert entries and all((REPO / entry["config"]).is_file() for entry in entries)
+
+
+def test_a_run_of_another_config_is_left_out_and_told(tmp_path, capsys):
+    """A row never mixes configs: a run whose saved config differs at a key that changes what is
+    learned (or how it is evaluated) is left out with one line naming the key; one that differs
+    only at neutral keys (threads, checkpoints) counts; the entry's own overrides count as its."""
+    _run(tmp_path, "ppo-cartpole-seed0", 0, [(1000, 500.0)], 3.0, overrides=("run.torch_threads=1", "run.checkpoint_every=5000"))
+    _run(tmp_path, "ppo-cartpole-seed1", 1, [(1000, 500.0)], 3.0, overrides=("algorithm.lr=0.01",))
+    _run(tmp_path, "ppo-cartpole-seed2", 2, [(1000, 500.0)], 3.0, overrides=("run.eval_episodes=3",))
+    manifest = tmp_path / "results.yaml"
+    manifest.write_text(yaml.safe_dump([{"config": "configs/ppo/cartpole.yaml", "runs": "ppo-cartpole-seed*", "threshold": 475}]))
+    assert results_table.results_table(manifest, tmp_path)[0]["seeds"] == "0"
+    told = capsys.readouterr().err.splitlines()
+    assert len(told) == 2
+    assert "ppo-cartpole-seed1 left out" in told[0] and "algorithm.lr = 0.01, not 0.002" in told[0]
+    assert "ppo-cartpole-seed2 left out" in told[1] and "run.eval_episodes = 3, not 10" in told[1]
+    manifest.write_text(yaml.safe_dump([
+        {"config": "configs/ppo/cartpole.yaml", "runs": "ppo-cartpole-seed*", "threshold": 475, "overrides": ["algorithm.lr=0.01"]},
+    ]))
+    assert results_table.results_table(manifest, tmp_path)[0]["seeds"] == "1"  # now the other way round
+
+
+def test_every_shipped_row_resolves_its_config():
+    """Each manifest entry of both shipped tables names a config (or an --algo/--env default)
+    that loads with its overrides: what runs are compared with."""
+    for manifest in ("results.yaml", "defaults.yaml"):
+        for entry in results_table.entries(REPO / "benchmarks" / manifest):
+            config = results_table.expected_config(entry, 0)
+            assert config["run"]["seed"] == 0 and config["algorithm"]["name"]

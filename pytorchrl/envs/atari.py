@@ -38,7 +38,7 @@ import numpy as np
 
 from pytorchrl.utils.errors import InputError
 
-EXTRA = "pip install 'pytorchrl[atari]'"
+EXTRA = "pip install ale-py opencv-python-headless (in a checkout: pip install -e '.[atari]')"
 
 
 def is_atari_id(env_id: str) -> bool:

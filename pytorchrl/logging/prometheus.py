@@ -59,7 +59,7 @@ class PrometheusWriter:
             from prometheus_client import CollectorRegistry, start_http_server
         except ImportError:
             raise ConfigError(
-                "config key 'run.prometheus_port' needs prometheus-client: pip install 'pytorchrl[prometheus]'"
+                "config key 'run.prometheus_port' needs prometheus-client: pip install prometheus-client"
             ) from None
         self.registry = CollectorRegistry()
         self.run_name = run_name

@@ -57,8 +57,9 @@ def test_submit_job_script_runs_on_the_cluster(job_server, tmp_path):
     env = {**os.environ, "RAY_ADDRESS": job_server, "RUN_ROOT": str(tmp_path), "OMP_NUM_THREADS": "1"}
     for _ in range(3):  # a loaded job server may still answer "No available agent": Ray says to retry
         proc = subprocess.run(
-            [str(REPO / "scripts" / "submit_job.sh"), "configs/ppo/cartpole_sync_2workers.yaml", "run.target_steps=2000", "scheme.col_worker_resources.num_cpus=0.5"],
-            capture_output=True, text=True, timeout=500, env=env, cwd=REPO,
+            # from configs/, with the config's path relative to there: the script names it inside the repository it ships
+            [str(REPO / "scripts" / "submit_job.sh"), "ppo/cartpole_sync_2workers.yaml", "run.target_steps=2000", "scheme.col_worker_resources.num_cpus=0.5"],
+            capture_output=True, text=True, timeout=500, env=env, cwd=REPO / "configs",
         )
         if "No available agent" not in proc.stdout + proc.stderr:
             break
@@ -68,3 +69,11 @@ def test_submit_job_script_runs_on_the_cluster(job_server, tmp_path):
     assert run_dir.name.startswith("ppo-cartpole_sync_2workers-")
     assert json.loads((run_dir / "summary.json").read_text())["env_steps"] >= 2000
     assert {p.name for p in run_dir.iterdir()} >= {"config.yaml", "progress.csv", "summary.json", "tb", "checkpoints"}
+
+
+@pytest.mark.timeout(30)
+def test_a_config_outside_the_repository_is_refused_before_submitting(tmp_path):
+    config = tmp_path / "mine.yaml"
+    config.write_text((REPO / "configs" / "ppo" / "cartpole.yaml").read_text())
+    proc = subprocess.run([str(REPO / "scripts" / "submit_job.sh"), str(config)], capture_output=True, text=True, timeout=20)
+    assert proc.returncode == 2 and "is outside the repository" in proc.stderr and proc.stderr.count("\n") == 1

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -191,6 +192,11 @@ class WorkerSet(Generic[W]):
                 f"{self.fault.max_restarts} replacements are used up"
             )
         self.restarts += 1
+        warnings.warn(
+            f"remote {self.name} {index} died ({reason}); starting a replacement "
+            f"({self.restarts} of scheme.max_worker_restarts = {self.fault.max_restarts} used)",
+            stacklevel=2,
+        )
         self._start(index, generation + 1, self.fault.restart_delay_s)
 
     def poll(self, timeout: float = 0.0) -> list[Any]:
