@@ -276,17 +276,19 @@ class Learner:
             return "max_time_s"
         return None
 
-    def train(self) -> dict[str, Any]:
+    def train(self, *, stop_signals: bool = True) -> dict[str, Any]:
         """Step until :meth:`done`, then evaluate, checkpoint and summarise.
 
-        In the main thread, the first SIGINT (Ctrl-C) or SIGTERM asks for a stop at the end of the
-        round (:meth:`request_stop`): the final checkpoint then resumes exactly. A second one
-        stops at once: ``summary.json`` says ``interrupted``, no checkpoint is written (the state
-        may be half way through a round), and the ``KeyboardInterrupt`` propagates.
+        With ``stop_signals``, in the main thread, the first SIGINT (Ctrl-C) or SIGTERM asks for
+        a stop at the end of the round (:meth:`request_stop`): the final checkpoint then resumes
+        exactly. A second one stops at once: ``summary.json`` says ``interrupted``, no checkpoint
+        is written (the state may be half way through a round), and the ``KeyboardInterrupt``
+        propagates. Without (a Ray Tune trial: its process's signals are Ray's), the handlers
+        are left alone.
 
         :return: the summary (also written to ``summary.json``).
         """
-        with StopSignals(self._on_stop_signal):
+        with StopSignals(self._on_stop_signal, enabled=stop_signals):
             try:
                 while not self.done():
                     self.step()
@@ -500,13 +502,14 @@ class StopSignals:
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self, on_first: Callable[[], None]) -> None:
+    def __init__(self, on_first: Callable[[], None], *, enabled: bool = True) -> None:
         self._on_first = on_first
+        self._enabled = enabled
         self._previous: dict[int, Any] = {}
         self.received = 0
 
     def __enter__(self) -> StopSignals:
-        if threading.current_thread() is threading.main_thread():
+        if self._enabled and threading.current_thread() is threading.main_thread():
             for sig in self.SIGNALS:
                 if signal.getsignal(sig) is not signal.SIG_IGN:
                     self._previous[sig] = signal.signal(sig, self._handle)

@@ -235,7 +235,7 @@ def run_trial(params: dict[str, Any], *, base: dict[str, Any], root: str, metric
             restore(learner, state, params)
             truncate_progress(run_dir / "progress.csv", learner.env_steps)
         learner.writers.append(TuneReporter(learner, metric, checkpoint_every))
-        learner.train()
+        learner.train(stop_signals=False)  # the trial's process is a Ray worker: its SIGTERM is Ray's
     finally:
         learner.close()
 

@@ -21,7 +21,7 @@ import torch
 
 from pytorchrl.config import from_dict
 from pytorchrl.envs.snapshot import restore, snapshot
-from pytorchrl.learner import Learner
+from pytorchrl.learner import Learner, StopSignals
 from pytorchrl.utils import checkpoint as ckpt
 from tests.conftest import CONFIGS
 
@@ -178,6 +178,16 @@ def _signal_after(learner: Learner, update: int, *signums: int, children: bool =
         return info
 
     learner.scheme.update_worker.step = stepping
+
+
+def test_stop_signals_install_their_handlers_only_when_enabled_and_hand_them_back():
+    """A Ray Tune trial trains with ``stop_signals=False``: its process's SIGTERM stays Ray's."""
+    before = signal.getsignal(signal.SIGTERM)
+    with StopSignals(lambda: None, enabled=False):
+        assert signal.getsignal(signal.SIGTERM) is before
+    with StopSignals(lambda: None) as stops:
+        assert signal.getsignal(signal.SIGTERM) == stops._handle
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 @pytest.mark.slow
