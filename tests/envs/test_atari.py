@@ -81,9 +81,10 @@ def test_pong_scores_are_whole_games_of_21_points():
     assert score == sum(rewards[index][:length]) and -21 <= score <= -15  # random play loses a whole game
 
 
-def test_an_ale_id_without_ale_py_names_the_extra(monkeypatch):
+def test_an_ale_id_without_ale_py_names_the_packages(monkeypatch):
     monkeypatch.setitem(sys.modules, "ale_py", None)  # import ale_py raises ImportError
-    with pytest.raises(InputError, match=r"needs ale-py, which is not installed: pip install 'pytorchrl\[atari\]'"):
+    # the packages by name: `pip install 'pytorchrl[atari]'` would fetch PyPI's unrelated pytorchrl
+    with pytest.raises(InputError, match=r"needs ale-py, which is not installed: pip install ale-py opencv-python-headless \(in a checkout"):
         register_atari("ALE/Qbert-v5")
     assert register_atari() is False
 
