@@ -145,12 +145,18 @@ class Learner:
         learner = cls.from_config(config, run_dir=run_dir, progress=progress)
         learner.load_state(state)
         truncate_progress(run_dir / "progress.csv", learner.env_steps)
-        if learner.env_steps >= config.run.target_steps:
-            warnings.warn(
-                f"run.target_steps = {config.run.target_steps:,} is already reached: the run is at {learner.env_steps:,} env steps, so it "
-                f"stops at once; to train on, resume with a larger one, e.g. run.target_steps={2 * learner.env_steps}",
-                stacklevel=2,
-            )
+        reached = {  # a run resumed past where it stops stops at once: say why, and what would train on
+            "stop_at_return": f"run.stop_at_return = {config.run.stop_at_return} was reached (at {learner.env_steps:,} env steps)",
+            "target_steps": f"run.target_steps = {config.run.target_steps:,} is already reached (the run is at {learner.env_steps:,} env steps)",
+            "max_time_s": f"run.max_time_s = {config.run.max_time_s} is used up (the run has trained {learner.wall_time_s:,.0f} s)",
+        }
+        advice = {
+            "stop_at_return": "run.stop_at_return=null", "target_steps": f"a larger one, e.g. run.target_steps={2 * learner.env_steps}",
+            "max_time_s": "a larger one, or run.max_time_s=null",
+        }
+        reason = learner._stop_reason()
+        if reason is not None:
+            warnings.warn(f"{reached[reason]}, so it stops at once; to train on, resume with {advice[reason]}", stacklevel=2)
         return learner
 
     # ------------------------------------------------------------------------ stepping
@@ -259,8 +265,10 @@ class Learner:
     def request_stop(self) -> None:
         """Stop :meth:`train` at the end of the current round, with a final checkpoint and
         ``stop_reason: interrupted``: what the first Ctrl-C or SIGTERM does. The round's end is where
-        the state is whole (all of its updates applied, every rollout counted), so the run resumes
-        exactly, as from a periodic checkpoint. Safe to call from another thread."""
+        the state is whole (all of its updates applied, every rollout counted), so a synchronous
+        run resumes exactly, as from a periodic checkpoint (an asynchronous one, as from a
+        periodic checkpoint too: rollouts and gradients still in flight are not in it). Safe to
+        call from another thread."""
         self._stop_requested = True
 
     def _stop_reason(self) -> str | None:
@@ -292,7 +300,8 @@ class Learner:
             try:
                 while not self.done():
                     self.step()
-            except KeyboardInterrupt:
+                return self.finish()
+            except KeyboardInterrupt:  # the second signal, in a round or in finish()
                 self.stop_reason = "interrupted"
                 self._write_summary()  # no checkpoint: the newest one is the last whole state
                 self._progress.close()
@@ -301,15 +310,17 @@ class Learner:
                 self.stop_reason = "nonfinite_updates"
                 self._write_summary()  # no evaluation and no checkpoint: the newest one stays the good one
                 raise
-            return self.finish()
 
     def _on_stop_signal(self) -> None:
         self.request_stop()
         newline = "\n" if self._progress.live else ""  # below the live progress line
-        print(
-            f"{newline}pytorchrl: stopping at the end of this round, with a checkpoint; a second Ctrl-C or SIGTERM stops at once, without one",
-            file=sys.stderr, flush=True,
-        )
+        try:  # in a signal handler: stderr may be closed (`| head`) or in the middle of a write
+            print(
+                f"{newline}pytorchrl: stopping at the end of this round, with a checkpoint; a second Ctrl-C or SIGTERM stops at once, without one",
+                file=sys.stderr, flush=True,
+            )
+        except (OSError, ValueError, RuntimeError):
+            pass
 
     def finish(self) -> dict[str, Any]:
         """Final evaluation (unless just done), log row, checkpoint and ``summary.json``. A run
@@ -431,7 +442,7 @@ class Learner:
             "last_eval": self.last_eval, "last_eval_success": self.last_eval_success,
             # the log interval in progress, so that a resumed run writes the rows this one would
             "interval": self._interval, "eval_row": self._eval_row, "eval_steps": self._eval_steps,
-            "log_mark_steps": self._log_mark[0],
+            "log_mark_steps": self._log_mark[0], "log_mark_wall_s": self._log_mark[1],
         }
         return {"learner": counters, "scheme": self.scheme.state_dict(), "rng": get_rng_state()}
 
@@ -454,7 +465,8 @@ class Learner:
             self._interval = {k: list(v) for k, v in c.get("interval", {}).items()}
             self._eval_row = dict(c.get("eval_row", {}))
             self._eval_steps = int(c.get("eval_steps", -1))
-            self._log_mark = (int(c.get("log_mark_steps", self.env_steps)), self.wall_time_offset)
+            # the wall time of the last row (older checkpoints: the checkpoint's, which overstates the next row's fps)
+            self._log_mark = (int(c.get("log_mark_steps", self.env_steps)), float(c.get("log_mark_wall_s", self.wall_time_offset)))
             set_rng_state(state["rng"])
         except (KeyError, TypeError, RuntimeError, ValueError) as exc:
             raise CheckpointError(f"checkpoint does not match this run's config ({_first_problem(exc)})") from None
@@ -497,8 +509,9 @@ class StopSignals:
     """SIGINT and SIGTERM, while a run trains in the main thread, call ``on_first`` the first
     time (the learner then stops at the end of its round) and raise ``KeyboardInterrupt`` after
     that; the previous handlers come back on exit. A signal the process ignores (SIGINT in a
-    shell's background job) stays ignored, and in another thread nothing is installed (Python
-    delivers signals to the main thread only)."""
+    shell's background job) stays ignored, one whose handler was not set from Python is left
+    alone, and in another thread nothing is installed (Python delivers signals to the main
+    thread only)."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -511,7 +524,7 @@ class StopSignals:
     def __enter__(self) -> StopSignals:
         if self._enabled and threading.current_thread() is threading.main_thread():
             for sig in self.SIGNALS:
-                if signal.getsignal(sig) is not signal.SIG_IGN:
+                if signal.getsignal(sig) not in (signal.SIG_IGN, None):  # None: a handler not set from Python, left alone
                     self._previous[sig] = signal.signal(sig, self._handle)
         return self
 

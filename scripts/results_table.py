@@ -15,10 +15,11 @@ The manifest (YAML) lists, per config, where its runs are and what it is compare
 ``KEY=VALUE`` overrides its runs were made with beyond their seed.
 
 A run counts for a row only when its saved ``config.yaml`` is that config with the row's
-overrides and the run's seed, up to keys that change neither what is learned nor how it is
-evaluated (:data:`NEUTRAL_KEYS`: threads, checkpoints, logging, where Ray runs, when the run
-stops). A run that differs elsewhere (another learning rate, budget or evaluation protocol) is
-left out with a warning naming the first keys that differ, so that a row never mixes configs.
+overrides and the run's seed, up to keys that change neither what is learned, how it is
+evaluated nor when it stops (:data:`NEUTRAL_KEYS`: threads, checkpoints, where Ray runs). A
+run that differs elsewhere (another learning rate, budget, stopping rule or evaluation
+protocol) is left out of the row and its figure with a warning naming the first keys that
+differ, so that a row never mixes configs.
 
 Each run directory is what ``pytorchrl train`` writes: ``config.yaml`` (env, algorithm, seed),
 ``progress.csv`` (the evaluation curve) and ``summary.json`` (final evaluation, wall-clock, the
@@ -43,12 +44,13 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 #: config keys (dotted; a trailing dot: a whole section) a run may change without leaving its
-#: row: they decide how fast, where and how long it runs and what it writes, not what it learns
-#: or how its evaluations are made. ``run.target_steps`` is not here: PPO anneals over it.
+#: row: they decide how fast and where it runs and what else it writes, not what it learns, how
+#: its evaluations are made or when it stops. Not here: ``run.target_steps`` (PPO anneals over
+#: it), ``run.stop_at_return`` and ``run.max_time_s`` (the final return is taken where the run
+#: stops), ``run.log_every`` (a row shows the last evaluation before it, at the row's steps).
 NEUTRAL_KEYS = (
-    "run.seed", "run.torch_threads", "run.checkpoint_every", "run.keep_checkpoints", "run.log_every", "run.prometheus_port",
-    "run.stop_at_return", "run.max_time_s", "run.device", "storage.checkpoint_buffer", "env.atari.num_threads", "env.vectorization",
-    "scheme.ray.",
+    "run.seed", "run.torch_threads", "run.checkpoint_every", "run.keep_checkpoints", "run.prometheus_port", "run.device",
+    "storage.checkpoint_buffer", "env.atari.num_threads", "env.vectorization", "scheme.ray.",
 )
 
 COLUMNS = (
@@ -122,18 +124,29 @@ def table_row(entry: dict[str, Any], runs: Sequence[Run], labels: tuple[str, str
 def results_table(manifest: Path, root: Path, repo: Path = REPO) -> list[dict[str, str]]:
     """Every manifest entry's row (runs found with its ``runs`` glob under ``root`` whose config
     is the entry's: :func:`config_differences`; the others are told on stderr and left out)."""
-    rows = []
+    return [row for row, _ in rows_and_runs(manifest, root, repo)]
+
+
+def rows_and_runs(manifest: Path, root: Path, repo: Path = REPO) -> list[tuple[dict[str, str], list[Path]]]:
+    """Each manifest entry's row and the run directories it counts (what its figure draws)."""
+    out = []
     for entry in entries(manifest):
-        runs = []
-        for run_dir in run_dirs(entry, root):
-            differ = config_differences(entry, run_dir, repo)
-            if differ:
-                shown = "; ".join(f"{key} = {ran!r}, not {expected!r}" for key, ran, expected in differ[:3])
-                print(f"results_table: {run_dir} left out of {entry['config']!r}: its config differs at {shown}", file=sys.stderr)
-                continue
-            runs.append(read_run(run_dir, entry.get("threshold")))
-        rows.append(table_row(entry, runs, _labels(entry, repo)))
-    return rows
+        accepted = accepted_run_dirs(entry, root, repo)
+        out.append((table_row(entry, [read_run(p, entry.get("threshold")) for p in accepted], _labels(entry, repo)), accepted))
+    return out
+
+
+def accepted_run_dirs(entry: dict[str, Any], root: Path, repo: Path = REPO) -> list[Path]:
+    """The finished runs of ``entry`` whose config is the entry's; one line on stderr for each other."""
+    accepted = []
+    for run_dir in run_dirs(entry, root):
+        differ = config_differences(entry, run_dir, repo)
+        if differ:
+            shown = "; ".join(f"{key} = {ran!r}, not {expected!r}" for key, ran, expected in differ[:3])
+            print(f"results_table: {run_dir} left out of {entry['config']!r}: its config differs at {shown}", file=sys.stderr)
+            continue
+        accepted.append(run_dir)
+    return accepted
 
 
 def expected_config(entry: dict[str, Any], seed: int, repo: Path = REPO) -> dict[str, Any]:
@@ -224,8 +237,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-o", "--output", type=Path, help="write the table there (default: stdout)")
     parser.add_argument("--plots", type=Path, metavar="DIR", help="also write one curve figure per config with runs")
     args = parser.parse_args(argv)
-    rows = results_table(args.manifest, args.root)
-    text = markdown(rows)
+    table = rows_and_runs(args.manifest, args.root)
+    text = markdown([row for row, _ in table])
     if args.output:
         args.output.write_text(text)
     else:
@@ -234,8 +247,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pytorchrl.plotting import plot_runs
 
         args.plots.mkdir(parents=True, exist_ok=True)
-        for entry in entries(args.manifest):
-            if found := run_dirs(entry, args.root):
+        for entry, (_, found) in zip(entries(args.manifest), table, strict=True):
+            if found:  # the runs the row counts, no other
                 name = entry.get("plot") or Path(entry["config"]).with_suffix("").as_posix().replace("/", "-")
                 plot_runs(found, output=args.plots / f"{name}.png")
     return 0

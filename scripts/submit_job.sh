@@ -33,6 +33,11 @@ if [[ "$config_path" != "$repo"/* ]]; then
 fi
 config="${config_path#"$repo"/}"
 cd "$repo"
+# Ray's upload of the working directory leaves out what .gitignore ignores (run directories)
+if command -v git >/dev/null && git rev-parse --is-inside-work-tree >/dev/null 2>&1 && git check-ignore -q "$config"; then
+  echo "submit_job.sh: config file '$config' is ignored by git (.gitignore), so Ray does not ship it with the job; copy it elsewhere in the repository (e.g. configs/)" >&2
+  exit 2
+fi
 export RAY_ADDRESS="${RAY_ADDRESS:-http://127.0.0.1:8265}"
 # clusters with token authentication (Ray's default since 2.5x): send the token we have
 if [[ -z "${RAY_AUTH_MODE:-}" && ( -n "${RAY_AUTH_TOKEN:-}" || -f "$HOME/.ray/auth_token" ) ]]; then

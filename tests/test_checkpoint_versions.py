@@ -51,3 +51,28 @@ def test_a_future_format_is_one_line_naming_both_versions(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"has format {CHECKPOINT_FORMAT + 1} (written by pytorchrl 9.0.0)" in err
     assert f"pytorchrl {__version__} reads formats up to {CHECKPOINT_FORMAT}" in err
+
+
+def test_a_checkpoint_rewritten_under_its_own_name_survives_an_interrupt(tmp_path, monkeypatch):
+    """The final checkpoint can land on the name of the periodic one just written: the old one is
+    moved aside, not deleted, until the new one is in place, and put back if the write is
+    interrupted between the two moves."""
+    import os
+
+    save_checkpoint(tmp_path / "step_8", {"x": 1}, {"env_steps": 8})
+    real, calls = os.replace, []
+
+    def interrupted(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:  # old moved aside; the new one about to take its name
+            raise KeyboardInterrupt
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(tmp_path / "step_8", {"x": 2}, {"env_steps": 8})
+    monkeypatch.setattr(os, "replace", real)
+    assert load_checkpoint(tmp_path / "step_8")[0] == {"x": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["step_8"]  # nothing left over
+    save_checkpoint(tmp_path / "step_8", {"x": 3}, {"env_steps": 8})
+    assert load_checkpoint(tmp_path / "step_8")[0] == {"x": 3} and [p.name for p in tmp_path.iterdir()] == ["step_8"]

@@ -93,7 +93,7 @@ def test_resume_past_its_target_says_so(trained_run, tmp_path):
     with pytest.warns(UserWarning) as told:
         assert main(["train", "--resume", str(tmp_path / "r"), "run.target_steps=1024", "--quiet"]) == 0
     assert [str(w.message) for w in told] == [
-        "run.target_steps = 1,024 is already reached: the run is at 2,048 env steps, so it stops at once; "
+        "run.target_steps = 1,024 is already reached (the run is at 2,048 env steps), so it stops at once; "
         "to train on, resume with a larger one, e.g. run.target_steps=4096"
     ]
 
@@ -269,7 +269,12 @@ def _readme_error_examples() -> list[tuple[str, str]]:
     ]
 
 
+def test_the_readme_shows_error_examples():
+    assert len(_readme_error_examples()) >= 3  # a change of the README's format must not empty the test below
+
+
 @pytest.mark.parametrize(("command", "printed"), _readme_error_examples())
-def test_the_readme_error_examples_print_what_the_readme_shows(capsys, command, printed):
+def test_the_readme_error_examples_print_what_the_readme_shows(capsys, monkeypatch, command, printed):
+    monkeypatch.chdir(REPO)  # the examples name configs/ from the checkout's root
     assert main(shlex.split(command)[1:]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == printed

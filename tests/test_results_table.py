@@ -64,20 +64,26 @@ def test_the_shipped_manifest_names_shipped_configs():
     assert entries and all((REPO / entry["config"]).is_file() for entry in entries)
 
 
-def test_a_run_of_another_config_is_left_out_and_told(tmp_path, capsys):
+def test_a_run_of_another_config_is_left_out_and_told(tmp_path, capsys, monkeypatch):
     """A row never mixes configs: a run whose saved config differs at a key that changes what is
     learned (or how it is evaluated) is left out with one line naming the key; one that differs
     only at neutral keys (threads, checkpoints) counts; the entry's own overrides count as its."""
     _run(tmp_path, "ppo-cartpole-seed0", 0, [(1000, 500.0)], 3.0, overrides=("run.torch_threads=1", "run.checkpoint_every=5000"))
     _run(tmp_path, "ppo-cartpole-seed1", 1, [(1000, 500.0)], 3.0, overrides=("algorithm.lr=0.01",))
     _run(tmp_path, "ppo-cartpole-seed2", 2, [(1000, 500.0)], 3.0, overrides=("run.eval_episodes=3",))
+    _run(tmp_path, "ppo-cartpole-seed3", 3, [(1000, 20.0)], 3.0, overrides=("run.max_time_s=5",))  # its final return is where it was cut
     manifest = tmp_path / "results.yaml"
     manifest.write_text(yaml.safe_dump([{"config": "configs/ppo/cartpole.yaml", "runs": "ppo-cartpole-seed*", "threshold": 475}]))
     assert results_table.results_table(manifest, tmp_path)[0]["seeds"] == "0"
     told = capsys.readouterr().err.splitlines()
-    assert len(told) == 2
+    assert len(told) == 3
     assert "ppo-cartpole-seed1 left out" in told[0] and "algorithm.lr = 0.01, not 0.002" in told[0]
     assert "ppo-cartpole-seed2 left out" in told[1] and "run.eval_episodes = 3, not 10" in told[1]
+    assert "ppo-cartpole-seed3 left out" in told[2] and "run.max_time_s = 5" in told[2]
+    drawn = []  # the figure draws the runs the row counts, no other
+    monkeypatch.setattr("pytorchrl.plotting.plot_runs", lambda runs, output: drawn.append([p.name for p in runs]))
+    assert results_table.main([str(manifest), "--root", str(tmp_path), "-o", str(tmp_path / "t.md"), "--plots", str(tmp_path / "plots")]) == 0
+    assert drawn == [["ppo-cartpole-seed0"]]
     manifest.write_text(yaml.safe_dump([
         {"config": "configs/ppo/cartpole.yaml", "runs": "ppo-cartpole-seed*", "threshold": 475, "overrides": ["algorithm.lr=0.01"]},
     ]))

@@ -224,15 +224,41 @@ def test_a_second_signal_stops_at_once_without_a_checkpoint(tmp_path):
     raw = {**TINY, "run": {**TINY["run"], "checkpoint_every": 256}}
     learner = Learner.from_config(from_dict(raw), run_dir=tmp_path / "run", progress=False)
     _signal_after(learner, 18, signal.SIGTERM, signal.SIGTERM)
+    summary, meta = _stopped_at_once(learner)
+    assert summary["stop_reason"] == "interrupted" and summary["updates"] < 20  # mid-round
+    assert (meta["env_steps"], meta["updates"]) == (512, 16)  # the last whole state, written on schedule
+
+
+def _stopped_at_once(learner: Learner) -> tuple[dict, dict]:
+    """``train()`` stopped at once by a second signal: its summary, and the newest checkpoint's meta."""
     try:
         with pytest.raises(KeyboardInterrupt):
             learner.train()
     finally:
         learner.close()
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["stop_reason"] == "interrupted" and summary["updates"] < 20  # mid-round
-    _, _, meta = ckpt.load_newest_checkpoint(tmp_path / "run" / "checkpoints")
-    assert (meta["env_steps"], meta["updates"]) == (512, 16)  # the last whole state, written on schedule
+    assert learner.run_dir is not None
+    return json.loads((learner.run_dir / "summary.json").read_text()), ckpt.load_newest_checkpoint(learner.run_dir / "checkpoints")[2]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_second_signal_in_finish_still_writes_the_summary(tmp_path):
+    """Two signals while the final checkpoint is written (a run at its target): the summary says
+    interrupted, and the periodic checkpoint of the same step is still there."""
+    raw = {**TINY, "run": {**TINY["run"], "target_steps": 512, "checkpoint_every": 512}}
+    learner = Learner.from_config(from_dict(raw), run_dir=tmp_path / "run", progress=False)
+    checkpoint, calls = learner.checkpoint, [0]
+
+    def checkpointing(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 2:  # finish()'s, after the periodic one at 512
+            signal.raise_signal(signal.SIGTERM)
+            signal.raise_signal(signal.SIGTERM)
+        return checkpoint(*args, **kwargs)
+
+    learner.checkpoint = checkpointing
+    summary, meta = _stopped_at_once(learner)
+    assert summary["stop_reason"] == "interrupted" and summary["env_steps"] == 512 and meta["env_steps"] == 512
 
 
 @pytest.mark.slow
@@ -264,14 +290,28 @@ def test_the_cli_stopped_at_once_exits_130_and_names_the_checkpoint_to_resume(tm
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_async_env_processes_leave_ctrl_c_to_the_learner(tmp_path):
-    """A terminal's Ctrl-C reaches the async vector env's processes too: they ignore it, so the
-    learner finishes its round with them before it stops."""
+def test_async_env_processes_leave_a_stop_signal_to_the_learner(tmp_path):
+    """A terminal's Ctrl-C (SIGINT) and a stop sent to the whole process tree (SIGTERM: `ray job
+    stop`, Slurm) reach the async vector env's processes too, here in the middle of a
+    collection: they ignore both, so the learner finishes the round with them, then stops."""
     raw = {**TINY, "env": {**TINY["env"], "vectorization": "async", "num_envs": 2}}
     learner = Learner.from_config(from_dict(raw), run_dir=tmp_path / "run", progress=False)
-    _signal_after(learner, 5, signal.SIGTERM, children=True)  # mid-round: 2 envs x 32 steps make one minibatch, 2 epochs
+    envs = learner.scheme.collection_workers.local_worker.envs
+    step, steps = envs.step_arrays, [0]
+
+    def stepping(actions):
+        steps[0] += 1
+        if steps[0] == 80:  # the third round's collection (32 steps a round), half way
+            for child in multiprocessing.active_children():
+                os.kill(child.pid, signal.SIGINT)
+                os.kill(child.pid, signal.SIGTERM)
+            signal.raise_signal(signal.SIGTERM)
+        return step(actions)
+
+    envs.step_arrays = stepping
     try:
         summary = learner.train()
+        assert all(child.is_alive() for child in multiprocessing.active_children())
     finally:
         learner.close()
     assert summary["stop_reason"] == "interrupted" and (summary["env_steps"], summary["updates"]) == (192, 6)

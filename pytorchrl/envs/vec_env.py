@@ -21,7 +21,7 @@ import contextlib
 import difflib
 import functools
 import importlib
-import multiprocessing
+import os
 import signal
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -531,18 +531,21 @@ def _make_vector_env(
     if restart_failed_envs:
         make = _RestartOnError.wrap(make)
     if vectorization == "async":
-        # a terminal's Ctrl-C reaches the env processes too: they leave it to the learner, which
-        # finishes its round with them before it stops
-        make = functools.partial(_ignoring_sigint, make)
+        # a terminal's Ctrl-C, and a SIGTERM sent to the whole process tree (`ray job stop`, Slurm),
+        # reach the env processes too: they leave it to the learner, which finishes its round with
+        # them before it stops (they end when it closes their pipes, or on EOF if it dies)
+        make = functools.partial(_ignoring_stop_signals, make, os.getpid())
         return gym.vector.AsyncVectorEnv([make] * num_envs, autoreset_mode=AutoresetMode.NEXT_STEP)
     return gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode=AutoresetMode.NEXT_STEP)
 
 
-def _ignoring_sigint(make: Callable[[], gym.Env]) -> gym.Env:
-    """``make()``; in an async vector env's process, which from then on ignores SIGINT (the
-    vector env also makes one env in this process, to read its spaces: that one changes nothing)."""
-    if multiprocessing.parent_process() is not None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _ignoring_stop_signals(make: Callable[[], gym.Env], builder_pid: int) -> gym.Env:
+    """``make()``; in an async vector env's process (not ``builder_pid``, the process that built
+    the vector env, which also makes one env to read its spaces), SIGINT and SIGTERM are
+    ignored from then on."""
+    if os.getpid() != builder_pid:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
     return make()
 
 

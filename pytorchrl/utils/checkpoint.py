@@ -45,6 +45,7 @@ def save_checkpoint(directory: str | Path, state: dict[str, Any], meta: dict[str
     meta = {**meta, "format_version": CHECKPOINT_FORMAT, "pytorchrl_version": __version__}
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
+    old = None  # a checkpoint of the same name, moved aside (not deleted) until the new one is in place
     try:
         with open(tmp / STATE_FILE, "wb") as f:
             torch.save(to_tensors(state), f)
@@ -52,11 +53,16 @@ def save_checkpoint(directory: str | Path, state: dict[str, Any], meta: dict[str
             os.fsync(f.fileno())
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True))
         if directory.exists():
-            shutil.rmtree(directory)
+            old = tmp.with_name(tmp.name + ".old")
+            os.replace(directory, old)
         os.replace(tmp, directory)
-    except BaseException:
+    except BaseException:  # an interrupt included: the old checkpoint goes back where it was
+        if old is not None and old.exists() and not directory.exists():
+            os.replace(old, directory)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
     return directory
 
 

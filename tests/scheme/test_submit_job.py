@@ -77,3 +77,21 @@ def test_a_config_outside_the_repository_is_refused_before_submitting(tmp_path):
     config.write_text((REPO / "configs" / "ppo" / "cartpole.yaml").read_text())
     proc = subprocess.run([str(REPO / "scripts" / "submit_job.sh"), str(config)], capture_output=True, text=True, timeout=20)
     assert proc.returncode == 2 and "is outside the repository" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+@pytest.mark.timeout(30)
+def test_a_config_git_ignores_is_refused_before_submitting(tmp_path):
+    """Ray's upload of the working directory leaves out what .gitignore ignores (run directories)."""
+    import shutil
+    import tempfile
+
+    runs = REPO / "runs"
+    made = not runs.exists()
+    runs.mkdir(exist_ok=True)
+    folder = Path(tempfile.mkdtemp(dir=runs))
+    try:
+        (folder / "config.yaml").write_text((REPO / "configs" / "ppo" / "cartpole.yaml").read_text())
+        proc = subprocess.run([str(REPO / "scripts" / "submit_job.sh"), str(folder / "config.yaml")], capture_output=True, text=True, timeout=20)
+    finally:
+        shutil.rmtree(runs if made else folder)
+    assert proc.returncode == 2 and "is ignored by git" in proc.stderr and proc.stderr.count("\n") == 1
