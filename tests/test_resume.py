@@ -162,17 +162,15 @@ def test_sigkill_then_resume_equals_the_uninterrupted_run(tmp_path):
     assert final_whole["learner"]["updates"] == final_killed["learner"]["updates"]
 
 
-def _signal_after(learner: Learner, update: int, *signums: int, children: bool = False) -> None:
+def _signal_after(learner: Learner, update: int, *signums: int) -> None:
     """Raise ``signums`` in this process, one after the other, right after the learner's
-    ``update``-th update (and first SIGINT in its child processes, as a terminal's Ctrl-C would)."""
+    ``update``-th update."""
     step, made = learner.scheme.update_worker.step, [0]
 
     def stepping() -> dict:
         info = step()
         made[0] += 1
         if made[0] == update:
-            for child in multiprocessing.active_children() if children else ():
-                os.kill(child.pid, signal.SIGINT)
             for signum in signums:
                 signal.raise_signal(signum)
         return info
