@@ -66,6 +66,8 @@ def ray_start_cluster(*node_args: list[str], env: dict[str, str] | None = None, 
             subprocess.run(cmd, check=True, capture_output=True, timeout=180, env=env)
         yield f"127.0.0.1:{port}"
     finally:
-        kill_cluster((temp_dir, f":{port}"))
+        # the head's GCS names its port without a host (--gcs_server_port=PORT), and its parent,
+        # `ray start`, is gone: without its own mark it outlived every test run (one per CI run)
+        kill_cluster((temp_dir, f":{port}", f"--gcs_server_port={port}"))
         if not own_temp_dir and CURRENT_CLUSTER.is_file() and CURRENT_CLUSTER.read_text().strip().endswith(f":{port}"):
             CURRENT_CLUSTER.unlink()  # as `ray stop` would: nothing may try to join the dead cluster
