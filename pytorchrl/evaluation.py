@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,11 +13,21 @@ import numpy as np
 
 from pytorchrl.agent.storages.on_policy.demos import EpisodeRecorder
 from pytorchrl.config import load_run_config
+from pytorchrl.config_applicability import IgnoredConfigKeysWarning
 from pytorchrl.envs.rendering import opengl_hint
 from pytorchrl.learner import Learner
 from pytorchrl.utils.checkpoint import META_FILE, load_checkpoint, load_newest_checkpoint
 from pytorchrl.utils.errors import CheckpointError, InputError
 from pytorchrl.utils.paths import check_output_dir
+
+#: evaluation plays the local collection worker's test envs in this process, so a run is rebuilt
+#: without its remote workers and inference servers (a run trained on a cluster evaluates on a
+#: laptop, without Ray) and without its Prometheus endpoint (the training run may hold the port);
+#: put after the user's overrides
+EVALUATION_LAYOUT = (
+    "scheme.num_col_workers=0", "scheme.num_grad_workers=0", "scheme.inference=local", "scheme.col_communication=synchronous",
+    "scheme.grad_communication=synchronous", "scheme.update_execution=centralised", "run.prometheus_port=null",
+)
 
 
 def evaluate_checkpoint(
@@ -29,6 +40,10 @@ def evaluate_checkpoint(
     :param path: a run directory or one of its ``checkpoints/step_N`` directories.
     :param episodes: number of episodes.
     :param video_dir: if given, record one episode as an animated GIF there.
+    The run is rebuilt in this process alone (:data:`EVALUATION_LAYOUT`, :func:`evaluation_state`):
+    its episodes are those the full layout would play, with the same weights, observation
+    statistics and test envs.
+
     :param overrides: dotted ``key=value`` changes to the run's config, e.g. the same policy on
         sticky actions (``env.atari.repeat_action_probability=0.25``) or with argmax actions
         (``run.eval_deterministic=true``); one that changes a key the checkpoint fixes (its
@@ -56,16 +71,18 @@ def evaluate_checkpoint(
     config_path = run_dir / "config.yaml"
     if not config_path.exists():  # one of another kind: load_run_config names its kind
         raise CheckpointError(f"{str(config_path)!r} is missing: cannot rebuild the policy of {str(checkpoint)!r}")
-    config = load_run_config(run_dir, overrides)
+    config = load_run_config(run_dir, [*overrides, *EVALUATION_LAYOUT])
     if demos_dir is not None and config.env.normalize_obs:
         raise InputError(
             f"--save-demos: the run {str(run_dir)!r} normalises its observations (env.normalize_obs = true); demonstrations hold the env's own "
             "observations, and algorithm.demos needs env.normalize_obs = false"
         )
     recorder = EpisodeRecorder() if demos_dir is not None else None
-    learner = Learner.from_config(config, progress=False)
+    with warnings.catch_warnings():  # keys the one-process layout does not use (scheme.ray.*, ...): they did apply to the run
+        warnings.simplefilter("ignore", IgnoredConfigKeysWarning)
+        learner = Learner.from_config(config, progress=False)
     try:
-        learner.load_state(state)
+        learner.load_state(evaluation_state(state))
         deterministic = config.run.eval_deterministic
         if on_episode is not None:
             on_episode([])
@@ -91,6 +108,26 @@ def evaluate_checkpoint(
 
 #: a video stops after this many frames (an Atari game can last 27,000 agent steps)
 MAX_VIDEO_FRAMES = 5_000
+
+
+def evaluation_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's state for :data:`EVALUATION_LAYOUT`: the remote workers' states are left out
+    (the one-process layout has none to load them into) and so is a checkpointed replay buffer.
+    When the driver's collection worker did not collect (remote collection workers did), it gets
+    the first remote worker's observation statistics, the ones the full layout evaluates with
+    (:meth:`~pytorchrl.scheme.collection.collection_worker_set.CollectionWorkerSet.evaluate`)."""
+    scheme = state.get("scheme")
+    if not isinstance(scheme, dict) or not isinstance(scheme.get("local_gradient_worker"), dict):
+        return state  # not a scheme's state: load_state names what does not match
+    master = {k: v for k, v in scheme["local_gradient_worker"].items() if k != "replay_buffer"}
+    collection = master.get("collection")
+    if isinstance(collection, dict) and isinstance(collection.get("local"), dict):
+        local = dict(collection["local"])
+        remote = [w for w in collection.get("remote", []) if isinstance(w, dict) and isinstance(w.get("envs"), dict)]
+        if "envs" not in local and remote and "obs_rms" in remote[0]["envs"]:
+            local["envs"] = {"obs_rms": remote[0]["envs"]["obs_rms"]}  # statistics only: the train envs start afresh
+        master["collection"] = {"local": local}
+    return {**state, "scheme": {"local_gradient_worker": master}}
 
 
 def _pillow() -> Any:

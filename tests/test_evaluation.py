@@ -1,0 +1,82 @@
+"""``evaluate`` rebuilds a run in one process: a run trained with remote workers (or on a cluster
+that is not there) evaluates without them, with the episodes the full layout would play."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import yaml
+
+from pytorchrl.config import from_dict, load_run_config
+from pytorchrl.evaluation import evaluate_checkpoint, evaluation_state
+from pytorchrl.learner import Learner
+from pytorchrl.utils import checkpoint as ckpt
+from tests.conftest import CONFIGS
+
+TINY = {"target_steps": 2048, "eval_every": 0, "log_every": 1024, "checkpoint_every": 2048, "eval_episodes": 2, "stop_at_return": None}
+
+
+def _train(run_dir, **scheme):
+    raw = yaml.safe_load((CONFIGS / "ppo" / "cartpole.yaml").read_text())
+    raw["run"].update(TINY)
+    raw["env"]["normalize_obs"] = True  # statistics that the remote workers hold, not the driver
+    raw["scheme"] = scheme
+    learner = Learner.from_config(from_dict(raw), run_dir=run_dir, progress=False)
+    try:
+        learner.train()
+    finally:
+        learner.close()
+
+
+def _full_layout_returns(run_dir, episodes):
+    """The returns of the run's own layout, remote workers and all (what ``evaluate`` once built)."""
+    learner = Learner.from_config(load_run_config(run_dir), progress=False)
+    try:
+        _, state, _ = ckpt.load_newest_checkpoint(run_dir / "checkpoints")
+        learner.load_state(state)
+        return learner.scheme.evaluate(episodes, True)
+    finally:
+        learner.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("inference", ["local", "central"])
+def test_a_run_with_remote_workers_evaluates_in_one_process_as_in_its_layout(ray_session, tmp_path, inference):
+    """Central inference's workers hold their statistics as numpy arrays, local ones as tensors."""
+    run_dir = tmp_path / "remote"
+    small = {"num_cpus": 0.1}  # beside other tests' workers on the session's 2 CPUs
+    servers = {"inference_server": small} if inference == "central" else {}
+    _train(run_dir, num_col_workers=2, col_worker_resources=small, inference=inference, **servers)
+    _, state, _ = ckpt.load_newest_checkpoint(run_dir / "checkpoints")
+    collection = state["scheme"]["local_gradient_worker"]["collection"]
+    assert "envs" not in collection["local"] and len(collection["remote"]) == 2  # the driver's worker did not collect
+    local = evaluation_state(state)["scheme"]["local_gradient_worker"]["collection"]["local"]
+    rms = local["envs"]["obs_rms"]
+    assert rms == collection["remote"][0]["envs"]["obs_rms"] and float(rms["count"]) > 1000  # trained statistics, not fresh ones
+
+    result = evaluate_checkpoint(run_dir, episodes=6)
+    assert result["returns"] == _full_layout_returns(run_dir, 6)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_cluster_run_evaluates_without_its_cluster_or_its_metrics_port(tmp_path):
+    """A config naming 64 remote workers on a cluster that does not answer, and a Prometheus port
+    that another process holds (the training run, say): the checkpoint still evaluates here."""
+    run_dir = tmp_path / "local"
+    _train(run_dir)
+    before = evaluate_checkpoint(run_dir, episodes=4)
+    config_path = run_dir / "config.yaml"
+    raw = yaml.safe_load(config_path.read_text())
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        raw["run"].update(prometheus_port=busy.getsockname()[1], target_steps=10_000_000)
+        raw["scheme"].update(num_col_workers=64, inference="central", col_communication="asynchronous")
+        raw["scheme"]["ray"]["address"] = "127.0.0.1:1"
+        raw["scheme"]["inference_server"]["num_servers"] = 2
+        config_path.write_text(yaml.safe_dump(raw, sort_keys=False))
+        after = evaluate_checkpoint(run_dir, episodes=4)
+    assert after["returns"] == before["returns"] and after["env_steps"] == 2048
