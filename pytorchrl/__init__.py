@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from pytorchrl.agent.storages import GAEBuffer, VTraceBuffer
     from pytorchrl.config import Config, ConfigError, RunConfig, SchemeConfig, load_config
     from pytorchrl.envs import VecEnv
+    from pytorchrl.evaluation import load_learner
     from pytorchrl.learner import Learner
     from pytorchrl.scheme import (
         CollectionWorker,
@@ -37,6 +38,7 @@ _EXPORTS = {
     **dict.fromkeys(("GAEBuffer", "VTraceBuffer"), "pytorchrl.agent.storages"),
     **dict.fromkeys(("Config", "ConfigError", "RunConfig", "SchemeConfig", "load_config"), "pytorchrl.config"),
     "VecEnv": "pytorchrl.envs",
+    "load_learner": "pytorchrl.evaluation",
     "Learner": "pytorchrl.learner",
     **dict.fromkeys(
         ("CollectionWorker", "CollectionWorkerSet", "GradientWorker", "GradientWorkerSet", "Scheme", "UpdateWorker", "build_scheme"),
@@ -73,5 +75,6 @@ __all__ = [
     "VecEnv",
     "build_scheme",
     "load_config",
+    "load_learner",
     "tune",
 ]

@@ -178,9 +178,7 @@ def _ray_running() -> bool:
 def _run_training(args: argparse.Namespace) -> dict[str, Any]:
     """Build or resume the run of ``train``'s arguments and train it; the run's summary."""
     from pytorchrl.config import load_config
-    from pytorchrl.learner import Learner
-    from pytorchrl.utils.checkpoint import list_checkpoints
-    from pytorchrl.utils.paths import check_run_dir
+    from pytorchrl.learner import Learner, check_new_run_dir
 
     picking = _check_algo_env(args)
     if (args.resume or picking) and args.config is not None:  # `train --resume DIR k=v`, `--algo A --env E k=v`: the first override lands in `config`
@@ -198,16 +196,7 @@ def _run_training(args: argparse.Namespace) -> dict[str, Any]:
         else:
             config, name = load_config(args.config, args.overrides), _config_name(args.config)
         run_dir = Path(args.run_dir) if args.run_dir else _default_run_dir(name)
-        check_run_dir(run_dir, "--run-dir" if args.run_dir else "run directory")  # first: `exists()` below raises on a too-long name
-        if (run_dir / "config.yaml").exists():  # a new run there would mix its logs and checkpoints with the old one's
-            if not list_checkpoints(run_dir / "checkpoints"):
-                raise InputError(
-                    f"--run-dir {str(run_dir)!r} already holds a run (its config.yaml) that stopped before its first checkpoint, "
-                    "so it cannot be resumed: remove the directory or choose a new one"
-                )
-            raise InputError(
-                f"--run-dir {str(run_dir)!r} already holds a run (its config.yaml); continue it with `pytorchrl train --resume {run_dir}`, or choose a new directory"
-            )
+        check_new_run_dir(run_dir, "--run-dir" if args.run_dir else "run directory")  # in the option's words; from_config checks again
         learner = Learner.from_config(config, run_dir=run_dir, progress=not args.quiet)
     print(f"pytorchrl: run directory {learner.run_dir}", file=sys.stderr)
     try:

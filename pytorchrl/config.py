@@ -456,6 +456,8 @@ def load_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] 
 
 def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...]) -> dict:
     """Return a copy of the nested dict ``raw`` with dotted ``key=value`` overrides applied."""
+    if isinstance(overrides, str):  # a lone string would be read as overrides of one character each
+        raise ConfigError(f"overrides are a list of 'section.key=value' strings, got the string {overrides!r}: pass [{overrides!r}]")
     out = _deep_copy(raw)
     for item in overrides:
         key, sep, text = item.partition("=")
@@ -547,6 +549,8 @@ def _encoder_key(key: str, value: Any) -> str:
 
 def from_dict(raw: dict) -> Config:
     """Build and validate a :class:`Config` from a nested dict."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"a config is a mapping of sections (run, env, algorithm, ...), got {_kind(raw)}")
     raw = canonical_encoder(_deep_copy(raw))
     algo = raw.get("algorithm") or {}
     if not isinstance(algo, dict):
@@ -566,6 +570,42 @@ def from_dict(raw: dict) -> Config:
     _check_cross_field(config)
     _check_work(config)
     return config
+
+
+def checked(config: Config) -> Config:
+    """``config`` validated as :func:`from_dict` validates a file's values (its types, ranges,
+    choices and the checks across keys): a config built or changed in Python, e.g. with
+    ``dataclasses.replace``, skips them otherwise. Returns the config (rebuilt, equal to it).
+
+    :raises ConfigError: one line naming the key at fault, or a value that is not a :class:`Config`.
+    """
+    if not isinstance(config, Config):
+        raise ConfigError(
+            f"expected a pytorchrl.config.Config (from load_config or from_dict), got {_kind(config)}; "
+            "a dict goes through from_dict, a YAML file through load_config"
+        )
+    return from_dict(config_to_dict(config))
+
+
+def check_section(section: Any, prefix: str) -> Any:
+    """One config section built in Python (:class:`RunConfig`, :class:`SchemeConfig`, an
+    algorithm's config), with the checks :func:`from_dict` gives its keys in a file; the scheme's
+    checks across keys too. Returns the section (rebuilt, equal to it).
+
+    :param prefix: the section's place in a whole config, for messages (``"run."``).
+    :raises ConfigError: one line naming the key at fault.
+    """
+    if not dataclasses.is_dataclass(section) or isinstance(section, type):
+        raise ConfigError(f"config section {prefix.rstrip('.')!r} must be a config dataclass, got {_kind(section)}")
+    rebuilt = _build(type(section), config_to_dict(section), prefix)
+    if isinstance(rebuilt, SchemeConfig):
+        check_scheme(rebuilt)
+    return rebuilt
+
+
+def _kind(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
 def config_to_dict(config: Any) -> Any:
@@ -664,13 +704,7 @@ def _bad_choice(key: str, value: Any, choices: tuple[Any, ...]) -> str:
 
 
 def _check_cross_field(config: Config) -> None:
-    scheme = config.scheme
-    if scheme.update_execution == "decentralised" and scheme.grad_communication == "asynchronous":
-        raise ConfigError(
-            "config key 'scheme.update_execution' = 'decentralised' needs scheme.grad_communication "
-            "'synchronous' (asynchronous gradients cannot be applied identically on every worker)"
-        )
-    _check_inference(scheme)
+    check_scheme(config.scheme)
     _check_sequences(config)
     _check_her(config)
     config.algorithm.check(config)
@@ -694,6 +728,17 @@ def check_widths(key: str, sizes: tuple[int, ...] | None, widest: int = MAX_WIDT
         raise ConfigError(f"config key {key!r} has {len(sizes):,} layers: at most {most} are allowed")
     if any(s < 1 or s > widest for s in sizes):
         raise ConfigError(f"config key {key!r} = {list(sizes)!r} is out of range: every width must be in 1..{widest:,}")
+
+
+def check_scheme(scheme: SchemeConfig) -> None:
+    """The scheme's checks across its keys (:func:`from_dict` runs them, and
+    :class:`~pytorchrl.scheme.scheme.Scheme` on a section built in Python)."""
+    if scheme.update_execution == "decentralised" and scheme.grad_communication == "asynchronous":
+        raise ConfigError(
+            "config key 'scheme.update_execution' = 'decentralised' needs scheme.grad_communication "
+            "'synchronous' (asynchronous gradients cannot be applied identically on every worker)"
+        )
+    _check_inference(scheme)
 
 
 def _check_inference(scheme: SchemeConfig) -> None:

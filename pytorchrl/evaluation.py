@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from pytorchrl.agent.storages.on_policy.demos import EpisodeRecorder
-from pytorchrl.config import load_run_config
+from pytorchrl.config import Config, load_run_config
 from pytorchrl.config_applicability import IgnoredConfigKeysWarning
 from pytorchrl.envs.rendering import opengl_hint
 from pytorchrl.learner import Learner
@@ -60,29 +60,14 @@ def evaluate_checkpoint(
         _pillow()
     if demos_dir is not None:
         check_output_dir(demos_dir, "--save-demos")
-    if (path / META_FILE).is_file():
-        checkpoint, run_dir = path, path.parent.parent
-        state, meta = load_checkpoint(path)
-    elif path.is_dir():
-        run_dir = path
-        checkpoint, state, meta = load_newest_checkpoint(path / "checkpoints")
-    else:
-        raise CheckpointError(f"{str(path)!r} is neither a run directory nor a checkpoint directory")
-    config_path = run_dir / "config.yaml"
-    if not config_path.exists():  # one of another kind: load_run_config names its kind
-        raise CheckpointError(f"{str(config_path)!r} is missing: cannot rebuild the policy of {str(checkpoint)!r}")
-    config = load_run_config(run_dir, [*overrides, *EVALUATION_LAYOUT])
-    if demos_dir is not None and config.env.normalize_obs:
-        raise InputError(
-            f"--save-demos: the run {str(run_dir)!r} normalises its observations (env.normalize_obs = true); demonstrations hold the env's own "
-            "observations, and algorithm.demos needs env.normalize_obs = false"
-        )
-    recorder = EpisodeRecorder() if demos_dir is not None else None
-    with warnings.catch_warnings():  # keys the one-process layout does not use (scheme.ray.*, ...): they did apply to the run
-        warnings.simplefilter("ignore", IgnoredConfigKeysWarning)
-        learner = Learner.from_config(config, progress=False)
+    learner, checkpoint, meta, config = _load(path, overrides, "evaluate")
     try:
-        learner.load_state(evaluation_state(state))
+        if demos_dir is not None and config.env.normalize_obs:
+            raise InputError(
+                f"--save-demos: the run {str(checkpoint.parent.parent)!r} normalises its observations (env.normalize_obs = true); demonstrations "
+                "hold the env's own observations, and algorithm.demos needs env.normalize_obs = false"
+            )
+        recorder = EpisodeRecorder() if demos_dir is not None else None
         deterministic = config.run.eval_deterministic
         if on_episode is not None:
             on_episode([])
@@ -104,6 +89,45 @@ def evaluate_checkpoint(
     if recorder is not None and demos_dir is not None:
         result["demos"] = [str(p) for p in recorder.save(Path(demos_dir), config.env.env_id)]
     return result
+
+
+def load_learner(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Learner:
+    """The trained policy of a run directory (its newest readable checkpoint) or of one of its
+    checkpoints, rebuilt in this process as ``evaluate`` rebuilds it (:data:`EVALUATION_LAYOUT`):
+    ``learner.predict(obs)`` acts, ``learner.scheme.evaluate(n)`` plays episodes; close it after.
+
+    :param overrides: dotted ``key=value`` changes to the run's config, as ``evaluate`` takes them.
+    :raises CheckpointError: no readable checkpoint, or one that does not fit its config.
+    :raises InputError: a path that is not a run directory or a checkpoint.
+    """
+    learner, _, _, _ = _load(check_output_dir(path, "load_learner", must_exist=True, writable=False), overrides, "load_learner")
+    return learner
+
+
+def _load(path: Path, overrides: list[str] | tuple[str, ...], what: str) -> tuple[Learner, Path, dict[str, Any], Config]:
+    """The one-process learner of a run directory or checkpoint at ``path``, its checkpoint's
+    directory and metadata, and its config (``what``: the command or function, for messages)."""
+    if (path / META_FILE).is_file():
+        checkpoint, run_dir = path, path.parent.parent
+        state, meta = load_checkpoint(path)
+    elif path.is_dir():
+        run_dir = path
+        checkpoint, state, meta = load_newest_checkpoint(path / "checkpoints")
+    else:
+        raise CheckpointError(f"{what}: {str(path)!r} is neither a run directory nor a checkpoint directory")
+    config_path = run_dir / "config.yaml"
+    if not config_path.exists():  # one of another kind: load_run_config names its kind
+        raise CheckpointError(f"{str(config_path)!r} is missing: cannot rebuild the policy of {str(checkpoint)!r}")
+    config = load_run_config(run_dir, [*overrides, *EVALUATION_LAYOUT])
+    with warnings.catch_warnings():  # keys the one-process layout does not use (scheme.ray.*, ...): they did apply to the run
+        warnings.simplefilter("ignore", IgnoredConfigKeysWarning)
+        learner = Learner.from_config(config, progress=False)
+    try:
+        learner.load_state(evaluation_state(state))
+    except BaseException:
+        learner.close()
+        raise
+    return learner, checkpoint, meta, config
 
 
 #: a video stops after this many frames (an Atari game can last 27,000 agent steps)

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import yaml
 
-from pytorchrl.config import Config, RunConfig, config_to_dict, load_run_config
+from pytorchrl.config import Config, RunConfig, check_section, checked, config_to_dict, load_run_config
 from pytorchrl.logging.writers import CSVWriter, ProgressLine, TensorBoardWriter, Writer
 from pytorchrl.scheme.base.inference_servers import METRICS as INFERENCE_METRICS
 from pytorchrl.scheme.scheme import Scheme, build_scheme
@@ -33,7 +33,7 @@ from pytorchrl.utils.checkpoint import (
     prune_checkpoints,
     save_checkpoint,
 )
-from pytorchrl.utils.errors import CheckpointError, TrainingDiverged
+from pytorchrl.utils.errors import CheckpointError, InputError, TrainingDiverged
 from pytorchrl.utils.paths import check_run_dir, make_dir
 from pytorchrl.utils.runtime import cpu_model
 from pytorchrl.utils.seeding import get_rng_state, seed_everything, set_rng_state
@@ -67,7 +67,7 @@ class Learner:
         writers: list[Writer] | None = None,
     ) -> None:
         self.scheme = scheme
-        self.run = run = run or RunConfig()
+        self.run = run = RunConfig() if run is None else check_section(run, "run.")  # one built in Python skips from_dict's checks
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.env_steps = 0
         self.updates = 0
@@ -106,10 +106,23 @@ class Learner:
     # ------------------------------------------------------------------ construction
 
     @classmethod
-    def from_config(cls, config: Config, *, run_dir: str | Path | None = None, progress: bool = True) -> Learner:
-        """Seed, build the scheme from ``config`` and, with a ``run_dir``, write ``config.yaml`` there."""
+    def from_config(
+        cls, config: Config, *, run_dir: str | Path | None = None, progress: bool = True, reuse_run_dir: bool = False,
+    ) -> Learner:
+        """Seed, build the scheme from ``config`` and, with a ``run_dir``, write ``config.yaml`` there.
+
+        :param config: checked as a config file's values are (:func:`~pytorchrl.config.checked`),
+            so one built or changed in Python gets the same one-line errors.
+        :param reuse_run_dir: train in a ``run_dir`` that holds another run (its ``config.yaml``),
+            as Ray Tune's PBT does when it restarts a trial in its own directory; by default that
+            is refused, since the runs' logs and checkpoints would mix (:meth:`resume` continues one).
+        :raises ConfigError: a bad config value, or a layout the Ray cluster cannot hold.
+        :raises InputError: a ``run_dir`` that cannot be used or already holds a run.
+        """
+        config = checked(config)
         seed_everything(config.run.seed)
-        run_dir = check_run_dir(run_dir, "run directory") if run_dir is not None else None  # before a file is written
+        if run_dir is not None:  # before a file is written
+            run_dir = check_run_dir(run_dir, "run directory") if reuse_run_dir else check_new_run_dir(run_dir, "run directory")
         created = run_dir is not None and not run_dir.exists()
         writers = open_writers(config.run, run_dir)  # first: a port in use fails before Ray starts or a file is written
         try:
@@ -142,7 +155,7 @@ class Learner:
                 "train it again in a new --run-dir (or remove this one)"
             )
         _, state, _ = load_newest_checkpoint(run_dir / "checkpoints")
-        learner = cls.from_config(config, run_dir=run_dir, progress=progress)
+        learner = cls.from_config(config, run_dir=run_dir, progress=progress, reuse_run_dir=True)
         learner.load_state(state)
         truncate_progress(run_dir / "progress.csv", learner.env_steps)
         reached = {  # a run resumed past where it stops stops at once: say why, and what would train on
@@ -369,6 +382,13 @@ class Learner:
 
     # ---------------------------------------------------------------- eval, logging
 
+    def predict(self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = True) -> tuple[Any, Any]:
+        """The policy's action for an observation as the env returns it (or a batch of them):
+        ``action, state = learner.predict(obs)``, as Stable-Baselines3's ``model.predict``; see
+        :meth:`Scheme.predict <pytorchrl.scheme.scheme.Scheme.predict>`. A saved run's policy:
+        :func:`pytorchrl.evaluation.load_learner`."""
+        return self.scheme.predict(observation, state, episode_start, deterministic)
+
     def evaluate(self) -> float:
         """Mean return over ``run.eval_episodes`` episodes (``run.eval_deterministic``); records solving."""
         start = time.perf_counter()
@@ -432,6 +452,7 @@ class Learner:
     # ------------------------------------------------------------------ checkpoints
 
     def state_dict(self) -> dict[str, Any]:
+        """Everything a checkpoint holds (counters, the scheme's state, the RNG streams): :meth:`load_state` takes it back."""
         counters = {
             "env_steps": self.env_steps, "updates": self.updates, "episodes": self.episodes,
             "policy_version": self.policy_version, "wall_time_s": self.wall_time_s,
@@ -501,6 +522,7 @@ class Learner:
         return out
 
     def close(self) -> None:
+        """Close the log writers and the scheme (its envs and remote workers)."""
         close_writers(self.writers)
         self.scheme.close()
 
@@ -538,6 +560,27 @@ class StopSignals:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+
+
+def check_new_run_dir(run_dir: str | Path, what: str) -> Path:
+    """:func:`~pytorchrl.utils.paths.check_run_dir` for a new run: a directory that already holds
+    a run (its ``config.yaml``) is refused in one line, since the two runs' ``progress.csv`` rows
+    and checkpoints would mix (and the old run's, with higher step numbers, prune the new one's).
+
+    :param what: how the message names the directory (``--run-dir``, ``run directory``).
+    """
+    path = check_run_dir(run_dir, what)
+    if (path / "config.yaml").exists():
+        if not list_checkpoints(path / "checkpoints"):
+            raise InputError(
+                f"{what} {str(path)!r} already holds a run (its config.yaml) that stopped before its first checkpoint, "
+                "so it cannot be resumed: remove the directory or choose a new one"
+            )
+        raise InputError(
+            f"{what} {str(path)!r} already holds a run (its config.yaml); continue it with `pytorchrl train --resume {path}` "
+            "(Learner.resume in Python), or choose a new directory"
+        )
+    return path
 
 
 def open_writers(run: RunConfig, run_dir: Path | None) -> list[Writer]:

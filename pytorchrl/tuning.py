@@ -226,7 +226,7 @@ def run_trial(params: dict[str, Any], *, base: dict[str, Any], root: str, metric
     config = from_dict(set_values(base, params))
     configure_process(config.run.torch_threads)
     run_dir = Path(root) / "trials" / ray_tune.get_context().get_trial_name()
-    learner = Learner.from_config(config, run_dir=run_dir, progress=False)
+    learner = Learner.from_config(config, run_dir=run_dir, progress=False, reuse_run_dir=True)  # PBT restarts a trial in its directory
     try:
         checkpoint = ray_tune.get_checkpoint()
         if checkpoint is not None:  # PBT: continue the source trial's run with the perturbed values

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode
 
 from pytorchrl.envs.atari import atari_spaces, is_atari_id, make_atari_env, make_atari_vector_env, register_atari
@@ -65,6 +66,8 @@ def resolve_env_fn(env_id: str) -> Callable[..., gym.Env] | None:
 
 def check_env_id(env_id: str) -> None:
     """Raise :class:`InputError` naming close registered ids if ``env_id`` is unknown."""
+    if not isinstance(env_id, str):
+        raise InputError(f"env.env_id must be a string, a registered gymnasium id or 'module:function', got {type(env_id).__name__} {env_id!r}")
     if resolve_env_fn(env_id) is not None:
         return
     if env_id.startswith("ALE/"):
@@ -235,8 +238,11 @@ class VecEnv:
             with _env_errors(env_id, "env.eval_env_kwargs", dict(eval_kwargs)):
                 _make_single_env(env_id, dict(eval_kwargs), None).close()
         check_spaces(env_id, obs_space, act_space)
+        # the id's registration goes with the factory: an id registered in this process only (a
+        # gym.register in the user's script) is unknown to a remote worker's fresh interpreter
+        spec = None if is_atari_id(env_id) or resolve_env_fn(env_id) is not None else gym.registry.get(env_id)
         factory = functools.partial(
-            _build_vec_env, cls, env_id, num_envs=num_envs, seed=seed, num_test_envs=num_test_envs or num_envs, **kwargs
+            _build_vec_env, cls, env_id, num_envs=num_envs, seed=seed, num_test_envs=num_test_envs or num_envs, spec=spec, **kwargs
         )
         return factory, obs_space, act_space
 
@@ -364,11 +370,19 @@ class VecEnv:
 
     def single_obs(self, obs: Any) -> torch.Tensor:
         """One env's observation as a batch of one, stored and normalised as :meth:`step` does (frozen statistics)."""
+        if self._dict_obs:
+            return self.batch_obs({k: np.asarray(v)[None] for k, v in obs.items()})
+        return self.batch_obs(np.asarray(obs)[None])
+
+    def batch_obs(self, obs: Any) -> torch.Tensor:
+        """A batch of observations of this env (a leading axis; a dict of such arrays for a Dict
+        space), stored and normalised as :meth:`step` does (frozen statistics)."""
         import torch
 
         if self._dict_obs:
-            return torch.from_numpy(pack_dict(self.observation_space, {k: np.asarray(v)[None] for k, v in obs.items()}, 1))  # type: ignore[arg-type]
-        x = np.asarray(obs)[None]
+            n = len(np.asarray(next(iter(obs.values()))))
+            return torch.from_numpy(pack_dict(self.observation_space, {k: np.asarray(v) for k, v in obs.items()}, n))  # type: ignore[arg-type]
+        x = np.asarray(obs)
         if self.obs_normalizer is not None:
             x = self.obs_normalizer.normalize(x, update=False)
         return torch.from_numpy(np.asarray(x, dtype=self._layout.dtype))
@@ -457,8 +471,10 @@ def _successes(info: dict[str, Any], envs: np.ndarray) -> list[bool | None]:
 
 def _build_vec_env(
     cls: type[VecEnv], env_id: str, *, num_test_envs: int, num_envs: int, worker_index: int = 0, test: bool = False,
-    eval_env_kwargs: dict | None = None, **kwargs: Any,
+    eval_env_kwargs: dict | None = None, spec: EnvSpec | None = None, **kwargs: Any,
 ) -> VecEnv:
+    if spec is not None and env_id not in gym.registry:  # registered in the driver only (see create_factory)
+        gym.registry[env_id] = spec
     if test and eval_env_kwargs is not None:
         kwargs["env_kwargs"] = eval_env_kwargs
     return cls(env_id, num_envs=num_test_envs if test else num_envs, worker_index=worker_index, test=test, **kwargs)

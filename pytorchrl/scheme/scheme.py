@@ -7,8 +7,12 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+import gymnasium as gym
+import numpy as np
+import torch
+
 from pytorchrl.agent.algorithms import ALGORITHMS, wire
-from pytorchrl.config import Config, ConfigError, SchemeConfig
+from pytorchrl.config import Config, ConfigError, SchemeConfig, check_section
 from pytorchrl.config_applicability import warn_inapplicable
 from pytorchrl.envs.vec_env import VecEnv
 from pytorchrl.scheme.base.inference_servers import InferenceServers, server_resources
@@ -18,7 +22,9 @@ from pytorchrl.scheme.collection.collection_worker_set import CollectionWorkerSe
 from pytorchrl.scheme.gradients.gradient_worker_set import GradientWorkerSet
 from pytorchrl.scheme.inference import InferenceServer, policy_spec
 from pytorchrl.scheme.updates.update_worker import UpdateWorker
+from pytorchrl.utils.errors import InputError
 from pytorchrl.utils.memory import check_memory
+from pytorchrl.utils.seeding import seed_everything
 
 
 class Scheme:
@@ -33,8 +39,13 @@ class Scheme:
     :param device: torch device of the learner (gradient and update workers).
     :param torch_threads: ``torch.set_num_threads`` in every worker.
     :param seed: the run seed (of the workers' acting and shuffling streams).
-    :raises ConfigError: when the remote workers cannot fit the Ray cluster's resources, or
-        central inference is asked of an actor a shared server cannot serve.
+    :param seed_generators: seed Python's, numpy's and torch's global generators from ``seed``
+        first, so that two schemes of one seed start from the same weights (the driver's actor is
+        initialised from torch's). :func:`build_scheme` passes False: :meth:`Learner.from_config
+        <pytorchrl.learner.Learner.from_config>` seeded them before the env was probed.
+    :raises ConfigError: for a ``config`` value a config file could not hold, when the remote
+        workers cannot fit the Ray cluster's resources, or central inference is asked of an actor
+        a shared server cannot serve.
     """
 
     def __init__(
@@ -48,8 +59,11 @@ class Scheme:
         device: str = "cpu",
         torch_threads: int = 1,
         seed: int = 0,
+        seed_generators: bool = True,
     ) -> None:
-        self.config = config = config or SchemeConfig()
+        self.config = config = check_section(config or SchemeConfig(), "scheme.")  # a section built in Python skips from_dict's checks
+        if seed_generators:
+            seed_everything(seed)
         col_resources = dataclasses.asdict(config.col_worker_resources)
         grad_resources = dataclasses.asdict(config.grad_worker_resources)
         if config.inference == "central":  # before Ray starts: refused in a moment, not after Ray's start-up
@@ -62,6 +76,7 @@ class Scheme:
             if problem is not None:
                 raise ConfigError(problem)
         self.inference = _start_inference(config, actor_factory, device) if config.inference == "central" else None
+        self._acting: tuple[int, Any] | None = None  # predict(): the policy version acted with, and its envs
         fault = FaultTolerance(
             max_restarts=config.max_worker_restarts,
             restart_delay_s=config.worker_restart_delay_s,
@@ -160,21 +175,71 @@ class Scheme:
         col.local_worker.set_weights(self.algorithm.get_weights(acting=True), self.algorithm.version)
         return col.evaluate(num_episodes, deterministic, on_episode, recorder)
 
+    def predict(
+        self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = True,
+    ) -> tuple[np.ndarray, Any]:
+        """The current policy's action for one env's observation, or for a batch of them (a
+        leading axis), as the env returns them: normalised with the training statistics, acted
+        on by the driver's collection worker as in evaluation (``deterministic``: the mode).
+
+        :param state: a recurrent policy's state, from the previous call (None: a new episode).
+        :param episode_start: with ``state``, a bool per row: which rows start a new episode.
+        :return: ``(action, state)``: the action (numpy; a batch for a batch) and the new state.
+        :raises InputError: an observation of another shape than the env's (or a batch of them).
+        """
+        algo, col = self.algorithm, self.collection_workers
+        if self._acting is None or self._acting[0] != algo.version:  # new weights (and, remote, statistics) once per version
+            col.local_worker.set_weights(algo.get_weights(acting=True), algo.version)
+            self._acting = (algo.version, col.acting_envs())
+        envs = self._acting[1]
+        batch, single = as_observation_batch(observation, envs.observation_space)
+        starts = None if episode_start is None else torch.as_tensor(np.asarray(episode_start, dtype=bool).reshape(-1))
+        with torch.no_grad():
+            action, state = col.local_worker.policy.evaluation_step(envs.batch_obs(batch), state, starts, deterministic)
+        actions = action.cpu().numpy()
+        return (actions[0] if single else actions), state
+
     @property
     def eval_successes(self) -> list[bool]:
         """``info["is_success"]`` of the last :meth:`evaluate`'s episodes, of those that reported it (goal envs)."""
         return self.collection_workers.local_worker.eval_successes
 
     def state_dict(self) -> dict[str, Any]:
+        """The master's algorithm state and every worker's collection state (a checkpoint's ``scheme``)."""
         return self.update_worker.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Take back :meth:`state_dict`'s state (workers beyond those in it start afresh)."""
         self.update_worker.load_state_dict(state)
 
     def close(self) -> None:
+        """Close the envs and stop the remote workers and inference servers."""
         self.grad_workers.close()
         if self.inference is not None:
             self.inference.close()
+
+
+def as_observation_batch(observation: Any, space: gym.Space) -> tuple[Any, bool]:
+    """``(batch, single)``: ``observation`` as a batch (a leading axis added to one env's
+    observation) and whether it was one env's.
+
+    :raises InputError: when it is neither one observation of ``space`` nor a batch of them.
+    """
+    if isinstance(space, gym.spaces.Dict):
+        if not isinstance(observation, dict) or set(observation) != set(space.spaces):
+            raise InputError(f"predict: a Dict space's observation is a dict with keys {sorted(space.spaces)}, got {type(observation).__name__}")
+        shapes = {k: np.shape(v) for k, v in observation.items()}
+        if all(shapes[k] == sub.shape for k, sub in space.spaces.items()):
+            return {k: np.asarray(v)[None] for k, v in observation.items()}, True
+        if all(shapes[k][1:] == sub.shape for k, sub in space.spaces.items()) and len({s[0] for s in shapes.values()}) == 1:
+            return observation, False
+        raise InputError(f"predict: observation shapes {shapes} fit neither the env's {({k: v.shape for k, v in space.spaces.items()})} nor a batch of them")
+    array = np.asarray(observation)
+    if array.shape == space.shape:
+        return array[None], True
+    if array.shape[1:] == space.shape and array.shape[0] > 0:
+        return array, False
+    raise InputError(f"predict: an observation of shape {array.shape}; the env's observations have shape {space.shape} (or N x that, a batch)")
 
 
 def _start_inference(config: SchemeConfig, actor_factory: Callable[..., Any], device: str) -> InferenceServers:
@@ -255,6 +320,7 @@ def build_scheme(config: Config) -> Scheme:
         device=device,
         torch_threads=run.torch_threads,
         seed=run.seed,
+        seed_generators=False,
     )
 
 

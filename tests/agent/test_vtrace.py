@@ -164,11 +164,11 @@ def test_appo_proximal_policy_is_a_checked_choice():
 
     with pytest.raises(InputError, match=r"algorithm\.proximal_policy.*'behaviour', 'learner'"):
         from_dict({"algorithm": {"name": "appo", "proximal_policy": "target"}})
-    with pytest.raises(ValueError, match="proximal_policy"):
+    with pytest.raises(InputError, match=r"algorithm\.proximal_policy.*'behaviour', 'learner'"):  # the constructor checks as a file is checked
         APPO(OnPolicyActor(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)), proximal_policy="target")
     with pytest.raises(InputError, match=r"algorithm\.targets.*'minibatch', 'round'"):
         from_dict({"algorithm": {"name": "impala", "targets": "epoch"}})
-    with pytest.raises(ValueError, match="targets"):
+    with pytest.raises(InputError, match=r"algorithm\.targets.*'minibatch', 'round'"):
         IMPALA(OnPolicyActor(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)), targets="epoch")
 
 

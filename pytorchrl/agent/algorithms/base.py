@@ -89,7 +89,12 @@ class Algorithm:
         """``config`` (default: the config class's defaults) with ``overrides`` replacing its values.
 
         :raises TypeError: a config of another algorithm, or an override that is not one of its keys.
+        :raises ConfigError: a value a config file could not hold (a type, range or choice), in one
+            line naming ``algorithm.<key>``: ``PPO.create_factory(num_epochs=0)`` is refused here,
+            not found out as a round that never ends.
         """
+        from pytorchrl.config import check_section  # the config module imports the algorithms
+
         config = cls.config_class() if config is None else config
         if not isinstance(config, cls.config_class):
             raise TypeError(f"{cls.__name__} takes a {cls.config_class.__name__}, not a {type(config).__name__}")
@@ -97,7 +102,7 @@ class Algorithm:
         unknown = sorted(set(overrides or ()) - set(keys))
         if unknown:
             raise TypeError(f"{cls.__name__} has no hyper-parameter {unknown[0]!r}; it has {', '.join(keys)}")
-        return dataclasses.replace(config, **(overrides or {}))
+        return check_section(dataclasses.replace(config, **(overrides or {})), "algorithm.")
 
     def __init__(self, actor: nn.Module, device: str | torch.device = "cpu", config: AlgorithmConfig | None = None, **overrides: Any) -> None:
         """:param actor: the network.

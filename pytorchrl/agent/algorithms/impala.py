@@ -98,9 +98,7 @@ class IMPALA(Algorithm):
         return actor_critic_wiring(cls, config, observation_space, action_space, vtrace=True)
 
     def __init__(self, actor: nn.Module, device: str | torch.device = "cpu", config: IMPALAConfig | None = None, **overrides: Any) -> None:
-        super().__init__(actor, device, config, **overrides)
-        if self.config.targets not in ("minibatch", "round"):
-            raise ValueError(f"targets must be 'minibatch' or 'round', got {self.config.targets!r}")
+        super().__init__(actor, device, config, **overrides)  # checks targets' choices (resolve_config)
         self._intrinsic_reward = float("nan")
         if self.config.rnd.enabled:
             self.metrics = (*self.metrics, *RND_METRICS)
@@ -245,9 +243,7 @@ class APPO(IMPALA):
     metrics = (*IMPALA.metrics, "clip_fraction")
 
     def __init__(self, actor: nn.Module, device: str | torch.device = "cpu", config: APPOConfig | None = None, **overrides: Any) -> None:
-        super().__init__(actor, device, config, **overrides)
-        if self.config.proximal_policy not in ("behaviour", "learner"):
-            raise ValueError(f"proximal_policy must be 'behaviour' or 'learner', got {self.config.proximal_policy!r}")
+        super().__init__(actor, device, config, **overrides)  # checks proximal_policy's choices (resolve_config)
 
     def _scores_round(self) -> bool:
         """``proximal_policy="learner"`` scores the round's actions with the policy as it is now."""

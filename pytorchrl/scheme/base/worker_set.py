@@ -403,6 +403,10 @@ def failure_reason(error: BaseException) -> str:
         lines = str(cause).strip().splitlines()
         return f"{type(cause).__name__}: {lines[-1] if lines else ''}".rstrip(": ")
     if isinstance(error, ray.exceptions.RayActorError):
+        if getattr(error, "actor_init_failed", False):  # its constructor raised: the exception's last line ends Ray's message
+            lines = [line for line in str(error).strip().splitlines() if line.strip()]
+            kind, _, message = (lines[-1] if lines else "").partition(": ")
+            return f"it raised {kind.rsplit('.', 1)[-1]} as it started: {message}" if message else "it raised an error as it started"
         return "its process died"
     return type(error).__name__
 

@@ -195,6 +195,16 @@ class CollectionWorker:
         rms = None if self.envs is None or self.envs.obs_normalizer is None else self.envs.obs_normalizer.rms
         return None if rms is None else rms.state_dict()
 
+    def acting_envs(self) -> VecEnv:
+        """The envs whose observation statistics this worker acts with outside its rollouts
+        (:meth:`~pytorchrl.learner.Learner.predict`): its train envs, or without them its test
+        envs (given a collecting worker's statistics by :meth:`load_normalization`)."""
+        if self.envs is not None:
+            return self.envs
+        if self.test_envs is None:
+            self.test_envs = self.env_factory(worker_index=self.index, test=True)
+        return self.test_envs
+
     def load_normalization(self, state: dict[str, Any] | None) -> None:
         """Evaluate with another worker's observation statistics (see :meth:`normalization_state`)."""
         if state is None:

@@ -340,6 +340,14 @@ class CollectionWorkerSet:
                 self.local_worker.load_normalization(self._ask_any("normalization_state"))
             return self.local_worker.evaluate(num_episodes, deterministic, on_episode, recorder)
 
+    def acting_envs(self) -> Any:
+        """The local worker's envs carrying the training observation statistics (a remote
+        worker's, when the local one does not collect): what it acts on outside rollouts with."""
+        with self._lock:
+            if self.remote:
+                self.local_worker.load_normalization(self._ask_any("normalization_state"))
+            return self.local_worker.acting_envs()
+
     def _ask_any(self, method: str) -> Any:
         """``method``'s answer from the first remote worker that gives one, beside any
         collection in progress (dead ones are replaced; with none active, waits for one)."""

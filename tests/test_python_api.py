@@ -1,0 +1,204 @@
+"""The Python API as a newcomer uses it (README, "The Python API"): configs and factories built in
+Python get the checks a config file gets, hand-built schemes are reproducible, run directories
+are not mixed, an env registered in the script reaches remote workers, and a trained policy
+answers ``predict`` like Stable-Baselines3's ``model.predict``."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from pytorchrl import PPO, EncoderSpec, GAEBuffer, Learner, OnPolicyActor, RunConfig, Scheme, SchemeConfig, VecEnv
+from pytorchrl.config import ConfigError, check_section, checked, from_dict, load_config
+from pytorchrl.evaluation import load_learner
+from pytorchrl.utils.errors import InputError
+from tests.conftest import CONFIGS
+
+CARTPOLE = CONFIGS / "ppo" / "cartpole.yaml"
+SMALL = ["env.num_envs=2", "env.num_test_envs=1", "storage.num_steps=16", "run.eval_every=0", "run.eval_episodes=1"]
+
+
+def _hand_built(seed: int, **scheme: object) -> Scheme:
+    """The README's scheme from the components' factories."""
+    env_factory, obs_space, action_space = VecEnv.create_factory("CartPole-v1", num_envs=2, seed=seed)
+    return Scheme(
+        env_factory=env_factory,
+        actor_factory=OnPolicyActor.create_factory(obs_space, action_space, encoder=EncoderSpec(hidden_sizes=(16,))),
+        algo_factory=PPO.create_factory(lr=1e-3, num_epochs=1, minibatch_size=32),
+        storage_factory=GAEBuffer.create_factory(num_steps=16, num_envs=2, obs_shape=obs_space.shape, action_shape=(), discrete=True),
+        config=SchemeConfig(**scheme),  # type: ignore[arg-type]
+        seed=seed,
+    )
+
+
+def test_a_config_changed_in_python_is_checked_as_a_file_is():
+    config = load_config(CARTPOLE)
+    assert checked(config) == config
+    sync = dataclasses.replace(config, scheme=dataclasses.replace(config.scheme, col_communication="sync"))
+    with pytest.raises(ConfigError, match=r"scheme\.col_communication.*'sync'"):  # it once trained asynchronously
+        Learner.from_config(sync)
+    with pytest.raises(ConfigError, match=r"run\.eval_episodes"):  # it once divided by zero at the first evaluation
+        check_section(RunConfig(eval_episodes=0), "run.")
+    with pytest.raises(ConfigError, match=r"run\.target_steps"):
+        check_section(RunConfig(target_steps="x"), "run.")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"expected a pytorchrl\.config\.Config.*dict"):
+        Learner.from_config({"run": {"seed": 1}})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="a config is a mapping of sections"):
+        from_dict(["run.seed=1"])  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"a list of 'section.key=value' strings.*pass \['run.seed=3'\]"):
+        load_config(CARTPOLE, "run.seed=3")  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"env\.env_id must be a string"):
+        VecEnv.create_factory(lambda: gym.make("CartPole-v1"), num_envs=1)  # type: ignore[arg-type]
+
+
+def test_factories_and_sections_built_in_python_refuse_bad_values():
+    with pytest.raises(ConfigError, match=r"algorithm\.num_epochs"):  # a round without minibatches never ended
+        PPO.create_factory(num_epochs=0)
+    with pytest.raises(ConfigError, match=r"algorithm\.lr"):
+        PPO.create_factory(lr="fast")
+    with pytest.raises(ConfigError, match=r"scheme\.col_communication.*'sync'"):  # before any factory is called or Ray started
+        Scheme(env_factory=None, actor_factory=None, algo_factory=None, storage_factory=None,  # type: ignore[arg-type]
+               config=SchemeConfig(num_col_workers=2, col_communication="sync"))
+    with pytest.raises(ConfigError, match=r"scheme\.inference"):
+        Scheme(env_factory=None, actor_factory=None, algo_factory=None, storage_factory=None,  # type: ignore[arg-type]
+               config=SchemeConfig(inference="central"))
+    with pytest.raises(ConfigError, match=r"run\.eval_episodes"):  # checked before the scheme is touched
+        Learner(None, run=RunConfig(eval_episodes=0))  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_hand_built_schemes_of_one_seed_start_from_the_same_weights():
+    def weights(seed: int) -> list[torch.Tensor]:
+        scheme = _hand_built(seed)
+        try:
+            return [w.clone() for w in scheme.algorithm.get_weights().values()]
+        finally:
+            scheme.close()
+
+    first, again, other = weights(1), weights(1), weights(2)
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(first, other, strict=True))
+
+
+@pytest.mark.slow
+def test_from_config_refuses_a_directory_that_holds_a_run(tmp_path):
+    config = load_config(CARTPOLE, [*SMALL, "run.target_steps=64", "run.checkpoint_every=64", "run.log_every=32"])
+    learner = Learner.from_config(config, run_dir=tmp_path, progress=False)
+    try:
+        learner.train()
+    finally:
+        learner.close()
+    before = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    with pytest.raises(InputError, match=r"already holds a run .*pytorchrl train --resume .*Learner.resume"):
+        Learner.from_config(dataclasses.replace(config, run=dataclasses.replace(config.run, seed=7)), run_dir=tmp_path, progress=False)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == before and "seed: 0" in (tmp_path / "config.yaml").read_text()
+    shutil.rmtree(tmp_path / "checkpoints")  # as a run killed before its first checkpoint leaves it
+    with pytest.raises(InputError, match="stopped before its first checkpoint"):
+        Learner.from_config(config, run_dir=tmp_path, progress=False)
+
+
+def test_a_failed_worker_start_names_the_exception_it_raised():
+    from ray.exceptions import ActorDiedError, RayTaskError
+
+    from pytorchrl.scheme.base.worker_set import failure_reason
+
+    message = "env.env_id = 'Mine-v0' is not a registered gymnasium id nor 'module:function'"
+    cause = RayTaskError("_WorkerHost.__init__", f"Traceback (most recent call last):\n  ...\npytorchrl.utils.errors.InputError: {message}", InputError(message))
+    assert failure_reason(ActorDiedError(cause)) == f"it raised InputError as it started: {message}"
+    assert failure_reason(ActorDiedError()) == "its process died"
+
+
+class Corridor(gym.Env):
+    """Step right to the end of a corridor (reward 1 there)."""
+
+    observation_space = gym.spaces.Box(0, 1, (4,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.pos = 0
+        return np.eye(4, dtype=np.float32)[self.pos], {}
+
+    def step(self, action):
+        self.pos = min(3, max(0, self.pos + (1 if action == 1 else -1)))
+        return np.eye(4, dtype=np.float32)[self.pos], float(self.pos == 3), self.pos == 3, False, {}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_an_env_registered_in_the_script_reaches_remote_workers(ray_session):
+    """A remote worker's fresh interpreter does not have the script's gym.register; the env
+    factory carries the registration there (it once failed with "its process died")."""
+    env_id = "PytorchrlTestCorridor-v0"
+    gym.register(env_id, entry_point=Corridor, max_episode_steps=20)
+    try:
+        raw = {"env": {"env_id": env_id, "num_envs": 2, "num_test_envs": 1}, "storage": {"num_steps": 16},
+               "algorithm": {"name": "ppo", "num_epochs": 1, "minibatch_size": 32},
+               "run": {"target_steps": 64, "eval_every": 0, "eval_episodes": 1, "log_every": 32},
+               "scheme": {"num_col_workers": 1, "col_worker_resources": {"num_cpus": 0.1}, "max_worker_restarts": 0}}
+        learner = Learner.from_config(from_dict(raw), progress=False)
+        try:
+            summary = learner.train()
+        finally:
+            learner.close()
+        assert summary["env_steps"] == 64 and learner.worker_restarts == 0
+    finally:
+        gym.registry.pop(env_id, None)
+
+
+@pytest.fixture(scope="module")
+def pendulum_run(tmp_path_factory):
+    """A few updates of PPO on Pendulum with observation normalisation, saved."""
+    run_dir = tmp_path_factory.mktemp("predict") / "run"
+    config = load_config(CONFIGS / "ppo" / "pendulum.yaml", [*SMALL, "run.target_steps=128", "run.checkpoint_every=128", "run.log_every=64"])
+    assert config.env.normalize_obs
+    learner = Learner.from_config(config, run_dir=run_dir, progress=False)
+    learner.train()
+    yield learner, run_dir
+    learner.close()
+
+
+@pytest.mark.slow
+def test_predict_acts_as_evaluation_does_on_raw_observations(pendulum_run):
+    learner, run_dir = pendulum_run
+    envs = learner.scheme.collection_workers.local_worker.envs
+    rng = np.random.default_rng(0)
+    obs = rng.uniform(-1, 1, size=(3, 3)).astype(np.float32)
+    with torch.no_grad():
+        expected = [learner.scheme.collection_workers.local_worker.policy.evaluation_step(envs.single_obs(o), None, None, True)[0][0].numpy() for o in obs]
+    single, state = learner.predict(obs[0])
+    assert single.shape == (1,) and state is None
+    np.testing.assert_allclose(single, expected[0], rtol=1e-6)
+    batch, _ = learner.predict(obs)
+    assert batch.shape == (3, 1)
+    np.testing.assert_allclose(batch, np.stack(expected), rtol=1e-6)
+    with torch.no_grad():
+        raw = learner.scheme.algorithm.actor.get_action(torch.from_numpy(obs[:1]), deterministic=True)[0].numpy()[0]
+    assert not np.allclose(raw, single)  # the raw observation, unnormalised, would act otherwise
+    with pytest.raises(InputError, match=r"shape \(2,\); the env's observations have shape \(3,\)"):
+        learner.predict(np.zeros(2))
+    loaded = load_learner(run_dir)
+    try:
+        np.testing.assert_allclose(loaded.predict(obs)[0], batch, rtol=1e-6)
+    finally:
+        loaded.close()
+
+
+def test_predict_carries_a_recurrent_state_and_resets_it_at_episode_starts():
+    config = load_config(CONFIGS / "ppo" / "cartpole_masked_gru.yaml", SMALL)
+    learner = Learner.from_config(config, progress=False)
+    try:
+        obs = np.array([[0.1, -0.2], [0.0, 0.3]], dtype=np.float32)
+        first, state = learner.predict(obs)
+        assert first.shape == (2,) and state is not None
+        _, restarted = learner.predict(obs, state, episode_start=[True, True])  # as from no state at all
+        _, carried = learner.predict(obs, state, episode_start=[False, True])  # row 0 goes on from its state
+        assert torch.equal(restarted, state)
+        assert not torch.equal(carried[..., 0, :], state[..., 0, :]) and torch.equal(carried[..., 1, :], state[..., 1, :])
+    finally:
+        learner.close()
