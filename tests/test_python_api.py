@@ -6,6 +6,7 @@ answers ``predict`` like Stable-Baselines3's ``model.predict``."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import shutil
 
 import gymnasium as gym
@@ -23,15 +24,15 @@ CARTPOLE = CONFIGS / "ppo" / "cartpole.yaml"
 SMALL = ["env.num_envs=2", "env.num_test_envs=1", "storage.num_steps=16", "run.eval_every=0", "run.eval_episodes=1"]
 
 
-def _hand_built(seed: int, **scheme: object) -> Scheme:
-    """The README's scheme from the components' factories."""
+def _hand_built(seed: int, storage: dict | None = None) -> Scheme:
+    """The README's scheme from the components' factories (``storage``: changes to the storage factory's keywords)."""
     env_factory, obs_space, action_space = VecEnv.create_factory("CartPole-v1", num_envs=2, seed=seed)
+    keywords = {"num_steps": 16, "num_envs": 2, "obs_shape": obs_space.shape, "action_shape": (), "discrete": True, **(storage or {})}
     return Scheme(
         env_factory=env_factory,
         actor_factory=OnPolicyActor.create_factory(obs_space, action_space, encoder=EncoderSpec(hidden_sizes=(16,))),
         algo_factory=PPO.create_factory(lr=1e-3, num_epochs=1, minibatch_size=32),
-        storage_factory=GAEBuffer.create_factory(num_steps=16, num_envs=2, obs_shape=obs_space.shape, action_shape=(), discrete=True),
-        config=SchemeConfig(**scheme),  # type: ignore[arg-type]
+        storage_factory=GAEBuffer.create_factory(**keywords),
         seed=seed,
     )
 
@@ -69,6 +70,18 @@ def test_factories_and_sections_built_in_python_refuse_bad_values():
                config=SchemeConfig(inference="central"))
     with pytest.raises(ConfigError, match=r"run\.eval_episodes"):  # checked before the scheme is touched
         Learner(None, run=RunConfig(eval_episodes=0))  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("storage", "message"), [
+    ({"num_envs": 4}, "GAEBuffer was made with num_envs=4, but the envs ('CartPole-v1') need num_envs=2"),
+    ({"discrete": False}, "GAEBuffer was made with discrete=False, but the envs ('CartPole-v1') need discrete=True"),
+    ({"obs_shape": (5,)}, "GAEBuffer was made with obs_shape=(5,), but the envs ('CartPole-v1') need obs_shape=(4,)"),
+])
+def test_a_storage_factory_made_for_other_envs_is_one_line(storage, message):
+    """It once failed at the first rollout, 14-17 frames deep in numpy or torch."""
+    with pytest.raises(InputError, match=re.escape(message)):
+        _hand_built(0, storage)
 
 
 @pytest.mark.slow

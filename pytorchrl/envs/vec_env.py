@@ -39,7 +39,7 @@ from pytorchrl.envs.snapshot import restore, snapshot
 from pytorchrl.utils.arrays import as_numpy
 from pytorchrl.utils.errors import InputError
 from pytorchrl.utils.seeding import TEST_ROLE, TRAIN_ROLE, derive_seed
-from pytorchrl.utils.spaces import check_observation_space, obs_layout, pack_dict
+from pytorchrl.utils.spaces import ObsLayout, check_observation_space, obs_layout, pack_dict
 
 if TYPE_CHECKING:
     import torch
@@ -208,6 +208,11 @@ class VecEnv:
         self._seeded = False
         self.env_restarts_total = 0
         self._env_restarts = 0  # since the last pop_env_restarts()
+
+    @property
+    def layout(self) -> ObsLayout:
+        """How observations are stored and sent (shape and dtype: :func:`~pytorchrl.utils.spaces.obs_layout`)."""
+        return self._layout
 
     @classmethod
     def create_factory(

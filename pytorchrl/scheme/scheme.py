@@ -211,6 +211,7 @@ class Scheme:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Take back :meth:`state_dict`'s state (workers beyond those in it start afresh)."""
         self.update_worker.load_state_dict(state)
+        self._acting = None  # predict() takes the loaded weights and statistics, whatever their version number
 
     def close(self) -> None:
         """Close the envs and stop the remote workers and inference servers."""

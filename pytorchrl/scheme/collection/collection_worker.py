@@ -66,6 +66,9 @@ class CollectionWorker:
         seeded = {} if env_seed is None else {"seed": env_seed}
         self.envs = env_factory(worker_index=index, **seeded) if collect else None
         self.storage: CollectionStorage | None = storage_factory(device=self.device) if collect else None
+        check_fits = getattr(self.storage, "check_fits", None)
+        if check_fits is not None:  # a hand-built storage factory made for other envs: one line now, not numpy's error later
+            check_fits(self.envs)
         wrap_policy = getattr(self.storage, "wrap_policy", None)
         if wrap_policy is not None:  # demonstrations (PPOD): the storage chooses the actions of envs that replay one
             self.policy = wrap_policy(self.policy)

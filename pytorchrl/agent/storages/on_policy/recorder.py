@@ -75,6 +75,31 @@ class RolloutRecorder:
         self._np: dict[str, np.ndarray] = {}  # the rollout's arrays, once allocated
         self.step = 0
 
+    def check_fits(self, envs: Any) -> None:
+        """:raises InputError: when this storage was made for other envs than ``envs`` (a
+        :class:`~pytorchrl.envs.vec_env.VecEnv`): its ``num_envs``, ``obs_shape``, ``obs_dtype``,
+        ``action_shape`` or ``discrete``, named with the env's value (a factory built by hand can
+        disagree with the env factory; the first rollout would fail deep in numpy or torch)."""
+        import gymnasium as gym
+
+        from pytorchrl.utils.errors import InputError
+
+        obs_shape, action_shape, discrete = self._shapes
+        space = envs.action_space
+        wanted = {
+            "num_envs": (self.num_envs, envs.num_envs),
+            "obs_shape": (tuple(obs_shape), tuple(envs.layout.shape)),
+            "obs_dtype": (self.obs_dtype_name, envs.layout.dtype.name),
+            "action_shape": (tuple(action_shape), () if isinstance(space, gym.spaces.Discrete) else tuple(space.shape)),
+            "discrete": (bool(discrete), isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete))),
+        }
+        for key, (have, env_value) in wanted.items():
+            if have != env_value:
+                raise InputError(
+                    f"{type(self).__name__} was made with {key}={have!r}, but the envs ({envs.env_id!r}) need {key}={env_value!r}: "
+                    "pass the storage factory the env factory's values"
+                )
+
     @classmethod
     def create_factory(cls, **kwargs: Any) -> Callable[..., Any]:
         """A picklable ``factory(device="cpu") -> storage``."""
