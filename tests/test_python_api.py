@@ -68,6 +68,8 @@ def test_factories_and_sections_built_in_python_refuse_bad_values():
     with pytest.raises(ConfigError, match=r"scheme\.inference"):
         Scheme(env_factory=None, actor_factory=None, algo_factory=None, storage_factory=None,  # type: ignore[arg-type]
                config=SchemeConfig(inference="central"))
+    with pytest.raises(InputError, match="unknown encoder 'transformer'; allowed: auto, mlp"):  # every bad input is an InputError
+        OnPolicyActor(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), encoder=EncoderSpec(kind="transformer"))
     with pytest.raises(ConfigError, match=r"run\.eval_episodes"):  # checked before the scheme is touched
         Learner(None, run=RunConfig(eval_episodes=0))  # type: ignore[arg-type]
 

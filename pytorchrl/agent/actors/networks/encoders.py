@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pytorchrl.agent.actors.networks.mlp import MLP, CachedLayers, run_layers
+from pytorchrl.utils.errors import InputError
 from pytorchrl.utils.spaces import dict_slices, is_image_space
 
 __all__ = ["ENCODERS", "IMAGE_ENCODERS", "DictExtractor", "Encoder", "EncoderSpec", "ImpalaResNet", "NatureCNN", "OneHot"]
@@ -43,8 +44,9 @@ SLOW_BF16_CPU = (
 LARGE_MLP_INPUT = 10_000
 
 
-class EncoderError(ValueError):
-    """An encoder that cannot take the observation space; the message names the space or key."""
+class EncoderError(InputError, ValueError):
+    """An encoder that cannot take the observation space, or an encoder asked for that does not
+    exist; the message names the space or key (an :class:`InputError`, as every bad input is)."""
 
 
 @dataclass(frozen=True)
