@@ -94,6 +94,30 @@ def test_env_snapshot_goes_only_into_envs_made_the_same_way():
     assert lengths == [7, 7]  # the new time limit holds
 
 
+def test_envs_with_a_simulator_resume_from_a_reset_not_a_partial_snapshot():
+    """A Box2D world is not plain data: restoring LunarLander's plain attributes over a fresh
+    world crashed its first step (``assert self.lander is not None``), which stopped a TD3 run's
+    resume. Such envs are not snapshotted, and a checkpoint written with a snapshot of them
+    (before) resumes from a reset."""
+    pytest.importorskip("Box2D")
+    from pytorchrl.envs.snapshot import snapshot_gaps
+    from pytorchrl.envs.vec_env import VecEnv
+
+    make = VecEnv.create_factory("LunarLanderContinuous-v3", num_envs=2)[0]
+    old = make()
+    assert "LunarLander.world" in snapshot_gaps(old.env) and not snapshot_gaps(gym.make_vec("CartPole-v1", 2))
+    old.reset()
+    old.step(torch.zeros(2, 2))
+    state = old.state_dict()
+    assert "snapshot" not in state
+    state.update(snapshot=snapshot(old.env), made_with=old._made_with)  # as the checkpoints written before held it
+    resumed = make()
+    assert resumed.load_state_dict(state) is False
+    resumed.reset_from_state()
+    for _ in range(3):
+        resumed.step(torch.zeros(2, 2))
+
+
 TINY = {
     "env": {"num_envs": 4, "num_test_envs": 2},
     "storage": {"num_steps": 32},

@@ -11,8 +11,9 @@ functions, renderers, simulator handles) is left out, so a snapshot is always sa
 
 :func:`restore` writes the attributes back into a freshly built env of the same config. It is
 exact for envs whose whole state is plain data (the classic-control and toy-text envs, and
-pure-Python envs in general); an env with state elsewhere (a C simulator, a subprocess) is not
-captured and resumes from a reset instead (see :meth:`VecEnv.state_dict`).
+pure-Python envs in general); an env with state elsewhere (a C simulator such as Box2D's or
+MuJoCo's, a subprocess) is not captured and resumes from a reset instead (:func:`snapshot_gaps`,
+:meth:`VecEnv.state_dict`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,38 @@ def snapshot(env: Any) -> dict[str, Any]:
     if isinstance(sub_envs, list):
         state["envs"] = [[_attributes(layer) for layer in _layers(e)] for e in sub_envs]
     return state
+
+
+def snapshot_gaps(env: Any) -> list[str]:
+    """The state a :func:`snapshot` of ``env`` would leave out: attributes of its layers (and of
+    its sub-envs' layers) that are neither plain data nor settings (spaces, specs, enums,
+    functions), e.g. a Box2D world, MuJoCo's ``MjData``. An env with any is not snapshotted: a
+    restore would write the plain attributes over a simulator it does not restore (LunarLander
+    then failed its first step), so it resumes from a reset instead. Named ``Layer.attribute``."""
+    envs = [env, *(e for e in (vars(env).get("envs") or []) if hasattr(e, "__dict__"))] if hasattr(env, "__dict__") else []
+    return [
+        f"{type(layer).__name__}.{key}"
+        for e in envs for layer in _layers(e) for key, value in vars(layer).items()
+        if key not in _LAYER_KEYS and not _harmless(value)
+    ]
+
+
+def _harmless(value: Any) -> bool:
+    """Plain data, or a setting rather than state."""
+    import enum
+
+    import gymnasium as gym
+    from gymnasium.envs.registration import EnvSpec
+
+    if _plain(value) is not _SKIP or isinstance(value, (gym.Space, EnvSpec, enum.Enum)):
+        return True
+    if callable(value) and not isinstance(value, gym.Env):  # env makers, functions
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_harmless(v) for v in value)
+    if isinstance(value, dict):
+        return all(_harmless(v) for v in value.values())
+    return False
 
 
 def restore(env: Any, state: dict[str, Any]) -> None:

@@ -35,7 +35,7 @@ from pytorchrl.envs.atari import atari_spaces, is_atari_id, make_atari_env, make
 from pytorchrl.envs.masking import InfoActionMask
 from pytorchrl.envs.normalization import ObservationNormalizer, RewardScaler
 from pytorchrl.envs.rendering import is_opengl_failure, opengl_hint, show_mujoco_warnings_once, use_headless_gl
-from pytorchrl.envs.snapshot import restore, snapshot
+from pytorchrl.envs.snapshot import restore, snapshot, snapshot_gaps
 from pytorchrl.utils.arrays import as_numpy
 from pytorchrl.utils.errors import InputError
 from pytorchrl.utils.seeding import TEST_ROLE, TRAIN_ROLE, derive_seed
@@ -185,7 +185,9 @@ class VecEnv:
         self._seed_keys, self._reseeds = (seed, role, worker_index), 0  # see reset_from_state
         self._native = not isinstance(self.env, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv))
         # env state in plain Python attributes can be snapshot; subprocesses and ALE's C++ state cannot
-        self._snapshots = not isinstance(self.env, gym.vector.AsyncVectorEnv) and self._atari is None
+        # envs whose whole state is plain data resume exactly; the others (subprocesses, ALE, a
+        # Box2D or MuJoCo simulator: snapshot_gaps) resume from a reset
+        self._snapshots = not isinstance(self.env, gym.vector.AsyncVectorEnv) and self._atari is None and not snapshot_gaps(self.env)
         # what the envs were made with: a snapshot holds settings too (a time limit's length), so
         # it goes back only into envs made the same way, not into a resume or evaluation that changed them
         self._made_with = repr((env_id, sorted((env_kwargs or {}).items()), max_episode_steps, action_mask, vectorization))
