@@ -565,11 +565,19 @@ class StopSignals:
 def check_new_run_dir(run_dir: str | Path, what: str) -> Path:
     """:func:`~pytorchrl.utils.paths.check_run_dir` for a new run: a directory that already holds
     a run (its ``config.yaml``) is refused in one line, since the two runs' ``progress.csv`` rows
-    and checkpoints would mix (and the old run's, with higher step numbers, prune the new one's).
+    and checkpoints would mix (and the old run's, with higher step numbers, prune the new one's),
+    and so is one inside the copy of a working directory that Ray makes for a job (a relative
+    run directory in a ``ray job submit --working-dir`` job: Ray deletes the copy).
 
     :param what: how the message names the directory (``--run-dir``, ``run directory``).
     """
     path = check_run_dir(run_dir, what)
+    parts = path.resolve().parts
+    if "runtime_resources" in parts and "working_dir_files" in parts:  # a Ray job's --working-dir, copied for the job
+        raise InputError(
+            f"{what} {str(path)!r} is inside Ray's temporary copy of the job's working directory ({path.resolve()}), which Ray "
+            "deletes: give the run an absolute --run-dir outside it (scripts/submit_job.sh does, under RUN_ROOT)"
+        )
     if (path / "config.yaml").exists():
         if not list_checkpoints(path / "checkpoints"):
             raise InputError(

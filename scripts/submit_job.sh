@@ -13,10 +13,15 @@
 # pytorchrl from) that copy, so the cluster's nodes need only pytorchrl's dependencies (torch,
 # ray, gymnasium, ...) installed. The driver joins the cluster through RAY_ADDRESS, which Ray
 # sets for the job. Logs: `ray job logs JOB_ID` (and the Ray dashboard); the run directory:
-# $RUN_ROOT/<config>-<timestamp> on the head node, printed at the top of the logs.
+# $RUN_ROOT/<configdir>-<config>-<timestamp> on the head node, printed at the top of the logs.
+# Ctrl-C stops following the logs, not the job: `ray job stop JOB_ID` stops it (with a checkpoint).
 set -euo pipefail
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+  sed -n '2,17p' "$0"
+  exit 0
+fi
 if [[ $# -lt 1 ]]; then
-  sed -n '2,16p' "$0" >&2
+  sed -n '2,17p' "$0" >&2
   exit 2
 fi
 config="$1"; shift
@@ -39,6 +44,19 @@ if command -v git >/dev/null && git rev-parse --is-inside-work-tree >/dev/null 2
   exit 2
 fi
 export RAY_ADDRESS="${RAY_ADDRESS:-http://127.0.0.1:8265}"
+# a job server nobody answers at: one line, not Ray's traceback (any HTTP answer, 401 included, is one)
+if [[ "$RAY_ADDRESS" == http://* || "$RAY_ADDRESS" == https://* ]]; then
+  if ! problem="$(python -c 'import sys, urllib.request, urllib.error
+try:
+    urllib.request.urlopen(sys.argv[1].rstrip("/") + "/api/version", timeout=5)
+except urllib.error.HTTPError:
+    pass
+except Exception as exc:
+    print(getattr(exc, "reason", None) or exc); sys.exit(1)' "$RAY_ADDRESS" 2>&1)"; then
+    echo "submit_job.sh: no Ray job server answers at RAY_ADDRESS=$RAY_ADDRESS ($problem); it is the head's dashboard (port 8265), which listens on 127.0.0.1 only unless the head was started with --dashboard-host=0.0.0.0" >&2
+    exit 2
+  fi
+fi
 # clusters with token authentication (Ray's default since 2.5x): send the token we have
 if [[ -z "${RAY_AUTH_MODE:-}" && ( -n "${RAY_AUTH_TOKEN:-}" || -f "$HOME/.ray/auth_token" ) ]]; then
   export RAY_AUTH_MODE=token

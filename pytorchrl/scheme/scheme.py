@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +18,7 @@ from pytorchrl.config_applicability import warn_inapplicable
 from pytorchrl.envs.vec_env import VecEnv
 from pytorchrl.scheme.base.inference_servers import InferenceServers, server_resources
 from pytorchrl.scheme.base.ray_runtime import configure_ray
-from pytorchrl.scheme.base.worker_set import FaultTolerance, check_fits, cluster_resources
+from pytorchrl.scheme.base.worker_set import FaultTolerance, busy_resources, check_fits, cluster_resources
 from pytorchrl.scheme.collection.collection_worker_set import CollectionWorkerSet
 from pytorchrl.scheme.gradients.gradient_worker_set import GradientWorkerSet
 from pytorchrl.scheme.inference import InferenceServer, policy_spec
@@ -75,6 +76,9 @@ class Scheme:
             problem = check_fits(groups, *cluster_resources(need_memory=need_memory))
             if problem is not None:
                 raise ConfigError(problem)
+            busy = busy_resources(groups)
+            if busy is not None:  # Ray would wait without a word (a second job on a full cluster)
+                warnings.warn(busy, stacklevel=2)
         self.inference = _start_inference(config, actor_factory, device) if config.inference == "central" else None
         self._acting: tuple[int, Any] | None = None  # predict(): the policy version acted with, and its envs
         fault = FaultTolerance(

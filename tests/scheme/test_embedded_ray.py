@@ -62,3 +62,30 @@ def test_a_run_without_an_address_stays_on_its_own_ray_beside_a_ray_start_cluste
         joined = _train(pytorchrl_cmd, tmp_path / "joined", _env(RAY_ADDRESS=address, RAY_AUTH_MODE="disabled"))
         assert joined.returncode == 0, joined.stderr[-2000:]
         assert _drivers_seen(address) == 1
+
+
+def test_an_http_port_as_the_cluster_address_is_one_line_not_a_hang():
+    """The dashboard's port (8265, what `ray job submit` takes) given as --address: Ray's driver
+    retried its gRPC connection forever; an HTTP answer is told at once."""
+    import http.server
+    import threading
+
+    from pytorchrl.scheme.base.ray_runtime import _check_reachable
+    from pytorchrl.utils.errors import InputError
+
+    class Quiet(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        address = f"127.0.0.1:{server.server_address[1]}"
+        with pytest.raises(InputError, match=r"answers HTTP, as Ray's dashboard .* the head's GCS port, 6379 by default .*e\.g\. 127\.0\.0\.1:6379"):
+            _check_reachable(address)
+    finally:
+        server.shutdown()

@@ -283,3 +283,32 @@ def test_remote_threads_from_reserved_cpus():
     assert remote_threads({"num_cpus": 0.1}) == 1
     assert remote_threads({"num_cpus": 0}) == 1
     assert remote_threads({"num_cpus": 3.5}) == 3
+
+
+@pytest.mark.slow
+def test_workers_that_fit_a_joined_cluster_but_not_its_free_resources_are_told(ray_session, monkeypatch):
+    """A second job on a full cluster: Ray waited silently for the first job's CPUs."""
+    from pytorchrl.scheme.base.worker_set import busy_resources
+
+    workers = [("collection worker", 2, {"num_cpus": 0.5, "num_gpus": 0.0, "memory": None, "resources": {}})]
+    assert busy_resources(workers) is None  # a Ray of the run's own: its resources are its own
+    monkeypatch.setenv("RAY_ADDRESS", "auto")  # as inside a Ray job
+    ray = ray_session
+
+    @ray.remote(num_cpus=1.5)
+    class Holder:
+        def ready(self) -> bool:
+            return True
+
+    holder = Holder.remote()
+    try:
+        ray.get(holder.ready.remote())
+        deadline = time.monotonic() + 10  # the available view lags the actor's start a little
+        while ray.available_resources().get("CPU", 0.0) > 0.5 + 1e-9 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert busy_resources(workers) == (
+            "the workers ask for 1 CPU in all; the Ray cluster has that many but only 0.5 free now "
+            "(other jobs or runs hold the rest), so the run waits until they are freed"
+        )
+    finally:
+        ray.kill(holder)

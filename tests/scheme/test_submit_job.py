@@ -95,3 +95,15 @@ def test_a_config_git_ignores_is_refused_before_submitting(tmp_path):
     finally:
         shutil.rmtree(runs if made else folder)
     assert proc.returncode == 2 and "is ignored by git" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+@pytest.mark.timeout(30)
+def test_a_job_server_nobody_answers_at_is_one_line(tmp_path):
+    """It was Ray's 119-line traceback (and a head whose dashboard listens on 127.0.0.1 only
+    answers other machines the same way)."""
+    env = {**os.environ, "RAY_ADDRESS": f"http://127.0.0.1:{_free_port()}"}
+    proc = subprocess.run([str(REPO / "scripts" / "submit_job.sh"), "configs/ppo/cartpole.yaml"], capture_output=True, text=True, timeout=20, env=env, cwd=REPO)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "no Ray job server answers at RAY_ADDRESS=http://127.0.0.1:" in proc.stderr and "--dashboard-host=0.0.0.0" in proc.stderr
+    helped = subprocess.run([str(REPO / "scripts" / "submit_job.sh"), "--help"], capture_output=True, text=True, timeout=20)
+    assert helped.returncode == 0 and "scripts/submit_job.sh CONFIG.yaml" in helped.stdout

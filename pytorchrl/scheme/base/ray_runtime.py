@@ -28,6 +28,12 @@ def configure_ray(*, address: str | None = None, num_cpus: int | None = None) ->
     _settings["num_cpus"] = num_cpus
 
 
+def joins_cluster() -> bool:
+    """Whether :func:`ensure_ray` joins a cluster (an address, or a Ray job's ``RAY_ADDRESS``)
+    rather than starting a Ray of this process's own."""
+    return bool(_settings["address"] or os.environ.get("RAY_ADDRESS"))
+
+
 def planned_local_resources() -> dict[str, float] | None:
     """The resources :func:`ensure_ray` would give an embedded local Ray (CPUs and GPUs), or None
     when it would join a cluster or Ray is already running (then ask Ray itself)."""
@@ -128,11 +134,28 @@ def _check_token(address: str, host: str, port: int) -> None:
             gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetClusterId(request, timeout=5, metadata=metadata)
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.UNAUTHENTICATED:
+                if _speaks_http(host, port):  # ray.init would retry this forever
+                    raise InputError(
+                        f"Ray address {address!r}: that port answers HTTP, as Ray's dashboard and Jobs API do (8265 by default, "
+                        "what `ray job submit` takes); --address / scheme.ray.address is the head's GCS port, 6379 by default "
+                        f"(`ray start --head --port`), e.g. {host}:6379"
+                    ) from None
                 return  # not a GCS, or busy: ray.init says what it finds
             how = "RAY_AUTH_MODE=token and the cluster's token in RAY_AUTH_TOKEN or in a file named by RAY_AUTH_TOKEN_PATH (default ~/.ray/auth_token)"
             if token is None:
                 raise InputError(f"Ray address {address!r}: the cluster requires token authentication and this driver has no token ({source}); run with {how}") from None
             raise InputError(f"Ray address {address!r}: the cluster refused this driver's token (from {source}); run with {how}") from None
+
+
+def _speaks_http(host: str, port: int) -> bool:
+    """Whether ``host:port`` answers a plain HTTP/1.0 request (a GCS speaks gRPC only)."""
+    try:
+        with socket.create_connection((host, port), timeout=3) as conn:
+            conn.settimeout(3)
+            conn.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            return conn.recv(8).startswith(b"HTTP/")
+    except OSError:
+        return False
 
 
 def _first_line(exc: BaseException) -> str:

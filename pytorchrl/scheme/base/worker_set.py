@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from pytorchrl.scheme.base import compression
-from pytorchrl.scheme.base.ray_runtime import ensure_ray, planned_local_resources
+from pytorchrl.scheme.base.ray_runtime import ensure_ray, joins_cluster, planned_local_resources
 from pytorchrl.utils.errors import WorkerFailure
 from pytorchrl.utils.runtime import cap_threads
 
@@ -489,8 +489,25 @@ def check_fits(
 
 def _fmt(key: str, value: float) -> str:
     if key == "memory":
-        return f"{value / 2**30:.2f} GiB of"
+        return f"{value / 2**30:.2f} GiB"  # followed by the key, "memory", or by the end of a clause
     return str(int(value)) if math.isclose(value, round(value)) else f"{value:g}"
+
+
+def busy_resources(groups: Sequence[tuple[str, int, dict[str, Any]]], who: str = "the workers") -> str | None:
+    """When the worker ``groups`` fit a cluster that this run joins (:func:`check_fits` said so)
+    but not into what it has free now (other jobs or runs hold the rest), why: Ray then waits,
+    silently, until they are freed. None when they fit now, or on a Ray of this run's own."""
+    if not joins_cluster():
+        return None
+    free = dict(ensure_ray().available_resources())
+    for key, amount in total_resources(groups).items():
+        have = free.get(key, 0.0)
+        if amount > have + 1e-9:
+            return (
+                f"{who} ask for {_fmt(key, amount)} {key} in all; the Ray cluster has that many but only {_fmt(key, have)} free now "
+                "(other jobs or runs hold the rest), so the run waits until they are freed"
+            )
+    return None
 
 
 def cluster_resources(*, need_memory: bool = False) -> tuple[dict[str, float], list[dict[str, float]]]:
