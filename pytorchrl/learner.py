@@ -584,9 +584,10 @@ def check_new_run_dir(run_dir: str | Path, what: str) -> Path:
                 f"{what} {str(path)!r} already holds a run (its config.yaml) that stopped before its first checkpoint, "
                 "so it cannot be resumed: remove the directory or choose a new one"
             )
+        python = "" if what.startswith("--") else " (Learner.resume in Python)"  # the CLI's option, or the API
         raise InputError(
-            f"{what} {str(path)!r} already holds a run (its config.yaml); continue it with `pytorchrl train --resume {path}` "
-            "(Learner.resume in Python), or choose a new directory"
+            f"{what} {str(path)!r} already holds a run (its config.yaml); continue it with `pytorchrl train --resume {path}`{python}, "
+            "or choose a new directory"
         )
     return path
 
