@@ -103,3 +103,14 @@ def test_a_replacement_collection_worker_gets_fresh_env_and_acting_seeds():
     assert replacement._stream.state.ne(original._stream.state).any()
     for worker in (local, original, replacement):
         worker.close()
+
+
+def test_a_ray_error_that_announces_its_cause_keeps_the_cause_in_its_one_line():
+    """`--address ray://...` ended in "Initialization failure from server:" with the cause cut off."""
+    from pytorchrl.scheme.base.ray_runtime import _first_line
+
+    traced = ConnectionError("Initialization failure from server:\nTraceback (most recent call last):\n  File \"x\"\nRuntimeError: Version mismatch")
+    assert _first_line(traced) == "Initialization failure from server: RuntimeError: Version mismatch"
+    assert _first_line(RuntimeError("No cluster. To fix this, either:\n  1. start one\n  2. point at one")) == "No cluster. To fix this, either: 1. start one"
+    assert _first_line(RuntimeError("Cannot connect.\nmore")) == "Cannot connect."
+    assert _first_line(RuntimeError("")) == "RuntimeError"

@@ -159,5 +159,12 @@ def _speaks_http(host: str, port: int) -> bool:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    """The exception's first line, with the next one when the first only announces it ("...
+    failure from server:", "To fix this, either:"), so that the one line says what failed."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    if not lines[0].endswith(":") or len(lines) == 1:
+        return lines[0]
+    cause = lines[-1] if any(line.startswith("Traceback") for line in lines) else lines[1]  # a traceback's cause is its last line
+    return f"{lines[0]} {cause}"
