@@ -295,7 +295,9 @@ def test_the_cli_stopped_at_once_exits_130_and_names_the_checkpoint_to_resume(tm
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     deadline = time.monotonic() + 90
-    while not (run_dir / "checkpoints").is_dir() and time.monotonic() < deadline and proc.poll() is None:
+    # a whole first checkpoint (its step_N in place): `checkpoints/` appears before, with the
+    # checkpoint's temporary sibling in it, and the second signal may land while it is written
+    while not ckpt.list_checkpoints(run_dir / "checkpoints") and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     lines = [proc.stderr.readline() for _ in range(2)]  # the run directory, then the notice that it is stopping
