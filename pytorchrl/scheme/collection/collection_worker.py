@@ -151,9 +151,7 @@ class CollectionWorker:
 
         The episodes' ``info["is_success"]`` (goal envs) go to :attr:`eval_successes`.
         """
-        if self.test_envs is None:
-            self.test_envs = self.env_factory(worker_index=self.index, test=True)
-        envs = self.test_envs
+        envs = self._made_test_envs()
         if self.envs is not None:
             envs.copy_normalization_from(self.envs)
         quota = np.array([(num_episodes + i) // envs.num_envs for i in range(envs.num_envs)][::-1])
@@ -202,20 +200,21 @@ class CollectionWorker:
         """The envs whose observation statistics this worker acts with outside its rollouts
         (:meth:`~pytorchrl.learner.Learner.predict`): its train envs, or without them its test
         envs (given a collecting worker's statistics by :meth:`load_normalization`)."""
-        if self.envs is not None:
-            return self.envs
-        if self.test_envs is None:
-            self.test_envs = self.env_factory(worker_index=self.index, test=True)
-        return self.test_envs
+        return self.envs if self.envs is not None else self._made_test_envs()
 
     def load_normalization(self, state: dict[str, Any] | None) -> None:
         """Evaluate with another worker's observation statistics (see :meth:`normalization_state`)."""
         if state is None:
             return
+        envs = self._made_test_envs()
+        if envs.obs_normalizer is not None:
+            envs.obs_normalizer.rms.load_state_dict(state)
+
+    def _made_test_envs(self) -> VecEnv:
+        """The test envs, made on first use (a worker that only collects never makes them)."""
         if self.test_envs is None:
             self.test_envs = self.env_factory(worker_index=self.index, test=True)
-        if self.test_envs.obs_normalizer is not None:
-            self.test_envs.obs_normalizer.rms.load_state_dict(state)
+        return self.test_envs
 
     def state_dict(self) -> dict[str, Any]:
         """Env statistics, random streams and, where the envs allow it, the envs themselves and
@@ -243,10 +242,9 @@ class CollectionWorker:
                     load_lasting(state["storage"])
             self._started = True
         if "test_envs" in state:
-            if self.test_envs is None:
-                self.test_envs = self.env_factory(worker_index=self.index, test=True)
-            if not self.test_envs.load_state_dict(state["test_envs"]):
-                self.test_envs.reset_from_state()
+            test_envs = self._made_test_envs()
+            if not test_envs.load_state_dict(state["test_envs"]):
+                test_envs.reset_from_state()
 
     def close(self) -> None:
         for envs in (self.envs, self.test_envs):

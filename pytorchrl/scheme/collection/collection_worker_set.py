@@ -335,18 +335,21 @@ class CollectionWorkerSet:
         recorder: Any = None,
     ) -> list[float]:
         with self._lock:
-            if self.remote:
-                # the local worker has no train envs: evaluate with a collecting worker's statistics
-                self.local_worker.load_normalization(self._ask_any("normalization_state"))
+            self._take_remote_statistics()
             return self.local_worker.evaluate(num_episodes, deterministic, on_episode, recorder)
 
     def acting_envs(self) -> Any:
         """The local worker's envs carrying the training observation statistics (a remote
         worker's, when the local one does not collect): what it acts on outside rollouts with."""
         with self._lock:
-            if self.remote:
-                self.local_worker.load_normalization(self._ask_any("normalization_state"))
+            self._take_remote_statistics()
             return self.local_worker.acting_envs()
+
+    def _take_remote_statistics(self) -> None:
+        """With remote workers the local one has no train envs: give it a collecting worker's
+        observation statistics (evaluation and predict act with them)."""
+        if self.remote:
+            self.local_worker.load_normalization(self._ask_any("normalization_state"))
 
     def _ask_any(self, method: str) -> Any:
         """``method``'s answer from the first remote worker that gives one, beside any
