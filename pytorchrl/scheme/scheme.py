@@ -79,7 +79,7 @@ class Scheme:
             busy = busy_resources(groups)
             if busy is not None:  # Ray would wait without a word (a second job on a full cluster)
                 warnings.warn(busy, stacklevel=2)
-        self.inference = _start_inference(config, actor_factory, device) if config.inference == "central" else None
+        self.inference = _start_inference(config, actor_factory) if config.inference == "central" else None
         self._acting: tuple[int, Any] | None = None  # predict(): the policy version acted with, and its envs
         fault = FaultTolerance(
             max_restarts=config.max_worker_restarts,
@@ -247,11 +247,12 @@ def as_observation_batch(observation: Any, space: gym.Space) -> tuple[Any, bool]
     raise InputError(f"predict: an observation of shape {array.shape}; the env's observations have shape {space.shape} (or N x that, a batch)")
 
 
-def _start_inference(config: SchemeConfig, actor_factory: Callable[..., Any], device: str) -> InferenceServers:
-    """The central inference servers (their policy on ``device`` when they reserve a GPU, else on the CPU)."""
+def _start_inference(config: SchemeConfig, actor_factory: Callable[..., Any]) -> InferenceServers:
+    """The central inference servers: their policy on the GPU Ray gives them when they reserve
+    one (``cuda``: Ray makes it the only one they see, whichever index the learner uses), else on the CPU."""
     server = config.inference_server
     server_factory = functools.partial(
-        InferenceServer, actor_factory, device=device if server.num_gpus > 0 else "cpu",
+        InferenceServer, actor_factory, device="cuda" if server.num_gpus > 0 else "cpu",
         max_batch_size=server.max_batch_size, max_wait_ms=server.max_wait_ms,
     )
     return InferenceServers(

@@ -24,6 +24,11 @@ that holds where a row's matrix products do not depend on where it sits in the b
 same bits as alone, whatever else is in the batch; other counts put its rows in other blocks of
 the GEMM kernel, and log-probabilities and values move by float rounding (at most 1.2e-7 measured
 on the PPO CartPole actor), which left every sampled action the same in the cases measured.
+
+On a GPU (``device`` ``cuda``) a batch crosses the bus twice: its observations and noise are
+concatenated into pinned host buffers and copied up without blocking, and its replies (actions,
+scores, recurrent states) come down into pinned buffers with one synchronisation per batch, not
+one blocking copy per request and tensor (:class:`_Staging`).
 """
 
 from __future__ import annotations
@@ -221,6 +226,7 @@ class InferenceServer:
         self._policy_lock = threading.Lock()  # one user of the policy at a time: a batch, a scoring call, new weights
         self._closed = False
         self._counters = _Counters()
+        self._staging = _Staging(self.device)
         self._thread = threading.Thread(target=self._serve, name="inference-batching", daemon=True)
         self._thread.start()
 
@@ -333,8 +339,8 @@ class InferenceServer:
         return [r for r in replies if r is not None]
 
     def _act_group(self, group: list[PendingAct], scored: bool, version: int) -> list[ActReply]:
-        obs = torch.cat([r.obs for r in group]).to(self.device)
-        noise = torch.cat([r.noise for r in group]).to(self.device)
+        obs = self._staging.upload("obs", [r.obs for r in group])
+        noise = self._staging.upload("noise", [r.noise for r in group])
         if self._log_std is not None:  # the actor's draw_noise scales by its std; the client cannot
             noise = noise.mul_(self._log_std.exp())
         rows = obs.shape[0]
@@ -346,8 +352,9 @@ class InferenceServer:
         if acted.state is not None:
             for request, rows_state in zip(group, acted.state.split(sizes)):
                 self._states[request.worker_index] = rows_state
-        optional = [[None] * len(group) if t is None else _pieces(t, sizes) for t in (slots.log_prob, slots.value, acted.state)]
-        return [ActReply(a, lp, v, s, version) for a, lp, v, s in zip(_pieces(slots.action, sizes), *optional)]
+        host = self._staging.download([slots.action, slots.log_prob, slots.value, acted.state])
+        pieces = [[None] * len(group) if t is None else _pieces(t, sizes, self._staging.reuses) for t in host]
+        return [ActReply(a, lp, v, s, version) for a, lp, v, s in zip(*pieces)]
 
     def _gather_states(self, group: list[PendingAct]) -> torch.Tensor:
         """The rows' states: each worker's held rows (or the one sent), zeroed where episodes
@@ -469,6 +476,10 @@ class InferenceServer:
         with self._policy_lock:
             return self.policy.get_weights()
 
+    def device_name(self) -> str:
+        """Where the policy runs (``cuda:0``, ``cpu``)."""
+        return str(next(self.policy.actor.parameters()).device)
+
     def pop_metrics(self) -> dict[str, float]:
         """Counters since the last call: ``requests``, ``rows``, ``batches``, ``mean_batch_rows``,
         ``max_batch_rows``, ``mean_wait_ms`` (queued until the batch started), ``score_requests``
@@ -486,8 +497,50 @@ class InferenceServer:
             request.finish(error=RuntimeError("the inference server closed before acting on this request"))
 
 
-def _pieces(t: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
-    """``t`` split into compact CPU tensors (a view would pickle its whole batch)."""
+class _Staging:
+    """A batch's way to the policy's device and back.
+
+    On the CPU it concatenates (a fresh tensor: the noise is scaled in place) and hands the
+    replies back as they are. On a GPU it keeps one pinned host buffer per role, grown to the
+    largest batch seen: the requests are concatenated into it and copied up without blocking, and
+    the replies are copied down into their own buffers, then one stream synchronisation. Reuse is
+    safe because the batching thread runs one batch at a time and each batch synchronises before
+    the next one writes a buffer; the replies are cut from the buffers as copies (:attr:`reuses`).
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.reuses = device.type == "cuda"
+        self._buffers: dict[str, torch.Tensor] = {}
+
+    def buffer(self, role: str, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+        """The pinned buffer of ``role``, as a ``shape`` view (reallocated when too small or of another dtype)."""
+        numel = int(np.prod(shape))
+        held = self._buffers.get(role)
+        if held is None or held.dtype != dtype or held.numel() < numel:
+            held = self._buffers[role] = torch.empty(numel, dtype=dtype, pin_memory=True)
+        return held[:numel].view(*shape)
+
+    def upload(self, role: str, parts: list[torch.Tensor]) -> torch.Tensor:
+        """``torch.cat(parts)`` on the device."""
+        if not self.reuses:
+            return torch.cat(parts).to(self.device)
+        host = self.buffer(role, (sum(p.shape[0] for p in parts), *parts[0].shape[1:]), parts[0].dtype)
+        torch.cat(parts, out=host)
+        return host.to(self.device, non_blocking=True)
+
+    def download(self, tensors: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
+        """The device's ``tensors`` on the host (views of this batch's buffers on a GPU)."""
+        if not self.reuses:
+            return tensors
+        host = [None if t is None else self.buffer(f"reply{i}", t.shape, t.dtype).copy_(t, non_blocking=True) for i, t in enumerate(tensors)]
+        torch.cuda.current_stream(self.device).synchronize()
+        return host
+
+
+def _pieces(t: torch.Tensor, sizes: list[int], copy: bool = False) -> list[torch.Tensor]:
+    """``t`` split into compact CPU tensors (a view would pickle its whole batch); ``copy`` also
+    when whole (``t`` is a buffer the next batch writes)."""
     if len(sizes) == 1:
-        return [t.cpu()]
+        return [t.to("cpu", copy=copy)]
     return [piece.to("cpu", copy=True) for piece in t.split(sizes)]

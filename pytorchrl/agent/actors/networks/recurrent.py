@@ -133,6 +133,8 @@ class RecurrentCore(nn.Module):
         :return: ``outputs [T, B, H]`` and the state after the last step ``[B, S]``.
         """
         t = x.shape[0]
+        if x.is_cuda:  # cuDNN takes the weights as one chunk: pack them again if a copy or move split them (else it warns and packs per call)
+            self.rnn.flatten_parameters()
         keep = (~starts).to(x.dtype)
         # cut where any row starts an episode (step 0 is always a cut)
         cuts = [0, *(torch.nonzero(starts[1:].any(dim=1)).flatten() + 1).tolist(), t]
