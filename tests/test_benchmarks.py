@@ -1,4 +1,4 @@
-"""Benchmark helpers: the matrix-product floor under a step counts every product's work once."""
+"""Benchmark helpers: the matrix-product floor under a step counts every product's work once; the GPU script's server case."""
 
 from __future__ import annotations
 
@@ -25,3 +25,21 @@ def test_gemm_floor_counts_each_product_of_a_step():
     assert steps == [1]  # recorded from one call of the step, then replayed without it
     assert mflop == pytest.approx(720e-6)
     assert ms > 0
+
+
+def test_the_gpu_scripts_server_case_measures_a_batch_of_the_requests_asked_for_on_the_cpu(capsys):
+    """``scripts/central_gpu.py server`` (run on GPU machines) also runs here, on the CPU case only."""
+    import argparse
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    pytest.importorskip("ale_py")
+    spec = importlib.util.spec_from_file_location("central_gpu", Path(__file__).resolve().parent.parent / "scripts" / "central_gpu.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    lines = script.bench_server(argparse.Namespace(requests=2, batches=3))
+    assert [line["case"] for line in lines] == (["cuda, pinned", "cuda, pageable", "cpu"] if torch.cuda.is_available() else ["cpu"])
+    assert all(line["rows_per_batch"] == 16 and line["ms_per_batch"] > 0 and line["obs_per_s"] == pytest.approx(8 * line["requests_per_s"], rel=0.05) for line in lines)
+    assert [json.loads(text) for text in capsys.readouterr().out.splitlines() if text.startswith("{")] == lines
