@@ -4,7 +4,7 @@
 # the CUDA tests (tests/test_cuda.py, and the noise tests' cuda cases), one inference server's
 # batches on the GPU (pinned and pageable copies) and on the CPU, and APPO Pong with 8 collection
 # workers x 8 envs, the learner on the GPU, central (the server on the GPU) against local inference.
-# On a machine without network, wheels left in .whl/ (ray stripped of its jars and dashboard as
+# On a machine without network, wheels left in .whl/ by scripts/gpu_wheels.sh (ray stripped of its jars and dashboard as
 # .whl/ray_site.tar.xz) are installed into /tmp/site first.
 set -u
 OUT=${1:-${OUT:-/tmp/gpu_check}}; mkdir -p "$OUT"
