@@ -331,7 +331,10 @@ class InferenceServerConfig:
     max_batch_size: int = param(256, "Observation rows that start a batch at once (whole requests, never more rows unless one request has more).", min=1)
     max_wait_ms: float = param(2.0, "The longest the first queued request waits for others, in milliseconds.", min=0)
     num_cpus: float = param(1.0, "CPUs reserved per server.", min=0)
-    num_gpus: float = param(0.0, "GPUs reserved per server (above 0: the server acts on the GPU Ray gives it, with pinned host buffers).", min=0)
+    num_gpus: float | None = param(
+        None, "GPUs reserved per server; above 0 the server acts on the GPU Ray gives it, with pinned host buffers "
+        "(null: 0.5 / num_servers, sharing the learner's GPU, when run.device is CUDA; else 0).", min=0,
+    )
     weight_sync_every: int = param(
         1, "Send the servers new weights once the learner is this many policy versions past theirs (1: every round).", min=1,
     )

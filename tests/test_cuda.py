@@ -81,6 +81,7 @@ def test_a_cuda_server_keeps_recurrent_states_on_the_gpu_and_returns_them_for_st
 @pytest.mark.parametrize(("config", "overrides"), [
     ("ppo/cartpole.yaml", []),  # local inference: the workers' weights come from a GPU learner
     ("ppo/cartpole_central.yaml", ["scheme.inference_server.num_gpus=0.5"]),  # the learner and the server share the GPU
+    ("ppo/cartpole_central.yaml", []),  # the same by default: run.device=cuda puts the server on the GPU too
     ("ppo/cartpole_masked_gru.yaml", []),
     ("dqn/cartpole.yaml", []),
     ("dqn/r2d2_cartpole_masked.yaml", []),

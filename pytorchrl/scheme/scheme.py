@@ -62,7 +62,7 @@ class Scheme:
         seed: int = 0,
         seed_generators: bool = True,
     ) -> None:
-        self.config = config = check_section(config or SchemeConfig(), "scheme.")  # a section built in Python skips from_dict's checks
+        self.config = config = with_server_gpus(check_section(config or SchemeConfig(), "scheme."), device)  # a section built in Python skips from_dict's checks
         if seed_generators:
             seed_everything(seed)
         col_resources = dataclasses.asdict(config.col_worker_resources)
@@ -252,12 +252,12 @@ def _start_inference(config: SchemeConfig, actor_factory: Callable[..., Any]) ->
     one (``cuda``: Ray makes it the only one they see, whichever index the learner uses), else on the CPU."""
     server = config.inference_server
     server_factory = functools.partial(
-        InferenceServer, actor_factory, device="cuda" if server.num_gpus > 0 else "cpu",
+        InferenceServer, actor_factory, device="cuda" if server.num_gpus else "cpu",
         max_batch_size=server.max_batch_size, max_wait_ms=server.max_wait_ms,
     )
     return InferenceServers(
         server_factory, num_servers=server.num_servers, num_clients=config.num_col_workers,
-        resources=server_resources(server.num_cpus, server.num_gpus), timeout_s=config.worker_timeout_s,
+        resources=server_resources(server.num_cpus, server.num_gpus or 0.0), timeout_s=config.worker_timeout_s,
         max_restarts=config.max_worker_restarts, transport=server.transport,
     )
 
@@ -274,15 +274,27 @@ def _check_servable(actor_factory: Callable[..., Any]) -> None:
         raise ConfigError(f"config key 'scheme.inference' = 'central' cannot serve this actor: {error}; use inference 'local'") from None
 
 
+def with_server_gpus(config: SchemeConfig, device: str) -> SchemeConfig:
+    """``config`` with ``inference_server.num_gpus`` null resolved: with central inference and a
+    learner on CUDA, the servers share half a GPU (the learner's: Ray reserves nothing for the
+    driver), so ``run.device: cuda`` puts them on the GPU too; else 0 (on the CPU)."""
+    server = config.inference_server
+    if server.num_gpus is not None:
+        return config
+    gpus = 0.5 / server.num_servers if config.inference == "central" and device.startswith("cuda") else 0.0
+    return dataclasses.replace(config, inference_server=dataclasses.replace(server, num_gpus=gpus))
+
+
 def remote_worker_groups(config: SchemeConfig) -> list[tuple[str, int, dict[str, Any]]]:
     """``(name, count, resources)`` of a scheme's remote workers: its gradient workers, then its
     collection workers (``num_col_workers`` per gradient worker, or in all without any), then its
-    central inference servers."""
+    central inference servers (``inference_server.num_gpus`` resolved by :func:`with_server_gpus`;
+    null counts as 0)."""
     server = config.inference_server
     return [
         ("gradient worker", config.num_grad_workers, dataclasses.asdict(config.grad_worker_resources)),
         ("collection worker", config.num_col_workers * max(config.num_grad_workers, 1), dataclasses.asdict(config.col_worker_resources)),
-        ("inference server", server.num_servers if config.inference == "central" else 0, server_resources(server.num_cpus, server.num_gpus)),
+        ("inference server", server.num_servers if config.inference == "central" else 0, server_resources(server.num_cpus, server.num_gpus or 0.0)),
     ]
 
 

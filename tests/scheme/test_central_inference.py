@@ -281,3 +281,22 @@ def test_a_central_run_resumed_mid_way_ends_where_the_whole_run_ends(ray_session
     assert (resumed.env_steps, resumed.episodes) == (whole.env_steps, whole.episodes)
     a, b = whole.scheme.algorithm.get_weights(), resumed.scheme.algorithm.get_weights()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize(("inference", "device", "num_servers", "num_gpus", "expected"), [
+    ("central", "cuda", 1, None, 0.5),  # run.device: cuda puts the server on the learner's GPU
+    ("central", "cuda:1", 2, None, 0.25),
+    ("central", "cpu", 1, None, 0.0),
+    ("local", "cuda", 1, None, 0.0),  # no servers to place
+    ("central", "cuda", 1, 0.0, 0.0),  # set by the user: kept (the server acts on the CPU)
+    ("central", "cpu", 1, 1.0, 1.0),
+])
+def test_the_servers_gpu_share_follows_the_learners_device_unless_set(inference, device, num_servers, num_gpus, expected):
+    from pytorchrl.scheme.scheme import remote_worker_groups, with_server_gpus
+
+    config = from_dict({"scheme": {"inference": inference, "num_col_workers": 2,
+                                   "inference_server": {"num_servers": num_servers, "num_gpus": num_gpus}}}).scheme
+    resolved = with_server_gpus(config, device)
+    assert resolved.inference_server.num_gpus == expected
+    servers = remote_worker_groups(resolved)[-1]
+    assert servers[2]["num_gpus"] == expected and servers[1] == (num_servers if inference == "central" else 0)
