@@ -16,7 +16,7 @@ The manifest (YAML) lists, per config, where its runs are and what it is compare
 
 A run counts for a row only when its saved ``config.yaml`` is that config with the row's
 overrides and the run's seed, up to keys that change neither what is learned, how it is
-evaluated nor when it stops (:data:`NEUTRAL_KEYS`: threads, checkpoints, where Ray runs). A
+evaluated nor when it stops (:data:`NEUTRAL_KEYS`: threads, checkpoints, where Ray runs, what workers reserve). A
 run that differs elsewhere (another learning rate, budget, stopping rule or evaluation
 protocol) is left out of the row and its figure with a warning naming the first keys that
 differ, so that a row never mixes configs.
@@ -51,6 +51,8 @@ REPO = Path(__file__).resolve().parent.parent
 NEUTRAL_KEYS = (
     "run.seed", "run.torch_threads", "run.checkpoint_every", "run.keep_checkpoints", "run.prometheus_port", "run.device",
     "storage.checkpoint_buffer", "env.atari.num_threads", "env.vectorization", "scheme.ray.",
+    # what the workers and servers reserve (the runs before 2026-11-26 saved the servers' num_gpus as 0.0, now null)
+    "scheme.col_worker_resources.", "scheme.grad_worker_resources.", "scheme.inference_server.num_cpus", "scheme.inference_server.num_gpus",
 )
 
 COLUMNS = (

@@ -67,8 +67,10 @@ def test_the_shipped_manifest_names_shipped_configs():
 def test_a_run_of_another_config_is_left_out_and_told(tmp_path, capsys, monkeypatch):
     """A row never mixes configs: a run whose saved config differs at a key that changes what is
     learned (or how it is evaluated) is left out with one line naming the key; one that differs
-    only at neutral keys (threads, checkpoints) counts; the entry's own overrides count as its."""
-    _run(tmp_path, "ppo-cartpole-seed0", 0, [(1000, 500.0)], 3.0, overrides=("run.torch_threads=1", "run.checkpoint_every=5000"))
+    only at neutral keys (threads, checkpoints, resources) counts; the entry's own overrides count as its."""
+    _run(tmp_path, "ppo-cartpole-seed0", 0, [(1000, 500.0)], 3.0, overrides=(
+        "run.torch_threads=1", "run.checkpoint_every=5000", "scheme.inference_server.num_gpus=0.0",  # as runs saved before its null default
+    ))
     _run(tmp_path, "ppo-cartpole-seed1", 1, [(1000, 500.0)], 3.0, overrides=("algorithm.lr=0.01",))
     _run(tmp_path, "ppo-cartpole-seed2", 2, [(1000, 500.0)], 3.0, overrides=("run.eval_episodes=3",))
     _run(tmp_path, "ppo-cartpole-seed3", 3, [(1000, 20.0)], 3.0, overrides=("run.max_time_s=5",))  # its final return is where it was cut
