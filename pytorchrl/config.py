@@ -333,7 +333,7 @@ class InferenceServerConfig:
     num_cpus: float = param(1.0, "CPUs reserved per server.", min=0)
     num_gpus: float | None = param(
         None, "GPUs reserved per server; above 0 the server acts on the GPU Ray gives it, with pinned host buffers "
-        "(null: 0.5 / num_servers, sharing the learner's GPU, when run.device is CUDA; else 0).", min=0,
+        "(null: 0.5 / num_servers when run.device is CUDA, on a one-GPU machine the learner's GPU; else 0).", min=0,
     )
     weight_sync_every: int = param(
         1, "Send the servers new weights once the learner is this many policy versions past theirs (1: every round).", min=1,

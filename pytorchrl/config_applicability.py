@@ -100,6 +100,8 @@ def inapplicable_keys(config: Config, observation_space: gym.Space) -> list[tupl
     if not scheme.num_grad_workers:
         found += _group(scheme, "scheme", ["grad_worker_resources"], "scheme.num_grad_workers is 0")
     if scheme.inference == "local":
+        if scheme.inference_server.num_gpus == 0:  # what null means without servers (runs saved before the null default hold 0.0)
+            scheme = dataclasses.replace(scheme, inference_server=dataclasses.replace(scheme.inference_server, num_gpus=None))
         found += _group(scheme, "scheme", ["inference_server"], "scheme.inference is 'local'")
     return found
 

@@ -69,6 +69,13 @@ def test_defaults_and_keys_that_apply_do_not_warn():
         warn_inapplicable(from_dict(resumed), VECTOR)
 
 
+def test_a_run_saved_before_the_servers_gpu_default_was_null_does_not_warn():
+    old = config_to_dict(from_dict({}))
+    old["scheme"]["inference_server"]["num_gpus"] = 0.0  # its config.yaml
+    assert _keys(old) == []
+    assert _keys({"scheme": {"inference_server": {"num_gpus": 1.0}}}) == ["scheme.inference_server"]  # set, and no servers
+
+
 def test_where_ray_runs_applies_only_with_remote_workers():
     """``--address`` (scheme.ray.address) on a run that never starts Ray is named, not ignored in silence."""
     assert _keys({"scheme": {"ray": {"address": "10.0.0.1:6379", "num_cpus": 4}}}) == ["scheme.ray.address", "scheme.ray.num_cpus"]

@@ -276,8 +276,9 @@ def _check_servable(actor_factory: Callable[..., Any]) -> None:
 
 def with_server_gpus(config: SchemeConfig, device: str) -> SchemeConfig:
     """``config`` with ``inference_server.num_gpus`` null resolved: with central inference and a
-    learner on CUDA, the servers share half a GPU (the learner's: Ray reserves nothing for the
-    driver), so ``run.device: cuda`` puts them on the GPU too; else 0 (on the CPU)."""
+    learner on CUDA, the servers reserve half a GPU between them (Ray counts nothing for the
+    learner in the driver; on a one-GPU machine it is the learner's), so ``run.device: cuda``
+    puts them on a GPU too; else 0 (on the CPU)."""
     server = config.inference_server
     if server.num_gpus is not None:
         return config

@@ -25,10 +25,12 @@ same bits as alone, whatever else is in the batch; other counts put its rows in 
 the GEMM kernel, and log-probabilities and values move by float rounding (at most 1.2e-7 measured
 on the PPO CartPole actor), which left every sampled action the same in the cases measured.
 
-On a GPU (``device`` ``cuda``) a batch crosses the bus twice: its observations and noise are
-concatenated into pinned host buffers and copied up without blocking, and its replies (actions,
-scores, recurrent states) come down into pinned buffers with one synchronisation per batch, not
-one blocking copy per request and tensor (:class:`_Staging`).
+On a GPU (``device`` ``cuda``) each policy call's rows cross the bus twice: its observations and
+noise are concatenated into pinned host buffers and copied up without blocking, and its replies
+(actions, scores, recurrent states) come down into pinned buffers with one synchronisation, not
+one blocking copy per request and tensor (:class:`_Staging`). A batch makes one policy call
+unless its requests act differently (scored or not; Ape-X workers' own exploration rates: one
+call per rate); a recurrent request's episode starts and any state it sends go up on their own.
 """
 
 from __future__ import annotations
@@ -339,6 +341,13 @@ class InferenceServer:
         return [r for r in replies if r is not None]
 
     def _act_group(self, group: list[PendingAct], scored: bool, version: int) -> list[ActReply]:
+        try:
+            return self._act_staged(group, scored, version)
+        except BaseException:
+            self._staging.settle()  # a failed call may leave a copy from the pinned buffers in flight
+            raise
+
+    def _act_staged(self, group: list[PendingAct], scored: bool, version: int) -> list[ActReply]:
         obs = self._staging.upload("obs", [r.obs for r in group])
         noise = self._staging.upload("noise", [r.noise for r in group])
         if self._log_std is not None:  # the actor's draw_noise scales by its std; the client cannot
@@ -504,8 +513,9 @@ class _Staging:
     replies back as they are. On a GPU it keeps one pinned host buffer per role, grown to the
     largest batch seen: the requests are concatenated into it and copied up without blocking, and
     the replies are copied down into their own buffers, then one stream synchronisation. Reuse is
-    safe because the batching thread runs one batch at a time and each batch synchronises before
-    the next one writes a buffer; the replies are cut from the buffers as copies (:attr:`reuses`).
+    safe because the batching thread runs one policy call at a time and each synchronises (a
+    failed one too: :meth:`settle`) before the next writes a buffer; the replies are cut from the
+    buffers as copies (:attr:`reuses`).
     """
 
     def __init__(self, device: torch.device) -> None:
@@ -534,8 +544,13 @@ class _Staging:
         if not self.reuses:
             return tensors
         host = [None if t is None else self.buffer(f"reply{i}", t.shape, t.dtype).copy_(t, non_blocking=True) for i, t in enumerate(tensors)]
-        torch.cuda.current_stream(self.device).synchronize()
+        self.settle()
         return host
+
+    def settle(self) -> None:
+        """Wait for the copies in flight (the buffers may then be written again)."""
+        if self.reuses:
+            torch.cuda.current_stream(self.device).synchronize()
 
 
 def _pieces(t: torch.Tensor, sizes: list[int], copy: bool = False) -> list[torch.Tensor]:

@@ -133,7 +133,9 @@ class RecurrentCore(nn.Module):
         :return: ``outputs [T, B, H]`` and the state after the last step ``[B, S]``.
         """
         t = x.shape[0]
-        if x.is_cuda:  # cuDNN takes the weights as one chunk: pack them again if a copy or move split them (else it warns and packs per call)
+        if x.is_cuda and len({w.untyped_storage().data_ptr() for w in cast(list[torch.Tensor], self.rnn._flat_weights)}) > 1:
+            # cuDNN takes the weights as one chunk; a deep copy splits them (cuDNN would warn and
+            # pack them at every call). Packed once here: packing re-points the parameters.
             self.rnn.flatten_parameters()
         keep = (~starts).to(x.dtype)
         # cut where any row starts an episode (step 0 is always a cut)
