@@ -1,7 +1,7 @@
 """Central inference with the server on a GPU: one server's batches, and Pong frames/s against local inference.
 
     python scripts/central_gpu.py server            # one inference server's batch latency
-    python scripts/central_gpu.py pong --workers 8  # APPO Pong, central (server on the GPU) vs local
+    python scripts/central_gpu.py pong --workers 8 12  # APPO Pong, central (server on the GPU) vs local, per count
 
 ``server``: an :class:`~pytorchrl.scheme.inference.InferenceServer` of the Pong Nature CNN
 (``configs/appo/atari_pong_central.yaml``) in this process, called directly (no Ray): batches of
@@ -10,7 +10,7 @@
 request and tensor (the path before pinned buffers), and on the CPU. One JSON line per case:
 milliseconds per batch, requests/s and observations/s.
 
-``pong``: ``pytorchrl train configs/appo/atari_pong_central.yaml`` with ``--workers`` remote
+``pong``: ``pytorchrl train configs/appo/atari_pong_central.yaml`` with each ``--workers`` count of remote
 collection workers x 8 envs, the learner on the GPU (``run.device=cuda``), once with the server on
 the GPU (``scheme.inference_server.num_gpus``) and once with local inference (each worker acting
 on its CPU), each stopped after ``--seconds`` (SIGINT: the run's own clean stop). One JSON line per
@@ -79,13 +79,12 @@ def bench_server(args: argparse.Namespace) -> list[dict[str, Any]]:
     return out
 
 
-def _train(mode: str, args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
-    workers = args.workers
+def _train(mode: str, workers: int, args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
     overrides = [
         f"scheme.num_col_workers={workers}", f"scheme.inference={mode}", f"run.device={args.device}", f"run.target_steps={args.steps or 100_000_000}",
         "run.eval_every=0", "run.checkpoint_every=0", "run.stop_at_return=null", f"run.log_every={2048 * workers}",
         f"scheme.inference_server.max_batch_size={8 * workers}", f"scheme.inference_server.num_gpus={0.5 if args.device == 'cuda' else 0}",
-        f"scheme.inference_server.num_cpus={args.server_cpus}",
+        f"scheme.inference_server.num_cpus={args.server_cpus}", *args.set,
     ]
     command = [sys.executable, "-m", "pytorchrl.cli", "train", str(CONFIG), *overrides, "--run-dir", str(run_dir), "--quiet"]
     proc = subprocess.Popen(command, env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -114,13 +113,16 @@ def _train(mode: str, args: argparse.Namespace, run_dir: Path) -> dict[str, Any]
 def bench_pong(args: argparse.Namespace) -> list[dict[str, Any]]:
     root = Path(args.run_root or tempfile.mkdtemp(prefix="central_gpu_"))
     out = []
-    for mode in args.modes:
-        line = _train(mode, args, root / f"{mode}-{args.workers}w")
-        print(json.dumps(line), flush=True)
-        out.append(line)
-    by_mode = {line["mode"]: line["fps_median"] for line in out}
-    if by_mode.get("central") and by_mode.get("local"):
-        print(json.dumps({"central_over_local": round(by_mode["central"] / by_mode["local"], 3)}), flush=True)
+    for workers in args.workers:
+        lines = []
+        for mode in args.modes:
+            line = _train(mode, workers, args, root / f"{mode}-{workers}w")
+            print(json.dumps(line), flush=True)
+            lines.append(line)
+        by_mode = {line["mode"]: line["fps_median"] for line in lines}
+        if by_mode.get("central") and by_mode.get("local"):
+            print(json.dumps({"workers": workers, "central_over_local": round(by_mode["central"] / by_mode["local"], 3)}), flush=True)
+        out += lines
     return out
 
 
@@ -129,7 +131,8 @@ def main() -> None:
     parser.add_argument("what", choices=["server", "pong"])
     parser.add_argument("--requests", type=int, default=8, help="server: requests of 8 rows per batch")
     parser.add_argument("--batches", type=int, default=200, help="server: timed batches per case")
-    parser.add_argument("--workers", type=int, default=8, help="pong: remote collection workers (8 envs each)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[8], help="pong: remote collection workers (8 envs each), one pair per count")
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="pong: further config overrides, as on pytorchrl train")
     parser.add_argument("--seconds", type=float, default=90.0, help="pong: each run's length (at most, with --steps)")
     parser.add_argument("--steps", type=int, help="pong: train to this many agent steps (x4 frames) instead")
     parser.add_argument("--modes", nargs="+", default=["local", "central"], choices=["local", "central"])
