@@ -15,12 +15,19 @@ carry it like any other row. Two ways to run a core, which give the same numbers
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
 import torch
 from torch import nn
+
+# On CUDA a learner's GRU/LSTM weights are views of its algorithm's one flat parameter buffer
+# (ARCHITECTURE.md, decision 56), not cuDNN's packed layout, so cuDNN copies them into one per
+# call (correct; a 128-unit GRU's ~0.4 MB) and warns once. Packing them (``flatten_parameters``)
+# would re-point them off that buffer, and the optimizer would step weights the module no longer reads.
+warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous chunk of memory")
 
 __all__ = ["RecurrentCore", "RecurrentSpec", "carried_state", "run_core"]
 
@@ -133,10 +140,6 @@ class RecurrentCore(nn.Module):
         :return: ``outputs [T, B, H]`` and the state after the last step ``[B, S]``.
         """
         t = x.shape[0]
-        if x.is_cuda and len({w.untyped_storage().data_ptr() for w in cast(list[torch.Tensor], self.rnn._flat_weights)}) > 1:
-            # cuDNN takes the weights as one chunk; a deep copy splits them (cuDNN would warn and
-            # pack them at every call). Packed once here: packing re-points the parameters.
-            self.rnn.flatten_parameters()
         keep = (~starts).to(x.dtype)
         # cut where any row starts an episode (step 0 is always a cut)
         cuts = [0, *(torch.nonzero(starts[1:].any(dim=1)).flatten() + 1).tolist(), t]
