@@ -461,13 +461,10 @@ def trial_resources(config: Config, learner_cpus: float | None = None) -> Any:
 
 def trial_groups(config: Config, learner_cpus: float | None = None) -> list[tuple[str, int, dict[str, Any]]]:
     """``(name, count, resources)`` of what one trial reserves: its learner, then its remote workers."""
-    import torch
-
     from pytorchrl.scheme.scheme import remote_worker_groups, with_server_gpus
 
     learner = {"num_cpus": float(config.run.torch_threads if learner_cpus is None else learner_cpus)}
-    device = config.run.device if config.run.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")  # a bad one is the trial's own error
-    return [("trial learner (--trial-cpus)", 1, learner), *remote_worker_groups(with_server_gpus(config.scheme, device))]
+    return [("trial learner (--trial-cpus)", 1, learner), *remote_worker_groups(with_server_gpus(config.scheme, config.run.device))]
 
 
 def check_trial_fits(config: Config, learner_cpus: float | None = None) -> None:

@@ -12,7 +12,7 @@ milliseconds per batch, requests/s and observations/s.
 
 ``pong``: ``pytorchrl train configs/appo/atari_pong_central.yaml`` with each ``--workers`` count of remote
 collection workers x 8 envs, the learner on the GPU (``run.device=cuda``), once with the server on
-the GPU (``scheme.inference_server.num_gpus``) and once with local inference (each worker acting
+the GPU (``scheme.inference_server.num_gpus``' default with a CUDA learner) and once with local inference (each worker acting
 on its CPU), each stopped after ``--seconds`` (SIGINT: the run's own clean stop). One JSON line per
 mode: the median fps (agent steps/s; x4 for frames) of the logged intervals after the first, and
 the server's batch mean, queueing wait and busy fraction; then the ratio.
@@ -83,7 +83,7 @@ def _train(mode: str, workers: int, args: argparse.Namespace, run_dir: Path) -> 
     overrides = [
         f"scheme.num_col_workers={workers}", f"scheme.inference={mode}", f"run.device={args.device}", f"run.target_steps={args.steps or 100_000_000}",
         "run.eval_every=0", "run.checkpoint_every=0", "run.stop_at_return=null", f"run.log_every={2048 * workers}",
-        f"scheme.inference_server.max_batch_size={8 * workers}", f"scheme.inference_server.num_gpus={0.5 if args.device == 'cuda' else 0}",
+        f"scheme.inference_server.max_batch_size={8 * workers}",  # num_gpus: its default, half the learner's GPU with run.device=cuda
         f"scheme.inference_server.num_cpus={args.server_cpus}", *args.set,
     ]
     command = [sys.executable, "-m", "pytorchrl.cli", "train", str(CONFIG), *overrides, "--run-dir", str(run_dir), "--quiet"]

@@ -278,11 +278,12 @@ def with_server_gpus(config: SchemeConfig, device: str) -> SchemeConfig:
     """``config`` with ``inference_server.num_gpus`` null resolved: with central inference and a
     learner on CUDA, the servers reserve half a GPU between them (Ray counts nothing for the
     learner in the driver; on a one-GPU machine it is the learner's), so ``run.device: cuda``
-    puts them on a GPU too; else 0 (on the CPU)."""
+    puts them on a GPU too; else 0 (on the CPU). ``device`` may be ``run.device`` unresolved (``auto``)."""
     server = config.inference_server
     if server.num_gpus is not None:
         return config
-    gpus = 0.5 / server.num_servers if config.inference == "central" and device.startswith("cuda") else 0.0
+    cuda = (resolve_device(device) if device == "auto" else device).startswith("cuda")
+    gpus = 0.5 / server.num_servers if config.inference == "central" and cuda else 0.0
     return dataclasses.replace(config, inference_server=dataclasses.replace(server, num_gpus=gpus))
 
 

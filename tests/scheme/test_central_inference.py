@@ -287,6 +287,7 @@ def test_a_central_run_resumed_mid_way_ends_where_the_whole_run_ends(ray_session
     ("central", "cuda", 1, None, 0.5),  # run.device: cuda puts the server on the learner's GPU
     ("central", "cuda:1", 2, None, 0.25),
     ("central", "cpu", 1, None, 0.0),
+    ("central", "auto", 1, None, 0.5 if torch.cuda.is_available() else 0.0),  # run.device unresolved (tune's trials)
     ("local", "cuda", 1, None, 0.0),  # no servers to place
     ("central", "cuda", 1, 0.0, 0.0),  # set by the user: kept (the server acts on the CPU)
     ("central", "cpu", 1, 1.0, 1.0),

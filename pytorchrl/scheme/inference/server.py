@@ -315,6 +315,7 @@ class InferenceServer:
                     replies = self._act_groups(batch)
                 except BaseException:
                     self._counters.idle()
+                    self._staging.settle()  # a failed call may leave a copy from the pinned buffers in flight
                     raise
                 self._counters.batch(batch, start)
         except Exception as error:  # the callers get it instead of waiting forever
@@ -341,13 +342,6 @@ class InferenceServer:
         return [r for r in replies if r is not None]
 
     def _act_group(self, group: list[PendingAct], scored: bool, version: int) -> list[ActReply]:
-        try:
-            return self._act_staged(group, scored, version)
-        except BaseException:
-            self._staging.settle()  # a failed call may leave a copy from the pinned buffers in flight
-            raise
-
-    def _act_staged(self, group: list[PendingAct], scored: bool, version: int) -> list[ActReply]:
         obs = self._staging.upload("obs", [r.obs for r in group])
         noise = self._staging.upload("noise", [r.noise for r in group])
         if self._log_std is not None:  # the actor's draw_noise scales by its std; the client cannot
