@@ -1,6 +1,7 @@
 """The results table: one row per config of a manifest, generated from run directories.
 
-    python scripts/results_table.py benchmarks/results.yaml --root RUNS_ROOT [-o RESULTS.md] [--plots DIR]
+    python scripts/results_table.py benchmarks/results.yaml [--root RUNS_ROOT ...] [-o RESULTS.md] [--plots DIR] [--archive DIR]
+    python scripts/results_table.py benchmarks/results.yaml --commands [--seeds 0 1 2] [--root RUNS_ROOT ...]
 
 The manifest (YAML) lists, per config, where its runs are and what it is compared with:
 
@@ -26,6 +27,19 @@ Each run directory is what ``pytorchrl train`` writes: ``config.yaml`` (env, alg
 CPU model). A config whose runs are missing still gets its row, saying so, so that the table
 shows every config it promises. With ``--plots``, ``pytorchrl plot``'s figure of each config's
 runs (mean and min-max band over seeds) is written beside it.
+
+Run directories hold checkpoints (gigabytes for a replay buffer) and live outside the work tree,
+so they do not outlive the machine that made them. The table is kept reproducible from the
+repository by **run records**: ``--archive DIR`` copies what the table and the figures read of
+each counted run (its ``config.yaml``, ``summary.json`` and the curve columns of
+``progress.csv``, :data:`RECORD_COLUMNS`) into ``DIR/<run directory name>/``, a few kilobytes a
+run. ``--root`` may be given several times; a run directory name found under more than one root
+is taken from the first. The default root is the committed records (:data:`RECORDS`), so a
+fresh checkout regenerates the table with no run directory at all.
+
+``--commands`` prints, instead of the table, the ``pytorchrl train`` command of every seed in
+``--seeds`` that has no counted run yet (its run directory under the first root): what is left
+to run to fill the table.
 """
 
 from __future__ import annotations
@@ -33,6 +47,8 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import shlex
+import shutil
 import statistics
 import sys
 from collections.abc import Sequence
@@ -43,6 +59,11 @@ from typing import Any
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
+#: the committed run records (see the module doc): the default ``--root``
+RECORDS = REPO / "benchmarks" / "runs"
+#: the progress.csv columns a run record keeps: the table's and the figures' (``pytorchrl plot``
+#: draws ``eval_return_mean`` against ``env_steps`` or ``wall_time_s``), and the training return
+RECORD_COLUMNS = ("env_steps", "wall_time_s", "eval_return_mean", "eval_return_std", "eval_success_rate", "train_return_mean", "fps")
 #: config keys (dotted; a trailing dot: a whole section) a run may change without leaving its
 #: row: they decide how fast and where it runs and what else it writes, not what it learns, how
 #: its evaluations are made or when it stops. Not here: ``run.target_steps`` (PPO anneals over
@@ -123,13 +144,16 @@ def table_row(entry: dict[str, Any], runs: Sequence[Run], labels: tuple[str, str
     return row
 
 
-def results_table(manifest: Path, root: Path, repo: Path = REPO) -> list[dict[str, str]]:
+Roots = Path | Sequence[Path]
+
+
+def results_table(manifest: Path, root: Roots, repo: Path = REPO) -> list[dict[str, str]]:
     """Every manifest entry's row (runs found with its ``runs`` glob under ``root`` whose config
     is the entry's: :func:`config_differences`; the others are told on stderr and left out)."""
     return [row for row, _ in rows_and_runs(manifest, root, repo)]
 
 
-def rows_and_runs(manifest: Path, root: Path, repo: Path = REPO) -> list[tuple[dict[str, str], list[Path]]]:
+def rows_and_runs(manifest: Path, root: Roots, repo: Path = REPO) -> list[tuple[dict[str, str], list[Path]]]:
     """Each manifest entry's row and the run directories it counts (what its figure draws)."""
     out = []
     for entry in entries(manifest):
@@ -138,7 +162,7 @@ def rows_and_runs(manifest: Path, root: Path, repo: Path = REPO) -> list[tuple[d
     return out
 
 
-def accepted_run_dirs(entry: dict[str, Any], root: Path, repo: Path = REPO) -> list[Path]:
+def accepted_run_dirs(entry: dict[str, Any], root: Roots, repo: Path = REPO) -> list[Path]:
     """The finished runs of ``entry`` whose config is the entry's; one line on stderr for each other."""
     accepted = []
     for run_dir in run_dirs(entry, root):
@@ -207,12 +231,61 @@ def entries(manifest: Path) -> list[dict[str, Any]]:
     return yaml.safe_load(manifest.read_text()) or []
 
 
-def run_dirs(entry: dict[str, Any], root: Path) -> list[Path]:
-    """The finished runs that ``entry``'s glob finds under ``root``: a ``summary.json`` that does
-    not say ``interrupted`` (a run stopped to be resumed is not finished)."""
+def run_dirs(entry: dict[str, Any], root: Roots) -> list[Path]:
+    """The finished runs that ``entry``'s glob finds under ``root`` (one root or several: a name
+    found under more than one is taken from the first): a ``summary.json`` that does not say
+    ``interrupted`` (a run stopped to be resumed is not finished)."""
     if not entry.get("runs"):
         return []
-    return sorted(p for p in root.glob(entry["runs"]) if (p / "summary.json").is_file() and _finished(p / "summary.json"))
+    found: dict[str, Path] = {}
+    for base in [root] if isinstance(root, Path) else root:
+        for p in sorted(base.glob(entry["runs"])):
+            if p.name not in found and (p / "summary.json").is_file() and _finished(p / "summary.json"):
+                found[p.name] = p
+    return sorted(found.values(), key=lambda p: p.name)
+
+
+def archive_run(run_dir: Path, records: Path) -> Path:
+    """Write ``run_dir``'s record under ``records`` (see the module doc) and return its path;
+    a run that already is a record there is left as it is. Written to a temporary name and
+    renamed, so an interrupted archive leaves no half record."""
+    target = records / run_dir.name
+    if run_dir.resolve() == target.resolve():
+        return target
+    partial = records / f".{run_dir.name}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    for name in ("config.yaml", "summary.json"):
+        shutil.copyfile(run_dir / name, partial / name)
+    with open(run_dir / "progress.csv", newline="") as f_in, open(partial / "progress.csv", "w", newline="") as f_out:
+        reader = csv.DictReader(f_in)
+        kept = [c for c in RECORD_COLUMNS if c in (reader.fieldnames or ())]
+        writer = csv.DictWriter(f_out, kept, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(reader)
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
+    return target
+
+
+def missing_commands(manifest: Path, root: Roots, seeds: Sequence[int], repo: Path = REPO) -> list[str]:
+    """The ``pytorchrl train`` command of each seed in ``seeds`` that an entry of ``manifest``
+    has no counted run for; its run directory is the entry's glob with the seed, under the first root."""
+    first = root if isinstance(root, Path) else root[0]
+    commands = []
+    for entry in entries(manifest):
+        if not entry.get("runs"):
+            continue
+        have = set()
+        for run_dir in accepted_run_dirs(entry, root, repo):
+            have.add(int(yaml.safe_load((run_dir / "config.yaml").read_text())["run"]["seed"]))
+        for seed in seeds:
+            if seed in have:
+                continue
+            words = [*entry["config"].split(), *entry.get("overrides", []), f"run.seed={seed}"]
+            run_dir = first / entry["runs"].replace("*", str(seed))
+            commands.append(shlex.join(["pytorchrl", "train", *words, "--run-dir", str(run_dir)]))
+    return commands
 
 
 def _finished(summary: Path) -> bool:
@@ -235,11 +308,25 @@ def _number(value: Any) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("manifest", type=Path)
-    parser.add_argument("--root", type=Path, default=Path("."), help="where the manifest's run globs start (default: .)")
+    parser.add_argument(
+        "--root", type=Path, action="append",
+        help=f"where the manifest's run globs start; repeat it to search several (default: the committed records, {RECORDS.relative_to(REPO)})",
+    )
     parser.add_argument("-o", "--output", type=Path, help="write the table there (default: stdout)")
     parser.add_argument("--plots", type=Path, metavar="DIR", help="also write one curve figure per config with runs")
+    parser.add_argument("--archive", type=Path, metavar="DIR", help="also write the record of every counted run under DIR")
+    parser.add_argument("--commands", action="store_true", help="print the train commands of the seeds that have no run yet, not the table")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="the seeds --commands asks for (default: 0 1 2)")
     args = parser.parse_args(argv)
-    table = rows_and_runs(args.manifest, args.root)
+    roots = args.root or [RECORDS]
+    if args.commands:
+        sys.stdout.writelines(line + "\n" for line in missing_commands(args.manifest, roots, args.seeds))
+        return 0
+    table = rows_and_runs(args.manifest, roots)
+    if args.archive:
+        for _, found in table:
+            for run_dir in found:
+                archive_run(run_dir, args.archive)
     text = markdown([row for row, _ in table])
     if args.output:
         args.output.write_text(text)

@@ -99,3 +99,48 @@ def test_every_shipped_row_resolves_its_config():
         for entry in results_table.entries(REPO / "benchmarks" / manifest):
             config = results_table.expected_config(entry, 0)
             assert config["run"]["seed"] == 0 and config["algorithm"]["name"]
+
+
+def test_run_records_keep_the_row_when_the_run_directories_are_gone(tmp_path):
+    """--archive writes a few-kilobyte record of each counted run; with the run directories
+    deleted, the records alone give the same row. Under several roots a name is taken from the
+    first; --commands names the seeds still missing, with their run directories under the first root."""
+    runs, records = tmp_path / "runs", tmp_path / "records"
+    _run(runs, "ppo-cartpole-seed0", 0, [(1000, 100.0), (3000, 480.0)], 12.0)
+    _run(runs, "ppo-cartpole-seed1", 1, [(1000, 50.0), (2000, 300.0)], 20.0)
+    (runs / "ppo-cartpole-seed0" / "checkpoints").mkdir()  # not part of a record
+    curve = runs / "ppo-cartpole-seed0" / "progress.csv"  # with a column no record keeps
+    curve.write_text("".join(line + (",value_loss\n" if i == 0 else ",0.5\n") for i, line in enumerate(curve.read_text().splitlines())))
+    manifest = tmp_path / "results.yaml"
+    manifest.write_text(yaml.safe_dump([{"config": "configs/ppo/cartpole.yaml", "runs": "ppo-cartpole-seed*", "threshold": 475}]))
+    table = tmp_path / "t.md"
+    assert results_table.main([str(manifest), "--root", str(runs), "-o", str(table), "--archive", str(records)]) == 0
+    before = table.read_text()
+    assert sorted(p.name for p in (records / "ppo-cartpole-seed0").iterdir()) == ["config.yaml", "progress.csv", "summary.json"]
+    assert not list(records.glob(".*"))  # no partial record left behind
+    assert (records / "ppo-cartpole-seed0" / "progress.csv").read_text() == "env_steps,eval_return_mean\n1000,100.0\n3000,480.0\n"
+    import shutil
+
+    shutil.rmtree(runs)
+    assert results_table.main([str(manifest), "--root", str(records), "-o", str(table)]) == 0
+    assert table.read_text() == before and "| 0, 1 | 390 | 300 to 480 | 1/2 reached 475, median 3,000 |" in before
+
+    _run(runs, "ppo-cartpole-seed1", 1, [(1000, 500.0)], 1.0)  # a newer run of seed 1 beside its record
+    assert results_table.results_table(manifest, [runs, records])[0]["final return (median)"] == "490"  # 480 and 500
+    assert results_table.results_table(manifest, [records, runs])[0]["final return (median)"] == "390"  # 480 and 300
+    commands = results_table.missing_commands(manifest, [runs, records], [0, 1, 2, 3])
+    assert commands == [
+        f"pytorchrl train configs/ppo/cartpole.yaml run.seed={seed} --run-dir {runs / f'ppo-cartpole-seed{seed}'}" for seed in (2, 3)
+    ]
+
+
+def test_the_committed_records_are_counted_runs_of_their_rows(capsys):
+    """Every committed run record belongs to a row of a shipped manifest and matches its config
+    (a record the generator would leave out, or one no row reads, is a stale file)."""
+    counted = set()
+    for manifest in ("results.yaml", "defaults.yaml"):
+        for entry in results_table.entries(REPO / "benchmarks" / manifest):
+            counted.update(p.name for p in results_table.accepted_run_dirs(entry, results_table.RECORDS))
+    present = {p.name for p in results_table.RECORDS.iterdir() if p.is_dir()} if results_table.RECORDS.is_dir() else set()
+    assert present == counted, f"records no row counts: {sorted(present - counted)}"
+    assert capsys.readouterr().err == ""
