@@ -5,7 +5,7 @@
 Starts a Ray cluster of ``--nodes`` nodes on this machine (``ray.cluster_utils.Cluster``: each
 node its own raylet and object store, as ``ray start`` nodes are), builds the scheme of
 ``configs/ppo/latency_scaling.yaml`` (``pytorchrl/Latency-v0``: 20 ms a step, 4x84x84 uint8
-observations, a Nature CNN) with one collection worker, and grows it to each count in turn
+observations, a Nature CNN) with the first count's collection workers, and grows it to each count in turn
 (``Scheme.add_collection_workers``, the elastic path). At each count it collects for
 ``--seconds`` without learning (asynchronous collection: every rollout is followed, as in training, by
 new weights: to every server in central mode, to the worker that collected it in local mode) and
@@ -16,6 +16,8 @@ prints one JSON line:
   (PSS splits pages shared between processes, such as torch's libraries, among them);
 * ``cpu_us_per_request``: CPU time of the collection workers and of the servers per env step of
   one worker (one inference request in central mode), from ``/proc``;
+* ``busy_cores``: the cores busy over the window, the machine's (``/proc/stat``) and those of the
+  workers, the servers and this driver (the learner's side); the rest is Ray's own processes;
 * in central mode the servers' batch mean, queueing wait and busy fraction, and how the requests
   travelled (``socket_calls_per_request`` by family, ``unix`` or ``tcp``; the rest by Ray call), with
   ``--transports`` choosing ``scheme.inference_server.transport`` (one pass each).
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -47,9 +50,14 @@ def _proc(pid: int) -> dict[str, float]:
         key, _, rest = line.partition(":")
         if key in ("Rss", "Pss"):
             mem[key] = int(rest.split()[0]) / 1024
-    import os
-
     return {"cpu_s": ticks / os.sysconf("SC_CLK_TCK"), "rss_mb": mem["Rss"], "pss_mb": mem["Pss"]}
+
+
+def _machine_busy_s() -> float:
+    """CPU seconds the whole machine has spent busy, all cores (``/proc/stat``: user, nice,
+    system, irq and softirq; not idle, iowait or time stolen by the hypervisor)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return sum(fields[i] for i in (0, 1, 2, 5, 6)) / os.sysconf("SC_CLK_TCK")
 
 
 def _available_gb() -> float:
@@ -89,7 +97,9 @@ def measure(scheme: Any, seconds: float, envs_per_worker: int) -> dict[str, Any]
     calls = _socket_calls(cws.inference)
     col_pids = _pids(cws.workers.remote_workers)
     srv_pids = _pids(cws.inference.handles) if cws.inference is not None else []
-    before = {pid: _proc(pid) for pid in col_pids + srv_pids}
+    driver = os.getpid()
+    before = {pid: _proc(pid) for pid in [*col_pids, *srv_pids, driver]}
+    busy_before = _machine_busy_s()
     steps, start = 0, time.perf_counter()
     metrics: list[dict[str, Any]] = []
     while time.perf_counter() - start < seconds:
@@ -97,7 +107,8 @@ def measure(scheme: Any, seconds: float, envs_per_worker: int) -> dict[str, Any]
         steps += info["env_steps"]
         metrics.append(info)
     elapsed = time.perf_counter() - start
-    after = {pid: _proc(pid) for pid in col_pids + srv_pids}
+    busy = _machine_busy_s() - busy_before
+    after = {pid: _proc(pid) for pid in [*col_pids, *srv_pids, driver]}
     requests = steps / envs_per_worker
     cpu = {pid: after[pid]["cpu_s"] - before[pid]["cpu_s"] for pid in after}
     out: dict[str, Any] = {
@@ -108,6 +119,12 @@ def measure(scheme: Any, seconds: float, envs_per_worker: int) -> dict[str, Any]
         "cpu_us_per_request": {
             "workers": round(1e6 * sum(cpu[p] for p in col_pids) / max(requests, 1), 1),
             "servers": round(1e6 * sum(cpu[p] for p in srv_pids) / max(requests, 1), 1),
+        },
+        # cores busy over the window: the whole machine, and the parts named (the rest: Ray's
+        # raylets, GCS and object transfers, and whatever else runs)
+        "busy_cores": {
+            "machine": round(busy / elapsed, 2), "workers": round(sum(cpu[p] for p in col_pids) / elapsed, 2),
+            "servers": round(sum(cpu[p] for p in srv_pids) / elapsed, 2), "driver": round(cpu[driver] / elapsed, 2),
         },
     }
     if cws.inference is not None:  # each collect's info carries the servers' counters since the last
@@ -135,7 +152,7 @@ def run_mode(inference: str, counts: list[int], args: argparse.Namespace, addres
     from pytorchrl.scheme.scheme import build_scheme
 
     overrides = [
-        f"scheme.inference={inference}", "scheme.num_col_workers=1", f"env.num_envs={args.envs}",
+        f"scheme.inference={inference}", f"scheme.num_col_workers={counts[0]}", f"env.num_envs={args.envs}",
         f"env.env_kwargs.step_ms={0 if args.ceiling else args.step_ms}", f"scheme.ray.address={address}",
         f"scheme.inference_server.max_wait_ms={args.max_wait_ms}", f"scheme.inference_server.num_cpus={args.server_cpus}",
         f"scheme.inference_server.transport={transport}", *args.set,

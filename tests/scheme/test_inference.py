@@ -13,6 +13,7 @@ import time
 import types
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -95,10 +96,26 @@ def make_server() -> Iterator[Callable[..., InferenceServer]]:
 
 
 def assert_same(reply: ActReply, expected: ActReply) -> None:
+    """The local policy's reply: discrete actions exactly; floats (scores, continuous actions,
+    recurrent states) to float rounding, since a batch of another row count than the request alone
+    may take another GEMM kernel (server module docstring: on the Intel Xeon VMs, MKL's kernel for
+    a 2-column head changes at 16 rows); exactly wherever the kernels are the same."""
     for name in ("action", "log_prob", "value", "state"):
         got, want = getattr(reply, name), getattr(expected, name)
         assert (got is None) == (want is None), name
-        assert got is None or torch.equal(got, want), (name, got, want)
+        if got is None:
+            continue
+        if got.is_floating_point():
+            assert rounded_alike(got, want), (name, (got - want).abs().max())
+        else:
+            assert torch.equal(got, want), (name, got, want)
+
+
+def rounded_alike(got: torch.Tensor | np.ndarray, want: torch.Tensor | np.ndarray) -> bool:
+    """Equal up to a few float32 roundings: how far batching may move a float of a reply (the
+    largest seen: 1.2e-7 on the AMD EPYC VM's PPO CartPole actor, 2.1e-6 on the Intel Xeon VM's
+    with perturbed weights, on log-probabilities of magnitude ~10)."""
+    return bool(np.allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6))
 
 
 # ------------------------------------------------------------------------------------- noise
@@ -169,8 +186,7 @@ def test_requests_of_other_than_4k_rows_sample_the_same_actions_with_scores_equa
     for request, (obs, _, noise) in zip(pending, requests):
         reply, expected = request.result(timeout=30), setup.local_act(obs, noise, True)
         assert torch.equal(reply.action, expected.action)
-        assert torch.allclose(reply.log_prob, expected.log_prob, rtol=0, atol=1e-6)
-        assert torch.allclose(reply.value, expected.value, rtol=0, atol=1e-6)
+        assert rounded_alike(reply.log_prob, expected.log_prob) and rounded_alike(reply.value, expected.value)
 
 
 def test_each_ape_x_worker_explores_at_its_own_rate_within_one_batch(make_server):
@@ -216,7 +232,7 @@ def test_replies_carry_the_version_of_the_weights_that_chose_them(make_server):
     waiting.set_weights(new, 6)
     waiting.submit(1, obs, sent, None, True)  # fills the batch
     reply = first.result(timeout=30)
-    assert reply.version == 6 and torch.equal(reply.log_prob, after.log_prob)
+    assert reply.version == 6 and rounded_alike(reply.log_prob, after.log_prob)
     client = RemotePolicy(direct_call(server), 2)
     slots = ActionSlots(torch.empty(8, dtype=torch.long), torch.empty(8), torch.empty(8))
     assert client.act(obs, sent, slots).version == 5 and client.version == 5
@@ -274,6 +290,26 @@ def test_a_lone_request_is_answered_after_max_wait_ms(make_server):
     assert_same(reply, setup.local_act(obs, noise, False))
     metrics = server.pop_metrics()
     assert metrics["batches"] == 1 and metrics["mean_wait_ms"] >= 49.9 and 0 < metrics["busy_fraction"] < 1
+
+
+def test_array_calls_run_now_in_batches_of_at_most_max_batch_size_and_give_what_one_by_one_gives(make_server):
+    """The socket loop's path (act_arrays_now): the calls it read together run in the calling
+    thread, split at max_batch_size rows, each reply what act_arrays alone gives; a call the
+    server cannot serve gets its own error and the others their replies."""
+    setup = Setup("ppo/cartpole.yaml")
+    together, alone = make_server(setup, max_batch_size=16), make_server(setup, max_batch_size=8)
+    calls = []
+    for w in range(3):
+        for server in (together, alone):
+            server.begin_rollout(w, server.stream_state(100 + w), 1, 8)
+        calls.append((w, setup.request(8, seed=30 + w)[0].numpy(), 0, True))
+    out = together.act_arrays_now([*calls[:2], (99, calls[0][1], 0, True), calls[2]])
+    assert together.pop_metrics()["batches"] == 2  # 8 + 8 rows, then 8
+    assert out[2][0] is False and isinstance(out[2][1], MissingNoiseError)
+    for (ok, got), args in zip([out[0], out[1], out[3]], calls):
+        want = alone.act_arrays(*args)
+        assert ok and np.array_equal(got[0], want[0]) and got[3] == want[3]
+        assert rounded_alike(got[1], want[1]) and rounded_alike(got[2], want[2])
 
 
 def test_busy_time_that_spans_windows_is_split_between_them_so_the_fraction_never_passes_one(monkeypatch):
@@ -568,7 +604,8 @@ def test_a_thin_worker_over_a_socket_collects_what_a_local_worker_collects_and_f
         return getattr(server, method)(*args)
 
     address = socket_address(f"test-{uuid.uuid4().hex}")
-    listeners = [SocketListener(handler, address, "127.0.0.1")]
+    batched = ("act_arrays", server.act_arrays_now)  # as the server's Ray host listens
+    listeners = [SocketListener(handler, address, "127.0.0.1", batched=batched, max_wait_s=0.01)]
     fallen_back: list[str] = []
 
     def fallback(name: str, *args: Any) -> Any:  # the Ray transport's place
@@ -591,7 +628,7 @@ def test_a_thin_worker_over_a_socket_collects_what_a_local_worker_collects_and_f
                 listeners[0].close()
             elif rollout == 1:  # all through the fallback; then a server starts again
                 assert fallen_back.count("act_arrays") == 16
-                listeners.append(SocketListener(handler, address, "127.0.0.1"))
+                listeners.append(SocketListener(handler, address, "127.0.0.1", batched=batched, max_wait_s=0.01))
         assert listeners[1].calls[family] == 18 and fallen_back.count("act_arrays") == 16  # begin_rollout, 16 steps, score_arrays: back on the socket
         with pytest.raises(MissingNoiseError):  # a server's error is raised in the client
             call("act_arrays", 99, np.zeros((8, 4), np.float32), 0, True, 1)
@@ -599,6 +636,36 @@ def test_a_thin_worker_over_a_socket_collects_what_a_local_worker_collects_and_f
         local.close()
         thin.close()
         listeners[-1].close()
+
+
+def test_the_listener_answers_calls_that_arrive_together_with_one_batch_and_each_error_to_its_caller():
+    """Calls of the batched method wait until every connected client has one waiting (then run at
+    once, however long max_wait_s is) or until max_wait_s has passed (a lone call, the other
+    clients idle); an error of one call goes to its caller alone; other methods answer at once."""
+    batches: list[list[int]] = []
+
+    def run_many(calls: list[tuple[Any, ...]]) -> list[tuple[bool, Any]]:
+        batches.append(sorted(args[0] for args in calls))
+        return [(False, ValueError(f"bad {args[0]}")) if args[0] < 0 else (True, 10 * args[0]) for args in calls]
+
+    listener = SocketListener(lambda method, args: (method, args), socket_address(f"test-{uuid.uuid4().hex}"), batched=("act", run_many), max_wait_s=30.0)
+    clients = [SocketCall(lambda *a: pytest.fail("fell back"), lambda: ("unix", listener.address, listener.key), timeout_s=60) for _ in range(4)]
+    try:
+        assert [c("ping", i) for i, c in enumerate(clients)] == [("ping", (i,)) for i in range(4)]  # all four connected, not batched
+        with ThreadPoolExecutor(4) as pool:
+            replies = list(pool.map(lambda i: _outcome(clients[i], "act", (i, -1)[i == 3]), range(4)))
+        assert replies == [0, 10, 20, "ValueError: bad -1"] and batches == [[-1, 0, 1, 2]]
+        listener.max_wait_s = 0.05  # now a lone call, the other three clients connected and idle
+        assert clients[1]("act", 7) == 70 and batches[-1] == [7]
+    finally:
+        listener.close()
+
+
+def _outcome(call: SocketCall, method: str, *args: Any) -> Any:
+    try:
+        return call(method, *args)
+    except ValueError as error:
+        return f"ValueError: {error}"
 
 
 def _hung_up(conn: socket.socket) -> bool:

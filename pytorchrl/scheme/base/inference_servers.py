@@ -72,7 +72,10 @@ class _ServerHost:
         tls = os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true")
         tcp_host = ray.util.get_node_ip_address() if transport == "auto" and not tls else None
         self.node: str = ray.get_runtime_context().get_node_id()
-        self.listener: SocketListener = SocketListener(self._array_call, socket_address(ray.get_runtime_context().get_actor_name()), tcp_host)
+        self.listener: SocketListener = SocketListener(
+            self._array_call, socket_address(ray.get_runtime_context().get_actor_name()), tcp_host,
+            batched=("act_arrays", self.server.act_arrays_now), max_wait_s=self.server.max_wait_s,
+        )
 
     def ready(self) -> bool:
         return True

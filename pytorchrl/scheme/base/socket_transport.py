@@ -5,7 +5,7 @@ A Ray actor call costs each side a fixed amount of CPU (serialising, Ray's execu
 threads, the GIL handed between them): on a 2-core machine ~2 ms a side per call, paid on every
 env step of every central-inference worker. A torch-free collection worker can skip it:
 :class:`SocketListener` (in the server's process) answers length-prefixed pickled
-``(method, args)`` messages, one thread per client connection, and :class:`SocketCall` (in the
+``(method, args)`` messages in one event loop over all client connections, and :class:`SocketCall` (in the
 worker) sends them.
 
 * **Where.** The listener binds a Unix socket (on Linux in the abstract namespace: no file to clean
@@ -34,6 +34,7 @@ import hmac
 import os
 import pickle
 import secrets
+import selectors
 import socket
 import struct
 import sys
@@ -55,6 +56,10 @@ RETRY_S, MAX_RETRY_S = 0.5, 300.0
 
 #: how long connecting, the handshake included, may take
 CONNECT_TIMEOUT_S = 3.0
+
+#: how long the listener waits for the rest of a call whose first bytes came: longer, the
+#: connection is dropped (the client falls back)
+READ_TIMEOUT_S = 10.0
 
 #: TCP keepalive: probe a connection idle this many seconds, then every interval, this many times
 _KEEPALIVE = (10, 5, 3)
@@ -78,22 +83,42 @@ class Endpoint(NamedTuple):
 
 class SocketListener:
     """Answers ``handler(method, args)`` for clients connecting to ``address`` (and to ``tcp_host``,
-    when given, on a port the system picks), one thread each.
+    when given, on a port the system picks).
+
+    One thread, an event loop over every client's connection (``selectors``), reads and answers
+    the calls; a connection's handshake runs in a short-lived thread of its own before the loop
+    takes it, so a slow or hostile client never stalls the others. Calls of the ``batched``
+    method are answered together: the loop keeps reading them until every connected client has
+    one waiting or ``max_wait_s`` has passed since the first, then answers them with one
+    ``run_many`` call, in its own thread. A batch thus costs no hand-over between threads, where
+    a thread per client would wake the batching thread and be woken by it for every call (on
+    2 cores, a fifth of the server's CPU; BENCHMARKS.md, "Central inference at scale").
 
     :param handler: runs a call; what it returns (or raises) is sent back.
     :param address: the Unix socket, from :func:`socket_address`.
     :param tcp_host: the address to listen on for other nodes' clients (the Ray node's IP), or None;
         one that cannot be bound (not an address of this machine) leaves the listener Unix-only,
         with a warning.
+    :param batched: ``(method, run_many)``: ``run_many(list of args) -> list of (ok, value)``,
+        one pair per call in order (``ok`` False: ``value`` is the error to raise in that client).
+    :param max_wait_s: the longest the first waiting call of ``batched`` waits for others.
     """
 
-    def __init__(self, handler: Callable[[str, tuple[Any, ...]], Any], address: str, tcp_host: str | None = None) -> None:
+    def __init__(
+        self, handler: Callable[[str, tuple[Any, ...]], Any], address: str, tcp_host: str | None = None, *,
+        batched: tuple[str, Callable[[list[tuple[Any, ...]]], list[tuple[bool, Any]]]] | None = None, max_wait_s: float = 0.0,
+    ) -> None:
         self.handler, self.address = handler, address
+        self.batched, self.max_wait_s = batched, max_wait_s
         self.calls = {"unix": 0, "tcp": 0}  # calls answered
         self.key = secrets.token_bytes(KEY_BYTES)
-        self._conns: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._closed = False
+        self._selector = selectors.DefaultSelector()
+        self._wake_loop, self._waker = socket.socketpair()  # a byte on it: new connections, or closing
+        self._waker.setblocking(False)
+        self._selector.register(self._wake_loop, selectors.EVENT_READ, None)
+        self._joining: list[tuple[socket.socket, str]] = []  # handshaken, for the loop to take
         if not address.startswith("\0") and os.path.exists(address):
             os.unlink(address)  # left by a server process that died
         unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -110,6 +135,7 @@ class SocketListener:
             else:
                 self.tcp = (tcp_host, tcp.getsockname()[1])
                 self._sockets["tcp"] = tcp
+        threading.Thread(target=self._loop, daemon=True, name="pytorchrl-socket-loop").start()
         for family, listening in self._sockets.items():
             listening.listen(256)
             threading.Thread(target=self._accept, args=(listening, family), daemon=True, name=f"pytorchrl-{family}-accept").start()
@@ -126,55 +152,125 @@ class SocketListener:
                     time.sleep(0.1)
                 continue
             try:
-                threading.Thread(target=self._serve, args=(conn, family), daemon=True, name="pytorchrl-socket-client").start()
+                threading.Thread(target=self._admit, args=(conn, family), daemon=True, name="pytorchrl-socket-handshake").start()
             except RuntimeError:  # no thread to be had: the client falls back
                 conn.close()
 
-    def _serve(self, conn: socket.socket, family: str) -> None:
-        with self._lock:
-            self._conns.add(conn)
+    def _admit(self, conn: socket.socket, family: str) -> None:
+        """A new connection's handshake, then hand it to the loop (or close it)."""
         try:
             if family == "tcp":
                 _tune_tcp(conn)
-            if not _handshake(conn, self.key, listener=True):
-                return  # not one of ours: nothing it sent is unpickled
-            conn.settimeout(None)
-            while (message := receive(conn)) is not None:
-                method, args = message
-                try:
-                    reply: tuple[bool, Any] = (True, self.handler(method, args))
-                except Exception as error:  # the client raises it
-                    reply = (False, error)
-                try:
-                    data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
-                except Exception as error:  # an error that does not pickle: the client still gets one
-                    data = pickle.dumps((False, RuntimeError(f"{method}: the server's reply does not pickle: {error!r}")))
-                with self._lock:  # before the reply: a client that has it sees the count
-                    self.calls[family] += 1
-                _send_bytes(conn, data)
-        except OSError:  # the client went away or was too slow to say who it is, or the listener closed
-            pass
-        finally:
-            with self._lock:
-                self._conns.discard(conn)
+            proven = _handshake(conn, self.key, listener=True)
+        except OSError:  # the client went away or was too slow to say who it is
+            proven = False
+        if not proven:  # not one of ours: nothing it sent is unpickled
             conn.close()
+            return
+        conn.settimeout(READ_TIMEOUT_S)  # a call's bytes follow its first at once; a stalled one is dropped
+        with self._lock:
+            if self._closed:
+                conn.close()
+                return
+            self._joining.append((conn, family))
+        self._wake()
+
+    def _wake(self) -> None:
+        try:
+            self._waker.send(b"x")
+        except OSError:  # its buffer is full of wake-ups already, or closed
+            pass
+
+    def _loop(self) -> None:
+        waiting: list[tuple[socket.socket, str, tuple[Any, ...]]] = []  # calls of the batched method
+        first = 0.0  # when the first of them arrived
+        try:
+            while not self._closed:
+                timeout = None if not waiting else max(0.0, first + self.max_wait_s - time.monotonic())
+                for key, _ in self._selector.select(timeout):
+                    if key.data is None:
+                        self._take_joining()
+                        continue
+                    conn, family = key.fileobj, key.data
+                    assert isinstance(conn, socket.socket)
+                    try:
+                        message = receive(conn)
+                    except OSError:  # reset, or stalled mid-call past READ_TIMEOUT_S
+                        message = None
+                    if message is None:
+                        self._hang_up(conn)
+                        continue
+                    method, args = message
+                    if self.batched is not None and method == self.batched[0]:
+                        if not waiting:
+                            first = time.monotonic()
+                        waiting.append((conn, family, args))
+                    else:
+                        self._answer(conn, family, method, self._run(method, args))
+                if waiting and (len(waiting) >= len(self._selector.get_map()) - 1 or time.monotonic() >= first + self.max_wait_s):
+                    assert self.batched is not None
+                    try:
+                        replies = self.batched[1]([args for _, _, args in waiting])
+                    except Exception as error:  # each caller gets it
+                        replies = [(False, error)] * len(waiting)
+                    for (conn, family, _), reply in zip(waiting, replies):
+                        self._answer(conn, family, self.batched[0], reply)
+                    waiting = []
+        finally:
+            for key in list(self._selector.get_map().values()):
+                if key.data is not None:
+                    key.fileobj.close()  # type: ignore[union-attr]
+            self._selector.close()
+            self._wake_loop.close()
+
+    def _take_joining(self) -> None:
+        try:
+            while self._wake_loop.recv(4096, socket.MSG_DONTWAIT):
+                pass
+        except BlockingIOError:
+            pass
+        with self._lock:
+            joining, self._joining = self._joining, []
+        for conn, family in joining:
+            self._selector.register(conn, selectors.EVENT_READ, family)
+
+    def _run(self, method: str, args: tuple[Any, ...]) -> tuple[bool, Any]:
+        try:
+            return True, self.handler(method, args)
+        except Exception as error:  # the client raises it
+            return False, error
+
+    def _answer(self, conn: socket.socket, family: str, method: str, reply: tuple[bool, Any]) -> None:
+        try:
+            data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as error:  # an error that does not pickle: the client still gets one
+            data = pickle.dumps((False, RuntimeError(f"{method}: the server's reply does not pickle: {error!r}")))
+        with self._lock:  # before the reply: a client that has it sees the count
+            self.calls[family] += 1
+        try:
+            _send_bytes(conn, data)
+        except OSError:  # the client went away: its call falls back
+            self._hang_up(conn)
+
+    def _hang_up(self, conn: socket.socket) -> None:
+        if conn.fileno() >= 0 and conn in self._selector.get_map():
+            self._selector.unregister(conn)
+        conn.close()
 
     def close(self) -> None:
         """Stop listening and hang up on every client (they fall back, as when the process dies)."""
-        self._closed = True
+        with self._lock:
+            self._closed = True
+            joining, self._joining = self._joining, []
+        for conn, _ in joining:
+            conn.close()
         for listening in self._sockets.values():
             try:  # wakes the accepting thread; a bare close would leave its accept() listening
                 listening.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
             listening.close()
-        with self._lock:
-            conns, self._conns = list(self._conns), set()
-        for conn in conns:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:  # already gone
-                pass
+        self._wake()  # the loop closes its connections as it ends
         if not self.address.startswith("\0") and os.path.exists(self.address):
             os.unlink(self.address)
 

@@ -13,17 +13,24 @@ serialised by one lock), the wait rule lives in one loop, and a caller's reply i
 by the batch it happened to lead. A Ray actor host with ``max_concurrency > 1`` calls
 :meth:`InferenceServer.act` from its thread pool; each call only queues its request and blocks
 on its own event (without the GIL), so the cost of the extra thread is one wake-up per batch.
+Calls over the socket skip the thread: its listener's one loop reads the requests that arrive
+together and runs them as batches itself (:meth:`InferenceServer.act_arrays_now`, by the same
+rule), so a batch costs no hand-over between threads at all.
 
 What makes the actions those of a local policy (ARCHITECTURE.md, decisions 34 and 48): the noise
 is drawn from the worker's own stream (by the worker and sent with the request, or, for a client
 without torch, here from the stream state it hands over: :meth:`InferenceServer.begin_rollout`),
 and the rows do not interact in the
 policy, so a row's action depends on its observation, its noise and the weights only. Bitwise,
-that holds where a row's matrix products do not depend on where it sits in the batch: on the CPU
-(torch 2.13, one or two intra-op threads) a request whose row count is a multiple of 4 gets the
-same bits as alone, whatever else is in the batch; other counts put its rows in other blocks of
-the GEMM kernel, and log-probabilities and values move by float rounding (at most 1.2e-7 measured
-on the PPO CartPole actor), which left every sampled action the same in the cases measured.
+that holds where a row's matrix products do not depend on where it sits in the batch, which is
+the CPU's BLAS's choice: on the AMD EPYC VMs (torch 2.13, one or two intra-op threads) a request
+whose row count is a multiple of 4 gets the same bits as alone, whatever else is in the batch,
+and other counts put its rows in other blocks of the GEMM kernel; on the Intel Xeon VMs MKL
+takes another kernel for a narrow output (PPO CartPole's 2-logit head) once a batch has 16 rows
+or more. Either way log-probabilities and values move by float rounding (at most 1.2e-7 measured
+on the PPO CartPole actor), which left every sampled action the same in the cases measured: a
+sampled action is an argmax of logits plus the row's noise (or a mean plus scaled noise), so
+rounding changes it only where two candidates tie to the last bits.
 
 On a GPU (``device`` ``cuda``) each policy call's rows cross the bus twice: its observations and
 noise are concatenated into pinned host buffers and copied up without blocking, and its replies
@@ -259,6 +266,21 @@ class InferenceServer:
         :raises MissingStateError: a recurrent request continues episodes (some ``starts`` False)
             without a ``state``, and the server holds none for ``worker_index``.
         """
+        return self._enqueue(self._request(worker_index, obs, noise, starts, scored, state))
+
+    def _enqueue(self, pending: PendingAct) -> PendingAct:
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the inference server is closed")
+            self._queue.append(pending)
+            self._queued_rows += pending.rows
+            self._cond.notify()
+        return pending
+
+    def _request(
+        self, worker_index: int, obs: torch.Tensor, noise: torch.Tensor, starts: torch.Tensor | None, scored: bool, state: torch.Tensor | None,
+    ) -> PendingAct:
+        """A checked request, not queued."""
         if noise.shape[0] != obs.shape[0] or (starts is not None and starts.shape[0] != obs.shape[0]):
             raise ValueError(f"obs, noise and starts need one row per env, got {obs.shape[0]}, {noise.shape[0]} and "
                              f"{None if starts is None else starts.shape[0]}")
@@ -268,14 +290,7 @@ class InferenceServer:
             # read without the batching thread's lock: a worker's previous step stored its rows before its reply
             if state is None and worker_index not in self._states and not bool(starts.all()):
                 raise MissingStateError(f"no recurrent state held for worker {worker_index}: send it with the request")
-        pending = PendingAct(worker_index, obs, noise, starts, scored, state)
-        with self._cond:
-            if self._closed:
-                raise RuntimeError("the inference server is closed")
-            self._queue.append(pending)
-            self._queued_rows += pending.rows
-            self._cond.notify()
-        return pending
+        return PendingAct(worker_index, obs, noise, starts, scored, state)
 
     def _serve(self) -> None:
         """The batching loop (its own thread)."""
@@ -414,6 +429,40 @@ class InferenceServer:
         :raises MissingNoiseError: no rollout begun for the worker (the server was restarted).
         :raises MissingFramesError: ``obs`` extends a step this server does not hold.
         """
+        return _array_reply(self._enqueue(self._array_request(worker_index, obs, step, scored, acted)).result())
+
+    def act_arrays_now(self, calls: Sequence[tuple[Any, ...]]) -> list[tuple[bool, Any]]:
+        """:meth:`act_arrays` of several clients at once, run in the calling thread as batches of
+        at most ``max_batch_size`` rows (the socket listener's loop, which has read them all: it
+        batches by :attr:`max_wait_s` itself, so nothing here waits or hands over to the batching
+        thread). ``(True, reply)`` or ``(False, error)`` per call, in order."""
+        out: list[tuple[bool, Any]] = [(False, RuntimeError("not run"))] * len(calls)
+        pending: list[tuple[int, PendingAct]] = []
+        for i, args in enumerate(calls):
+            try:
+                pending.append((i, self._array_request(*args)))
+            except Exception as error:  # that client's alone (its noise or frames are not held)
+                out[i] = (False, error)
+        batch: list[PendingAct] = []
+        rows, workers = 0, set[int]()
+        with torch.inference_mode():
+            for _, request in pending:  # whole requests, a worker once per batch, as _next_batch takes them
+                if batch and (rows + request.rows > self.max_batch_size or request.worker_index in workers):
+                    self._run_batch(batch)
+                    batch, rows, workers = [], 0, set()
+                batch.append(request)
+                rows += request.rows
+                workers.add(request.worker_index)
+            if batch:
+                self._run_batch(batch)
+        for i, request in pending:
+            try:
+                out[i] = (True, _array_reply(request.result(0)))
+            except Exception as error:
+                out[i] = (False, error)
+        return out
+
+    def _array_request(self, worker_index: int, obs: np.ndarray | FrameDelta, step: int, scored: bool, acted: int = 0) -> PendingAct:
         noise = self._noise.get(worker_index)
         if noise is None:
             raise MissingNoiseError(f"no rollout noise held for worker {worker_index}: begin the rollout again")
@@ -424,11 +473,7 @@ class InferenceServer:
             obs = decode_frames(obs, held[1])
         if stacks(obs):
             self._frames[worker_index] = (acted, obs)
-        reply = self.submit(worker_index, torch.from_numpy(obs), noise[step], None, scored, None).result()
-        return (
-            reply.action.numpy(), None if reply.log_prob is None else reply.log_prob.numpy(),
-            None if reply.value is None else reply.value.numpy(), reply.version,
-        )
+        return self._request(worker_index, torch.from_numpy(obs), noise[step], None, scored, None)
 
     def score_arrays(self, obs: np.ndarray, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`score` in numpy."""
@@ -545,6 +590,14 @@ class _Staging:
         """Wait for the copies in flight (the buffers may then be written again)."""
         if self.reuses:
             torch.cuda.current_stream(self.device).synchronize()
+
+
+def _array_reply(reply: ActReply) -> tuple[Any, ...]:
+    """An :class:`ActReply` as an array client takes it: ``(action, log_prob, value, version)`` in numpy."""
+    return (
+        reply.action.numpy(), None if reply.log_prob is None else reply.log_prob.numpy(),
+        None if reply.value is None else reply.value.numpy(), reply.version,
+    )
 
 
 def _pieces(t: torch.Tensor, sizes: list[int], copy: bool = False) -> list[torch.Tensor]:
