@@ -657,6 +657,10 @@ def test_the_listener_answers_calls_that_arrive_together_with_one_batch_and_each
         assert replies == [0, 10, 20, "ValueError: bad -1"] and batches == [[-1, 0, 1, 2]]
         listener.max_wait_s = 0.05  # now a lone call, the other three clients connected and idle
         assert clients[1]("act", 7) == 70 and batches[-1] == [7]
+        assert clients[0]._conn is not None
+        send(clients[0]._conn, ["not", "a", "call"])  # from a client past the handshake: it alone is hung up on
+        assert _hung_up(clients[0]._conn)
+        assert clients[2]("ping", 5) == ("ping", (5,)) and clients[2]("act", 8) == 80
     finally:
         listener.close()
 

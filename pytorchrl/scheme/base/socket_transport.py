@@ -193,14 +193,11 @@ class SocketListener:
                         continue
                     conn, family = key.fileobj, key.data
                     assert isinstance(conn, socket.socket)
-                    try:
-                        message = receive(conn)
-                    except OSError:  # reset, or stalled mid-call past READ_TIMEOUT_S
-                        message = None
-                    if message is None:
+                    call = _read_call(conn)
+                    if call is None:
                         self._hang_up(conn)
                         continue
-                    method, args = message
+                    method, args = call
                     if self.batched is not None and method == self.batched[0]:
                         if not waiting:
                             first = time.monotonic()
@@ -222,6 +219,7 @@ class SocketListener:
                     key.fileobj.close()  # type: ignore[union-attr]
             self._selector.close()
             self._wake_loop.close()
+            self._waker.close()
 
     def _take_joining(self) -> None:
         try:
@@ -356,6 +354,19 @@ class SocketCall:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _read_call(conn: socket.socket) -> tuple[str, tuple[Any, ...]] | None:
+    """The next ``(method, args)`` sent on ``conn``; None once the client has closed, or when it
+    is reset, stalls mid-call past :data:`READ_TIMEOUT_S` or sends something else (that client
+    alone is then hung up on)."""
+    try:
+        message = receive(conn)
+    except Exception:
+        return None
+    if not (isinstance(message, tuple) and len(message) == 2 and isinstance(message[0], str) and isinstance(message[1], tuple)):
+        return None
+    return message
 
 
 def _handshake(conn: socket.socket, key: bytes, *, listener: bool) -> bool:
