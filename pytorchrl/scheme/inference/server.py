@@ -26,9 +26,11 @@ that holds where a row's matrix products do not depend on where it sits in the b
 the CPU's BLAS's choice: on the AMD EPYC VMs (torch 2.13, one or two intra-op threads) a request
 whose row count is a multiple of 4 gets the same bits as alone, whatever else is in the batch,
 and other counts put its rows in other blocks of the GEMM kernel; on the Intel Xeon VMs MKL
-takes another kernel for a narrow output (PPO CartPole's 2-logit head) once a batch has 16 rows
-or more. Either way log-probabilities and values move by float rounding (at most 1.2e-7 measured
-on the PPO CartPole actor), which left every sampled action the same in the cases measured: a
+takes another kernel for a narrow output (measured on a 64-to-2 product, the shape of PPO
+CartPole's logit head) once a batch has 16 rows or more. Either way log-probabilities and values
+move by float rounding (at most 1.2e-7 measured on the AMD VM's PPO CartPole actor, 2.1e-6 on the
+Intel VM's with perturbed weights, on log-probabilities of magnitude ~10), which left every
+sampled action the same in the cases measured (320 on the Intel VM): a
 sampled action is an argmax of logits plus the row's noise (or a mean plus scaled noise), so
 rounding changes it only where two candidates tie to the last bits.
 
