@@ -313,15 +313,8 @@ class InferenceServer:
                 if left <= 0:
                     break
                 self._cond.wait(left)
-            batch: list[PendingAct] = []
-            rows, workers = 0, set()
-            # whole requests in arrival order; a worker's next step waits for the next batch
-            while self._queue and not (batch and (rows + self._queue[0].rows > self.max_batch_size or self._queue[0].worker_index in workers)):
-                request = self._queue.popleft()
-                batch.append(request)
-                rows += request.rows
-                workers.add(request.worker_index)
-            self._queued_rows -= rows
+            batch = _take_batch(self._queue, self.max_batch_size)
+            self._queued_rows -= sum(r.rows for r in batch)
             return batch
 
     def _run_batch(self, batch: list[PendingAct]) -> None:
@@ -445,18 +438,10 @@ class InferenceServer:
                 pending.append((i, self._array_request(*args)))
             except Exception as error:  # that client's alone (its noise or frames are not held)
                 out[i] = (False, error)
-        batch: list[PendingAct] = []
-        rows, workers = 0, set[int]()
+        queue = deque(request for _, request in pending)
         with torch.inference_mode():
-            for _, request in pending:  # whole requests, a worker once per batch, as _next_batch takes them
-                if batch and (rows + request.rows > self.max_batch_size or request.worker_index in workers):
-                    self._run_batch(batch)
-                    batch, rows, workers = [], 0, set()
-                batch.append(request)
-                rows += request.rows
-                workers.add(request.worker_index)
-            if batch:
-                self._run_batch(batch)
+            while queue:  # batches by the batching thread's rule
+                self._run_batch(_take_batch(queue, self.max_batch_size))
         for i, request in pending:
             try:
                 out[i] = (True, _array_reply(request.result(0)))
@@ -592,6 +577,19 @@ class _Staging:
         """Wait for the copies in flight (the buffers may then be written again)."""
         if self.reuses:
             torch.cuda.current_stream(self.device).synchronize()
+
+
+def _take_batch(queue: deque[PendingAct], max_rows: int) -> list[PendingAct]:
+    """Pop the next batch off ``queue``: whole requests in arrival order while they fit in
+    ``max_rows`` (the first always), a worker once (its next step waits for the next batch)."""
+    batch: list[PendingAct] = []
+    rows, workers = 0, set[int]()
+    while queue and not (batch and (rows + queue[0].rows > max_rows or queue[0].worker_index in workers)):
+        request = queue.popleft()
+        batch.append(request)
+        rows += request.rows
+        workers.add(request.worker_index)
+    return batch
 
 
 def _array_reply(reply: ActReply) -> tuple[Any, ...]:
