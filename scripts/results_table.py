@@ -38,8 +38,8 @@ is taken from the first. The default root is the committed records (:data:`RECOR
 fresh checkout regenerates the table with no run directory at all.
 
 ``--commands`` prints, instead of the table, the ``pytorchrl train`` command of every seed in
-``--seeds`` that has no counted run yet (its run directory under the first root): what is left
-to run to fill the table.
+``--seeds`` that has no counted run yet: what is left to run to fill the table. Its run
+directory goes under the first ``--root`` given, else under ``runs/`` (never into the records).
 """
 
 from __future__ import annotations
@@ -268,10 +268,11 @@ def archive_run(run_dir: Path, records: Path) -> Path:
     return target
 
 
-def missing_commands(manifest: Path, root: Roots, seeds: Sequence[int], repo: Path = REPO) -> list[str]:
+def missing_commands(manifest: Path, root: Roots, seeds: Sequence[int], repo: Path = REPO, run_root: Path | None = None) -> list[str]:
     """The ``pytorchrl train`` command of each seed in ``seeds`` that an entry of ``manifest``
-    has no counted run for; its run directory is the entry's glob with the seed, under the first root."""
-    first = root if isinstance(root, Path) else root[0]
+    has no counted run for; its run directory is the entry's glob with the seed, under
+    ``run_root`` (default: the first root)."""
+    first = run_root or (root if isinstance(root, Path) else root[0])
     commands = []
     for entry in entries(manifest):
         if not entry.get("runs"):
@@ -320,7 +321,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     roots = args.root or [RECORDS]
     if args.commands:
-        sys.stdout.writelines(line + "\n" for line in missing_commands(args.manifest, roots, args.seeds))
+        run_root = args.root[0] if args.root else Path("runs")  # never the records
+        sys.stdout.writelines(line + "\n" for line in missing_commands(args.manifest, roots, args.seeds, run_root=run_root))
         return 0
     table = rows_and_runs(args.manifest, roots)
     if args.archive:

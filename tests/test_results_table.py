@@ -132,6 +132,9 @@ def test_run_records_keep_the_row_when_the_run_directories_are_gone(tmp_path):
     assert commands == [
         f"pytorchrl train configs/ppo/cartpole.yaml run.seed={seed} --run-dir {runs / f'ppo-cartpole-seed{seed}'}" for seed in (2, 3)
     ]
+    assert results_table.missing_commands(manifest, [records], [2], run_root=Path("runs")) == [
+        "pytorchrl train configs/ppo/cartpole.yaml run.seed=2 --run-dir runs/ppo-cartpole-seed2"  # never into the records
+    ]
 
 
 def test_the_committed_records_are_counted_runs_of_their_rows(capsys):
@@ -142,5 +145,6 @@ def test_the_committed_records_are_counted_runs_of_their_rows(capsys):
         for entry in results_table.entries(REPO / "benchmarks" / manifest):
             counted.update(p.name for p in results_table.accepted_run_dirs(entry, results_table.RECORDS))
     present = {p.name for p in results_table.RECORDS.iterdir() if p.is_dir()} if results_table.RECORDS.is_dir() else set()
+    assert present, "no run records in benchmarks/runs: the tables cannot be regenerated (is the folder ignored by git?)"
     assert present == counted, f"records no row counts: {sorted(present - counted)}"
     assert capsys.readouterr().err == ""
