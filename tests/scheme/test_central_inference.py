@@ -162,7 +162,11 @@ def test_a_killed_server_is_started_again_with_the_newest_weights_and_the_run_go
     again, it takes the round's weights from the box before it answers, the requests it was
     serving are sent again, and the restarts count as worker restarts."""
     env = {"env_id": "benchmarks.envs:slow_cartpole", "num_envs": 8, "env_kwargs": {"step_sleep_s": 0.004}}  # ~0.5 s rounds
-    learner = Learner.from_config(from_dict({**SMALL, "env": env, "scheme": CENTRAL}), progress=False)
+    # The restarted server imports torch before it answers: more than the default 60 s of
+    # worker_timeout_s on a loaded 2-core machine, where the waiting workers would then be
+    # counted as restarted too. Their own timeout is another fault (tests/scheme/test_faults.py).
+    scheme = {**CENTRAL, "worker_timeout_s": 240.0}
+    learner = Learner.from_config(from_dict({**SMALL, "env": env, "scheme": scheme}), progress=False)
     algorithm, server = learner.scheme.algorithm, learner.scheme.inference.handles[0]
 
     def kill() -> None:
