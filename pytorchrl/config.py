@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import types
 import typing
@@ -622,6 +623,13 @@ def config_to_dict(config: Any) -> Any:
     return config
 
 
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    """``typing.get_type_hints`` of a config section, resolved once per class (it re-evaluates
+    every annotation on each call: most of the time of building a config)."""
+    return typing.get_type_hints(cls)
+
+
 def _build(cls: type, raw: Any, prefix: str, sections: dict[str, type] | None = None) -> Any:
     where = prefix.rstrip(".") or "config"
     if raw is None:
@@ -635,7 +643,7 @@ def _build(cls: type, raw: Any, prefix: str, sections: dict[str, type] | None = 
             near = difflib.get_close_matches(str(key), list(fields), n=1)
             hint = f"; did you mean {prefix + near[0]!r}?" if near else f"; allowed: {', '.join(fields)}"
             raise ConfigError(f"unknown config key {prefix + str(key)!r}{hint}")
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
     values = {}
     for name, f in fields.items():
         if name not in raw:

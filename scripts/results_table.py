@@ -1,6 +1,6 @@
 """The results table: one row per config of a manifest, generated from run directories.
 
-    python scripts/results_table.py benchmarks/results.yaml [--root RUNS_ROOT ...] [-o RESULTS.md] [--plots DIR] [--archive DIR]
+    python scripts/results_table.py benchmarks/results.yaml [--root RUNS_ROOT ...] [-o RESULTS.md | --into BENCHMARKS.md] [--plots DIR] [--archive DIR]
     python scripts/results_table.py benchmarks/results.yaml --commands [--seeds 0 1 2] [--root RUNS_ROOT ...]
 
 The manifest (YAML) lists, per config, where its runs are and what it is compared with:
@@ -37,6 +37,10 @@ run. ``--root`` may be given several times; a run directory name found under mor
 is taken from the first. The default root is the committed records (:data:`RECORDS`), so a
 fresh checkout regenerates the table with no run directory at all.
 
+``--into FILE`` writes the table into FILE in place of what stands between the lines
+``<!-- results-table:NAME -->`` and ``<!-- /results-table:NAME -->``, NAME the manifest's stem
+(``results``, ``defaults``): how BENCHMARKS.md's tables are kept, regenerated, never typed.
+
 ``--commands`` prints, instead of the table, the ``pytorchrl train`` command of every seed in
 ``--seeds`` that has no counted run yet: what is left to run to fill the table. Its run
 directory goes under the first ``--root`` given, else under ``runs/`` (never into the records).
@@ -46,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import shlex
 import shutil
@@ -99,7 +104,7 @@ class Run:
 def read_run(run_dir: Path, threshold: float | None) -> Run:
     """One run directory's figures; ``steps_to_threshold``: the first ``env_steps`` of
     progress.csv whose ``eval_return_mean`` is at least ``threshold`` (None: never, or no threshold)."""
-    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    config = _run_config(run_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
     reached = None
     if threshold is not None:
@@ -178,13 +183,13 @@ def accepted_run_dirs(entry: dict[str, Any], root: Roots, repo: Path = REPO) -> 
 def expected_config(entry: dict[str, Any], seed: int, repo: Path = REPO) -> dict[str, Any]:
     """The resolved config (every default written out, as a run saves it) of ``entry``'s config
     or ``--algo ALGO --env ENV`` default, with its overrides and ``run.seed``."""
-    from pytorchrl.config import apply_overrides, config_to_dict, from_dict, load_config
+    from pytorchrl.config import apply_overrides, config_to_dict, from_dict
     from pytorchrl.defaults import choose_config
 
     overrides = [*entry.get("overrides", []), f"run.seed={seed}"]
     algo_env = _algo_env(entry["config"])
     if algo_env is None:
-        return config_to_dict(load_config(repo / entry["config"], overrides))
+        return config_to_dict(from_dict(apply_overrides(_shipped_config(repo / entry["config"]), overrides)))
     choice = choose_config(*algo_env, overrides, configs=repo / "configs")
     return config_to_dict(from_dict(apply_overrides(choice.raw, overrides)))
 
@@ -192,9 +197,9 @@ def expected_config(entry: dict[str, Any], seed: int, repo: Path = REPO) -> dict
 def config_differences(entry: dict[str, Any], run_dir: Path, repo: Path = REPO) -> list[tuple[str, Any, Any]]:
     """``(key, the run's value, the entry's value)`` for each dotted key where the run's saved
     config differs from :func:`expected_config`, leaving out :data:`NEUTRAL_KEYS`."""
-    from pytorchrl.config import config_to_dict, load_run_config
+    from pytorchrl.config import config_to_dict, from_dict
 
-    ran = config_to_dict(load_run_config(run_dir))  # as --resume reads it: keys added since, at their defaults
+    ran = config_to_dict(from_dict(_run_config(run_dir)))  # as --resume reads it: keys added since, at their defaults
     expected = expected_config(entry, int(ran["run"]["seed"]), repo)
     flat_ran, flat_expected = _flatten(ran), _flatten(expected)
     keys = sorted(set(flat_ran) | set(flat_expected))
@@ -202,6 +207,25 @@ def config_differences(entry: dict[str, Any], run_dir: Path, repo: Path = REPO) 
         (key, flat_ran.get(key), flat_expected.get(key)) for key in keys
         if flat_ran.get(key) != flat_expected.get(key) and not any(key == n or (n.endswith(".") and key.startswith(n)) for n in NEUTRAL_KEYS)
     ]
+
+
+def _run_config(run_dir: Path) -> dict[str, Any]:
+    """A run directory's saved ``config.yaml`` as written by ``train`` (a file this project made,
+    read by libyaml where PyYAML has it: the table reads a hundred of them)."""
+    return yaml.load((run_dir / "config.yaml").read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def _shipped_config(path: Path) -> dict[str, Any]:
+    """A shipped config's YAML, read strictly once per version of the file (callers copy it:
+    ``apply_overrides``)."""
+    return _read_config(path, path.stat().st_mtime_ns)
+
+
+@functools.cache
+def _read_config(path: Path, mtime_ns: int) -> dict[str, Any]:
+    from pytorchrl.config import read_mapping
+
+    return read_mapping(path, "config file")
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -223,7 +247,7 @@ def _labels(entry: dict[str, Any], repo: Path) -> tuple[str, str]:
     algo_env = _algo_env(entry["config"])
     if algo_env is not None:
         return algo_env[1], algo_env[0]
-    config = yaml.safe_load((repo / entry["config"]).read_text())
+    config = _shipped_config(repo / entry["config"])
     return config["env"]["env_id"], config["algorithm"]["name"]
 
 
@@ -279,7 +303,7 @@ def missing_commands(manifest: Path, root: Roots, seeds: Sequence[int], repo: Pa
             continue
         have = set()
         for run_dir in accepted_run_dirs(entry, root, repo):
-            have.add(int(yaml.safe_load((run_dir / "config.yaml").read_text())["run"]["seed"]))
+            have.add(int(_run_config(run_dir)["run"]["seed"]))
         for seed in seeds:
             if seed in have:
                 continue
@@ -291,6 +315,39 @@ def missing_commands(manifest: Path, root: Roots, seeds: Sequence[int], repo: Pa
 
 def _finished(summary: Path) -> bool:
     return json.loads(summary.read_text()).get("stop_reason") != "interrupted"
+
+
+class MarkerError(ValueError):
+    """A file given to ``--into`` lacks the generated block's markers."""
+
+
+def markers(name: str) -> tuple[str, str]:
+    """The lines that open and close the generated block of table ``name`` in a document."""
+    return f"<!-- results-table:{name} -->", f"<!-- /results-table:{name} -->"
+
+
+def write_into(document: Path, name: str, table: str) -> None:
+    """Put ``table`` between ``document``'s markers of ``name`` (:func:`markers`), the rest of
+    the file as it was; written to a temporary file and renamed over, so a failure leaves the
+    old document whole.
+
+    :raises MarkerError: a marker is missing, repeated or out of order.
+    """
+    text = document.read_text()
+    start, end = markers(name)
+    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
+        raise MarkerError(f"{document} needs the lines {start} and {end}, once each and in that order, around the generated table")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    partial = document.with_name(f".{document.name}.partial")
+    partial.write_text(f"{head}{start}\n\n{table}\n{end}{tail}")
+    partial.replace(document)
+
+
+def generated_block(document: Path, name: str) -> str:
+    """The table now between ``document``'s markers of ``name``."""
+    start, end = markers(name)
+    return document.read_text().split(start, 1)[1].split(end, 1)[0].strip("\n") + "\n"
 
 
 def markdown(rows: Sequence[dict[str, str]]) -> str:
@@ -313,7 +370,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--root", type=Path, action="append",
         help=f"where the manifest's run globs start; repeat it to search several (default: the committed records, {RECORDS.relative_to(REPO)})",
     )
-    parser.add_argument("-o", "--output", type=Path, help="write the table there (default: stdout)")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("-o", "--output", type=Path, help="write the table there (default: stdout)")
+    output.add_argument("--into", type=Path, metavar="FILE", help="write the table into FILE, between its markers for this manifest")
     parser.add_argument("--plots", type=Path, metavar="DIR", help="also write one curve figure per config with runs")
     parser.add_argument("--archive", type=Path, metavar="DIR", help="also write the record of every counted run under DIR")
     parser.add_argument("--commands", action="store_true", help="print the train commands of the seeds that have no run yet, not the table")
@@ -330,7 +389,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             for run_dir in found:
                 archive_run(run_dir, args.archive)
     text = markdown([row for row, _ in table])
-    if args.output:
+    if args.into:
+        try:
+            write_into(args.into, args.manifest.stem, text)
+        except (MarkerError, OSError) as error:
+            print(f"results_table: error: {error}", file=sys.stderr)
+            return 2
+    elif args.output:
         args.output.write_text(text)
     else:
         sys.stdout.write(text)

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from pytorchrl.config import config_to_dict, load_config
@@ -137,14 +138,53 @@ def test_run_records_keep_the_row_when_the_run_directories_are_gone(tmp_path):
     ]
 
 
-def test_the_committed_records_are_counted_runs_of_their_rows(capsys):
+@pytest.fixture(scope="module")
+def committed_tables() -> dict[str, list[tuple[dict[str, str], list[Path]]]]:
+    """Each shipped manifest's rows and counted runs, from the committed records alone."""
+    return {name: results_table.rows_and_runs(REPO / "benchmarks" / f"{name}.yaml", [results_table.RECORDS]) for name in ("results", "defaults")}
+
+
+def test_the_committed_records_are_counted_runs_of_their_rows(committed_tables):
     """Every committed run record belongs to a row of a shipped manifest and matches its config
     (a record the generator would leave out, or one no row reads, is a stale file)."""
-    counted = set()
-    for manifest in ("results.yaml", "defaults.yaml"):
-        for entry in results_table.entries(REPO / "benchmarks" / manifest):
-            counted.update(p.name for p in results_table.accepted_run_dirs(entry, results_table.RECORDS))
+    counted = {run.name for table in committed_tables.values() for _, found in table for run in found}
     present = {p.name for p in results_table.RECORDS.iterdir() if p.is_dir()} if results_table.RECORDS.is_dir() else set()
     assert present, "no run records in benchmarks/runs: the tables cannot be regenerated (is the folder ignored by git?)"
     assert present == counted, f"records no row counts: {sorted(present - counted)}"
-    assert capsys.readouterr().err == ""
+
+
+def test_into_replaces_the_marked_block_and_nothing_else(tmp_path, capsys):
+    """--into FILE swaps the table between the manifest's markers, keeps the text around them,
+    and refuses (exit 2, one line naming the file and the markers) a file without them."""
+    runs = tmp_path / "runs"
+    _run(runs, "ppo-cartpole-seed0", 0, [(1000, 100.0), (3000, 480.0)], 12.0)
+    manifest = tmp_path / "results.yaml"
+    manifest.write_text(yaml.safe_dump([{"config": "configs/ppo/cartpole.yaml", "runs": "ppo-cartpole-seed*", "threshold": 475}]))
+    start, end = results_table.markers("results")
+    doc = tmp_path / "BENCHMARKS.md"
+    doc.write_text(f"# Before\n\n{start}\n\n| an old | table |\n\n{end}\n\nAfter, with {results_table.markers('defaults')[0]} kept.\n")
+    assert results_table.main([str(manifest), "--root", str(runs), "--into", str(doc)]) == 0
+    text = doc.read_text()
+    table = results_table.markdown(results_table.results_table(manifest, [runs]))
+    assert text == f"# Before\n\n{start}\n\n{table}\n{end}\n\nAfter, with {results_table.markers('defaults')[0]} kept.\n"
+    assert results_table.generated_block(doc, "results") == table
+    assert "an old" not in text and not list(tmp_path.glob(".*.partial"))
+
+    bare = tmp_path / "bare.md"
+    bare.write_text(f"no markers here but {end}\n")
+    capsys.readouterr()
+    assert results_table.main([str(manifest), "--root", str(runs), "--into", str(bare)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(bare) in err and start in err and end in err
+    assert bare.read_text() == f"no markers here but {end}\n"  # untouched
+
+
+def test_benchmarks_md_holds_the_tables_the_records_generate(committed_tables):
+    """BENCHMARKS.md's results tables are generated, not typed: each is exactly what the
+    committed records give (after new runs, regenerate with --into BENCHMARKS.md)."""
+    for name, table in committed_tables.items():
+        expected = results_table.markdown([row for row, _ in table])
+        assert results_table.generated_block(REPO / "BENCHMARKS.md", name) == expected, (
+            f"BENCHMARKS.md's {name} table is not what benchmarks/runs generates: "
+            f"python scripts/results_table.py benchmarks/{name}.yaml --into BENCHMARKS.md"
+        )
