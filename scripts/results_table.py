@@ -10,6 +10,14 @@ The manifest (YAML) lists, per config, where its runs are and what it is compare
       threshold: 475                    # steps-to-threshold is counted against this return
       anchor: {return: 500, budget: 100000, source: "rl-baselines3-zoo", protocol: "..."}
       plot: ppo-cartpole                # optional: the figure's file name (default: from config)
+      metric: train                     # optional: what the row reports (default: eval)
+
+``metric`` says which return a row reports, so that it compares with its anchor on the anchor's
+protocol: ``eval`` (the default), the run's last evaluation (``summary.json``'s
+``final_eval_return_mean``; deterministic, ``run.eval_episodes`` episodes), its steps to threshold
+from ``eval_return_mean``; ``train``, the mean return of the last 100 training episodes
+(``train_return_mean``, the sampled policy: what CleanRL and SLM-Lab report), its last value and
+the first step it reaches the threshold. A ``train`` row says so in its final-return cell.
 
 ``config`` is the row's label: a shipped config's path, or for a family default the command's
 ``--algo ALGO --env ENV`` (``benchmarks/defaults.yaml``). ``overrides`` (optional) lists the
@@ -101,22 +109,30 @@ class Run:
     machine: str
 
 
-def read_run(run_dir: Path, threshold: float | None) -> Run:
-    """One run directory's figures; ``steps_to_threshold``: the first ``env_steps`` of
-    progress.csv whose ``eval_return_mean`` is at least ``threshold`` (None: never, or no threshold)."""
+#: a manifest entry's ``metric`` -> the progress.csv column it reads
+METRICS = {"eval": "eval_return_mean", "train": "train_return_mean"}
+
+
+def read_run(run_dir: Path, threshold: float | None, metric: str = "eval") -> Run:
+    """One run directory's figures, by ``metric`` (:data:`METRICS`; see the module doc):
+    ``steps_to_threshold`` is the first ``env_steps`` of progress.csv whose metric column is at
+    least ``threshold`` (None: never, or no threshold)."""
+    column = METRICS[metric]
     config = _run_config(run_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
-    reached = None
-    if threshold is not None:
-        with open(run_dir / "progress.csv", newline="") as f:
-            for row in csv.DictReader(f):
-                value = row.get("eval_return_mean") or ""
-                if value and float(value) >= threshold:
-                    reached = int(float(row["env_steps"]))
-                    break
+    reached, last = None, None
+    with open(run_dir / "progress.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            value = row.get(column) or ""
+            if not value:
+                continue
+            last = float(value)
+            if reached is None and threshold is not None and last >= threshold:
+                reached = int(float(row["env_steps"]))
+    final = summary.get("final_eval_return_mean") if metric == "eval" else last
     return Run(
         seed=int(config["run"]["seed"]), env_id=config["env"]["env_id"], algorithm=config["algorithm"]["name"],
-        final_return=summary.get("final_eval_return_mean"), steps_to_threshold=reached, env_steps=int(summary["env_steps"]),
+        final_return=final, steps_to_threshold=reached, env_steps=int(summary["env_steps"]),
         wall_time_s=float(summary["wall_time_s"]), machine=summary.get("machine") or "not recorded",
     )
 
@@ -136,10 +152,11 @@ def table_row(entry: dict[str, Any], runs: Sequence[Run], labels: tuple[str, str
     steps = "" if entry.get("threshold") is None else (
         f"{len(reached)}/{len(runs)} reached {_number(entry['threshold'])}" + (f", median {_number(statistics.median(reached))}" if reached else "")
     )
+    measured = " (training, last 100 episodes)" if entry.get("metric", "eval") == "train" else ""
     row.update(
         env=runs[0].env_id, algorithm=runs[0].algorithm, seeds=", ".join(str(r.seed) for r in sorted(runs, key=lambda r: r.seed)),
         **{
-            "final return (median)": _number(statistics.median(finals)) if finals else "no evaluation",
+            "final return (median)": _number(statistics.median(finals)) + measured if finals else "no evaluation",
             "spread (min to max)": f"{_number(min(finals))} to {_number(max(finals))}" if finals else "",
             "steps to threshold": steps,
             "wall-clock (median)": f"{statistics.median(r.wall_time_s for r in runs):,.0f} s",
@@ -163,7 +180,7 @@ def rows_and_runs(manifest: Path, root: Roots, repo: Path = REPO) -> list[tuple[
     out = []
     for entry in entries(manifest):
         accepted = accepted_run_dirs(entry, root, repo)
-        out.append((table_row(entry, [read_run(p, entry.get("threshold")) for p in accepted], _labels(entry, repo)), accepted))
+        out.append((table_row(entry, [read_run(p, entry.get("threshold"), entry.get("metric", "eval")) for p in accepted], _labels(entry, repo)), accepted))
     return out
 
 
@@ -251,8 +268,18 @@ def _labels(entry: dict[str, Any], repo: Path) -> tuple[str, str]:
     return config["env"]["env_id"], config["algorithm"]["name"]
 
 
+class ManifestError(ValueError):
+    """A manifest entry the table cannot read."""
+
+
 def entries(manifest: Path) -> list[dict[str, Any]]:
-    return yaml.safe_load(manifest.read_text()) or []
+    """The manifest's entries; an unknown ``metric`` is a :class:`ManifestError` naming it."""
+    out = yaml.safe_load(manifest.read_text()) or []
+    for entry in out:
+        metric = entry.get("metric", "eval")
+        if metric not in METRICS:
+            raise ManifestError(f"{manifest}: {entry.get('config')!r} has metric {metric!r}; allowed: {', '.join(METRICS)}")
+    return out
 
 
 def run_dirs(entry: dict[str, Any], root: Roots) -> list[Path]:
@@ -383,7 +410,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_root = args.root[0] if args.root else Path("runs")  # never the records
         sys.stdout.writelines(line + "\n" for line in missing_commands(args.manifest, roots, args.seeds, run_root=run_root))
         return 0
-    table = rows_and_runs(args.manifest, roots)
+    try:
+        table = rows_and_runs(args.manifest, roots)
+    except ManifestError as error:
+        print(f"results_table: error: {error}", file=sys.stderr)
+        return 2
     if args.archive:
         for _, found in table:
             for run_dir in found:

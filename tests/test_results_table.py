@@ -22,14 +22,22 @@ _spec.loader.exec_module(results_table)
 
 def _run(
     root: Path, name: str, seed: int, curve: list[tuple[int, float | None]], wall: float, machine: str = "CPU X, 2 cores",
-    overrides: tuple[str, ...] = (),
+    overrides: tuple[str, ...] = (), train: list[float | None] | None = None,
 ) -> None:
-    """A run directory of configs/ppo/cartpole.yaml (with ``overrides``), as ``train`` writes one."""
+    """A run directory of configs/ppo/cartpole.yaml (with ``overrides``), as ``train`` writes one;
+    ``train``: a training-return column beside the curve, one value per row."""
     run = root / name
     run.mkdir(parents=True)
     config = config_to_dict(load_config(CONFIGS / "ppo" / "cartpole.yaml", [f"run.seed={seed}", *overrides]))
     (run / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    rows = ["env_steps,eval_return_mean"] + [f"{steps},{'' if value is None else value}" for steps, value in curve]
+
+    def cell(value: float | None) -> str:
+        return "" if value is None else str(value)
+
+    if train is None:
+        rows = ["env_steps,eval_return_mean"] + [f"{steps},{cell(value)}" for steps, value in curve]
+    else:
+        rows = ["env_steps,train_return_mean,eval_return_mean"] + [f"{steps},{cell(t)},{cell(value)}" for (steps, value), t in zip(curve, train, strict=True)]
     (run / "progress.csv").write_text("\n".join(rows) + "\n")
     final = next(value for _, value in reversed(curve) if value is not None)
     (run / "summary.json").write_text(json.dumps({"env_steps": curve[-1][0], "wall_time_s": wall, "final_eval_return_mean": final, "machine": machine}))
@@ -188,3 +196,29 @@ def test_benchmarks_md_holds_the_tables_the_records_generate(committed_tables):
             f"BENCHMARKS.md's {name} table is not what benchmarks/runs generates: "
             f"python scripts/results_table.py benchmarks/{name}.yaml --into BENCHMARKS.md"
         )
+
+
+def test_a_training_return_row_reads_the_training_column_and_says_so(tmp_path, capsys):
+    """``metric: train`` (an anchor that reports training returns): the final return is the last
+    training return, steps to threshold the first row where it reaches it, and the cell says
+    what was measured; an unknown metric is one line naming the entry and what is allowed."""
+    runs = tmp_path / "runs"
+    # evaluations 100 then 480; training returns 50, 300, then 460 at the last row (no evaluation there)
+    _run(runs, "ppo-cartpole-seed0", 0, [(1000, 100.0), (2000, 480.0), (3000, None)], 12.0, train=[50.0, 300.0, 460.0])
+    _run(runs, "ppo-cartpole-seed1", 1, [(1000, 200.0), (2000, 490.0), (3000, None)], 14.0, train=[None, 420.0, 440.0])
+    entry = {"config": "configs/ppo/cartpole.yaml", "runs": "ppo-cartpole-seed*", "threshold": 450}
+    manifest = tmp_path / "results.yaml"
+    manifest.write_text(yaml.safe_dump([{**entry, "metric": "train"}]))
+    row = results_table.results_table(manifest, [runs])[0]
+    assert row["final return (median)"] == "450 (training, last 100 episodes)"  # 460 and 440
+    assert row["spread (min to max)"] == "440 to 460"
+    assert row["steps to threshold"] == "1/2 reached 450, median 3,000"
+    manifest.write_text(yaml.safe_dump([entry]))  # the default: evaluations
+    row = results_table.results_table(manifest, [runs])[0]
+    assert (row["final return (median)"], row["steps to threshold"]) == ("485", "2/2 reached 450, median 2,000")
+
+    manifest.write_text(yaml.safe_dump([{**entry, "metric": "training"}]))
+    capsys.readouterr()
+    assert results_table.main([str(manifest), "--root", str(runs)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "'training'" in err and "configs/ppo/cartpole.yaml" in err and "eval, train" in err
