@@ -152,7 +152,7 @@ def table_row(entry: dict[str, Any], runs: Sequence[Run], labels: tuple[str, str
     steps = "" if entry.get("threshold") is None else (
         f"{len(reached)}/{len(runs)} reached {_number(entry['threshold'])}" + (f", median {_number(statistics.median(reached))}" if reached else "")
     )
-    measured = " (training, last 100 episodes)" if entry.get("metric", "eval") == "train" else ""
+    measured = " (training, last 100 episodes)" if entry.get("metric") == "train" else ""
     row.update(
         env=runs[0].env_id, algorithm=runs[0].algorithm, seeds=", ".join(str(r.seed) for r in sorted(runs, key=lambda r: r.seed)),
         **{
@@ -180,7 +180,7 @@ def rows_and_runs(manifest: Path, root: Roots, repo: Path = REPO) -> list[tuple[
     out = []
     for entry in entries(manifest):
         accepted = accepted_run_dirs(entry, root, repo)
-        out.append((table_row(entry, [read_run(p, entry.get("threshold"), entry.get("metric", "eval")) for p in accepted], _labels(entry, repo)), accepted))
+        out.append((table_row(entry, [read_run(p, entry.get("threshold"), entry["metric"]) for p in accepted], _labels(entry, repo)), accepted))
     return out
 
 
@@ -273,12 +273,13 @@ class ManifestError(ValueError):
 
 
 def entries(manifest: Path) -> list[dict[str, Any]]:
-    """The manifest's entries; an unknown ``metric`` is a :class:`ManifestError` naming it."""
+    """The manifest's entries, each with its ``metric`` (default ``eval``); an unknown one is a
+    :class:`ManifestError` naming it."""
     out = yaml.safe_load(manifest.read_text()) or []
     for entry in out:
-        metric = entry.get("metric", "eval")
-        if metric not in METRICS:
-            raise ManifestError(f"{manifest}: {entry.get('config')!r} has metric {metric!r}; allowed: {', '.join(METRICS)}")
+        entry.setdefault("metric", "eval")
+        if entry["metric"] not in METRICS:
+            raise ManifestError(f"{manifest}: {entry.get('config')!r} has metric {entry['metric']!r}; allowed: {', '.join(METRICS)}")
     return out
 
 
@@ -406,15 +407,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="the seeds --commands asks for (default: 0 1 2)")
     args = parser.parse_args(argv)
     roots = args.root or [RECORDS]
+    try:
+        entries(args.manifest)  # a bad entry: one line, before any work
+    except ManifestError as error:
+        print(f"results_table: error: {error}", file=sys.stderr)
+        return 2
     if args.commands:
         run_root = args.root[0] if args.root else Path("runs")  # never the records
         sys.stdout.writelines(line + "\n" for line in missing_commands(args.manifest, roots, args.seeds, run_root=run_root))
         return 0
-    try:
-        table = rows_and_runs(args.manifest, roots)
-    except ManifestError as error:
-        print(f"results_table: error: {error}", file=sys.stderr)
-        return 2
+    table = rows_and_runs(args.manifest, roots)
     if args.archive:
         for _, found in table:
             for run_dir in found:

@@ -222,3 +222,5 @@ def test_a_training_return_row_reads_the_training_column_and_says_so(tmp_path, c
     assert results_table.main([str(manifest), "--root", str(runs)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "'training'" in err and "configs/ppo/cartpole.yaml" in err and "eval, train" in err
+    assert results_table.main([str(manifest), "--root", str(runs), "--commands"]) == 2  # the same line, not a traceback
+    assert capsys.readouterr().err.strip() == err
