@@ -5,7 +5,7 @@
 
 ``server``: an :class:`~pytorchrl.scheme.inference.InferenceServer` of the Pong Nature CNN
 (``configs/appo/atari_pong_central.yaml``) in this process, called directly (no Ray): batches of
-``--requests`` requests of 8 rows each, on the GPU with pinned host buffers and non-blocking copies
+``--requests`` requests of ``--rows`` rows each (``--gap-ms``: a pause before each batch), on the GPU with pinned host buffers and non-blocking copies
 (the server's :class:`_Staging`), on the GPU with pageable copies and one blocking copy per
 request and tensor (the path before pinned buffers), and on the CPU. One JSON line per case:
 milliseconds per batch, requests/s and observations/s.
@@ -52,7 +52,7 @@ def bench_server(args: argparse.Namespace) -> list[dict[str, Any]]:
     cfg = load_config(CONFIG)
     _, obs_space, act_space = VecEnv.create_factory(cfg.env.env_id, num_envs=8, atari=dataclasses.asdict(cfg.env.atari))
     wiring = wire(ALGORITHMS[cfg.algorithm.name], cfg, obs_space, act_space)
-    rows = 8
+    rows = args.rows
     cases = [("cuda", True), ("cuda", False), ("cpu", True)] if torch.cuda.is_available() else [("cpu", True)]
     out = []
     for device, pinned in cases:
@@ -63,6 +63,8 @@ def bench_server(args: argparse.Namespace) -> list[dict[str, Any]]:
         noise = server.spec.draw_noise(1, rows)[0]
         times = []
         for i in range(args.batches + 10):
+            if args.gap_ms:  # as requests that come one env step apart: caches and the core cool between batches
+                time.sleep(args.gap_ms / 1e3)
             start = time.perf_counter()
             pending = [server.submit(w, obs[w], noise, None, True) for w in range(args.requests)]
             for p in pending:
@@ -129,7 +131,9 @@ def bench_pong(args: argparse.Namespace) -> list[dict[str, Any]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["server", "pong"])
-    parser.add_argument("--requests", type=int, default=8, help="server: requests of 8 rows per batch")
+    parser.add_argument("--requests", type=int, default=8, help="server: requests per batch")
+    parser.add_argument("--rows", type=int, default=8, help="server: rows (envs) per request")
+    parser.add_argument("--gap-ms", type=float, default=0.0, help="server: pause before each timed batch")
     parser.add_argument("--batches", type=int, default=200, help="server: timed batches per case")
     parser.add_argument("--workers", type=int, nargs="+", default=[8], help="pong: remote collection workers (8 envs each), one pair per count")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="pong: further config overrides, as on pytorchrl train")

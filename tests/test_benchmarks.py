@@ -39,7 +39,7 @@ def test_the_gpu_scripts_server_case_measures_a_batch_of_the_requests_asked_for_
     assert spec is not None and spec.loader is not None
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    lines = script.bench_server(argparse.Namespace(requests=2, batches=3))
+    lines = script.bench_server(argparse.Namespace(requests=2, rows=8, gap_ms=0.0, batches=3))
     assert [line["case"] for line in lines] == (["cuda, pinned", "cuda, pageable", "cpu"] if torch.cuda.is_available() else ["cpu"])
     assert all(line["rows_per_batch"] == 16 and line["ms_per_batch"] > 0 and line["obs_per_s"] == pytest.approx(8 * line["requests_per_s"], rel=0.05) for line in lines)
     assert [json.loads(text) for text in capsys.readouterr().out.splitlines() if text.startswith("{")] == lines
