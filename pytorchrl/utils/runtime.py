@@ -53,6 +53,33 @@ def cap_threads(most: int) -> None:
     os.environ["OMP_NUM_THREADS"] = str(min(int(current), most) if current.isdigit() and int(current) > 0 else most)
 
 
+def renice_threads(niceness: int) -> bool:
+    """Give every thread of this process the scheduling niceness ``niceness`` (on Linux a
+    thread's own; threads started later inherit their creator's). Ray starts every worker
+    process at niceness 15 (its ``worker_niceness``) while the driver runs at 0; an inference
+    server calls this with the driver's, so that on cores it shares with collection workers it
+    runs first when a batch is waiting (ARCHITECTURE.md, decision 58).
+
+    :return: whether every thread now has it; False where that is not allowed (lowering
+        niceness needs ``CAP_SYS_NICE``: the process then keeps Ray's) or not on Linux.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        threads = [int(tid) for tid in os.listdir("/proc/self/task")]
+    except OSError:
+        return False
+    done = True
+    for tid in threads:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, niceness)
+        except ProcessLookupError:  # the thread ended meanwhile
+            continue
+        except PermissionError:
+            done = False
+    return done
+
+
 def configure_process(torch_threads: int | None = None) -> None:
     """Set up this process for training: ``torch_threads`` intra-op threads (None: as they
     are; never more than :func:`cap_threads` allows), denormal floats flushed to zero, and (glibc) a heap that keeps its freed memory.

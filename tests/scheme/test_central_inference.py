@@ -130,6 +130,12 @@ def test_remote_workers_act_with_the_servers_weights_of_the_round_and_hold_no_to
             assert all(torch.equal(weights[k], start[k]) for k in start)
         moved = learner.scheme.algorithm.get_weights(acting=True)
         assert not all(torch.equal(moved[k], start[k]) for k in start)
+        # Ray starts its workers at niceness 15; a server takes the driver's where it may (as root, CI)
+        driver, may = os.getpriority(os.PRIO_PROCESS, 0), os.geteuid() == 0
+        for name in learner.scheme.inference.names:
+            reniced, threads = call_surviving(name, lambda h: h.niceness.remote(), 30)
+            assert reniced or not may
+            assert threads == {driver} if reniced else max(threads) > driver
     finally:
         learner.close()
 

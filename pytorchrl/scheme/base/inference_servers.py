@@ -27,7 +27,7 @@ from pytorchrl.scheme.base import compression
 from pytorchrl.scheme.base.socket_transport import Endpoint, Route, SocketCall, SocketListener, socket_address
 from pytorchrl.scheme.base.worker_set import STARTUP_TIMEOUT_S, remote_threads
 from pytorchrl.utils.errors import WorkerFailure
-from pytorchrl.utils.runtime import cap_threads
+from pytorchrl.utils.runtime import cap_threads, renice_threads
 
 if TYPE_CHECKING:
     from pytorchrl.scheme.inference.array_policy import ArrayPolicy
@@ -54,10 +54,13 @@ class _ServerHost:
     server acts with the same weights and version as the others before it answers anyone.
     """
 
-    def __init__(self, box_name: str, max_threads: int, transport: str = "auto") -> None:
+    def __init__(self, box_name: str, max_threads: int, transport: str = "auto", niceness: int | None = None) -> None:
         import ray
 
         cap_threads(max_threads)
+        # the driver's priority, before this actor starts threads of its own (they inherit it);
+        # Ray's collection workers stay at its 15, so a waiting batch runs first (None: as Ray left it)
+        self.reniced = niceness is not None and renice_threads(niceness)
         # the factory and the weights come from the box, not as constructor arguments: Ray keeps
         # those in its object store, where they may be gone when it restarts the actor
         started: Any = ray.get(ray.get_actor(box_name).start.remote())  # (the factory ref, the newest weights or None)
@@ -97,6 +100,10 @@ class _ServerHost:
     def pid(self) -> int:
         """The server's process id (for resource monitoring)."""
         return os.getpid()
+
+    def niceness(self) -> tuple[bool, set[int]]:
+        """Whether the server took the driver's niceness, and the niceness of each of its threads now."""
+        return self.reniced, {os.getpriority(os.PRIO_PROCESS, int(tid)) for tid in os.listdir("/proc/self/task")}
 
     def call(self, method: str, *args: Any) -> Any:
         """``server.method(*args)`` (the learner's calls: weights, counters); packed arguments
@@ -258,7 +265,8 @@ class InferenceServers:
             "num_cpus": float(resources.get("num_cpus", 1.0)), "num_gpus": float(resources.get("num_gpus", 0.0)),
             "max_concurrency": max(num_clients + 2, MIN_SERVER_THREADS), "max_restarts": max_restarts,
         }
-        self.handles: list[Any] = [host.options(name=name, **options).remote(box_name, remote_threads(resources), transport) for name in self.names]
+        niceness = os.getpriority(os.PRIO_PROCESS, 0) if hasattr(os, "getpriority") else None  # the driver's, for the servers
+        self.handles: list[Any] = [host.options(name=name, **options).remote(box_name, remote_threads(resources), transport, niceness) for name in self.names]
         ready, _ = ray.wait([h.ready.remote() for h in self.handles], num_returns=len(self.handles), timeout=STARTUP_TIMEOUT_S)
         if len(ready) < len(self.handles):
             self.close()
