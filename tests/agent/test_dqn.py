@@ -10,7 +10,7 @@ import torch
 
 from pytorchrl.agent.actors.networks import EncoderSpec
 from pytorchrl.agent.actors.off_policy import NoisyLinear, OffPolicyActor
-from pytorchrl.agent.algorithms.dqn import DQN, project_distribution
+from pytorchrl.agent.algorithms.dqn import DQN, project_distribution, rescale_inverse, rescale_value
 from pytorchrl.config import from_dict
 from pytorchrl.learner import Learner
 from tests.test_cli import _bad
@@ -75,6 +75,29 @@ def test_dqn_loss_on_a_fixed_batch(double_q, expected_y0):
     torch.testing.assert_close(loss, (BATCH["weights"] * huber).mean())
     torch.testing.assert_close(algo.pop_priorities(), (y - q).abs())
     assert algo.pop_priorities() is None  # popped once
+
+
+def test_value_rescaling_is_invertible_monotone_and_compresses():
+    x = torch.cat([torch.linspace(-1000.0, 1000.0, 2001, dtype=torch.float64), torch.tensor([0.0, 1e-6, -1e-6], dtype=torch.float64)])
+    h = rescale_value(x)
+    torch.testing.assert_close(rescale_inverse(h), x, rtol=1e-9, atol=1e-9)
+    assert (h[1:2001] > h[:2000]).all() and torch.equal(torch.sign(h), torch.sign(x))
+    # h(x) = sqrt(x + 1) - 1 + 1e-3 x for x >= 0: h(3) = 1.003, h(99) = 9.099
+    torch.testing.assert_close(rescale_value(torch.tensor([3.0, 99.0, -99.0])), torch.tensor([1.003, 9.099, -9.099]))
+
+
+def test_rescaled_dqn_loss_learns_h_of_the_target_in_return_units():
+    algo = DQN(_linear_actor(), value_rescaling=True)
+    loss, info = algo.compute_loss(BATCH)
+    # the heads output h(Q): row 0 bootstraps from h^-1 of the target's max (3), row 1 is terminal
+    q = torch.tensor([1.0, -1.0])
+    y = rescale_value(torch.tensor([1.0 + 0.5 * float(rescale_inverse(torch.tensor(3.0))), 0.5]))
+    huber = torch.where((y - q).abs() < 1, 0.5 * (y - q) ** 2, (y - q).abs() - 0.5)
+    torch.testing.assert_close(loss, (BATCH["weights"] * huber).mean())
+    torch.testing.assert_close(algo.pop_priorities(), (y - q).abs())
+    assert info["q_mean"] == pytest.approx(float(rescale_inverse(q).mean()))  # reported in return units
+    plain, _ = DQN(_linear_actor()).compute_loss(BATCH)
+    assert not torch.isclose(loss, plain)
 
 
 def test_c51_loss_is_the_cross_entropy_to_the_projected_target():
@@ -183,6 +206,12 @@ def test_rainbow_preset_turns_every_component_on_and_trains():
         (["algorithm.minibatch_size=128", "algorithm.start_steps=64"], "'algorithm.minibatch_size' = 128 is larger than algorithm.start_steps = 64"),
         (["algorithm.noisy=true"], "unknown config key 'algorithm.noisy'; did you mean 'algorithm.noisy_nets'?"),
         (["algorithm.head_hidden_sizes=[64,0]"], "'algorithm.head_hidden_sizes' = [64, 0] is out of range: every width must be in 1.."),
+        (["algorithm.value_rescaling=true", "algorithm.distributional=true"], "'algorithm.value_rescaling' = true is not available with C51"),
+        (["algorithm.value_rescaling=true", "algorithm.rainbow=true"], "'algorithm.value_rescaling' = true is not available with C51"),
+        (
+            ["algorithm.value_rescaling=true", "algorithm.actor_priorities=true", "algorithm.prioritized_replay=true"],
+            "'algorithm.value_rescaling' = true is not available with algorithm.actor_priorities",
+        ),
     ],
 )
 def test_bad_off_policy_input_exits_2_with_one_line(capsys, tmp_path, args, needle):

@@ -38,7 +38,7 @@ class DQNConfig(ReplayConfig):
     """DQN (Mnih et al. 2015) with each Rainbow component (Hessel et al. 2018) switchable."""
 
     networks = 2  # the Q-network and its target
-    trained_keys = ("rainbow", "dueling", "noisy_nets", "distributional", "num_atoms", "v_min", "v_max", "head_hidden_sizes")
+    trained_keys = ("rainbow", "dueling", "noisy_nets", "distributional", "num_atoms", "v_min", "v_max", "head_hidden_sizes", "value_rescaling")
 
     name: str = param("dqn", "The algorithm.")
     lr: float = param(1e-4, "Adam learning rate.", min=0, min_exclusive=True)
@@ -60,6 +60,10 @@ class DQNConfig(ReplayConfig):
     actor_priorities: bool = param(False, "Ape-X: collection workers score their transitions' TD errors as initial priorities (with prioritized_replay).")
     apex_epsilon_alpha: float | None = param(
         None, "Ape-X: collector i of N explores with epsilon ** (1 + alpha * i / (N - 1)) (Horgan et al. 2018 use 7 with epsilon 0.4); null: off.", min=0
+    )
+    value_rescaling: bool = param(
+        False, "R2D2: learn h(Q), h(x) = sign(x)(sqrt(|x| + 1) - 1) + 1e-3 x, against targets h(r + discount * h^-1(Q_target)) "
+        "(Pohlen et al. 2018; Kapturowski et al. 2019), so that large returns do not dominate the loss.",
     )
     head_hidden_sizes: tuple[int, ...] = param(
         (), "Hidden layers of each Q head stream (the advantage's, and the value's with dueling), noisy with noisy_nets; Hessel et al.'s Rainbow network: [512] with actor.encoder.features=0 and actor.hidden_sizes=[]."
@@ -84,6 +88,16 @@ class DQNConfig(ReplayConfig):
         super().check(config)
         if self.v_min >= self.v_max:
             raise ConfigError(f"config key 'algorithm.v_min' = {self.v_min} must be below algorithm.v_max = {self.v_max}")
+        if self.value_rescaling and (self.distributional or self.rainbow):
+            raise ConfigError(
+                "config key 'algorithm.value_rescaling' = true is not available with C51 (algorithm.distributional or rainbow: its "
+                "support is in return units); allowed: value_rescaling with the scalar Q-head"
+            )
+        if self.value_rescaling and self.actor_priorities:
+            raise ConfigError(
+                "config key 'algorithm.value_rescaling' = true is not available with algorithm.actor_priorities (collection workers "
+                "score TD errors in return units, the learner in rescaled ones); allowed: one of the two"
+            )
         if self.actor_priorities and config.actor.recurrent.type != "none":
             raise ConfigError("config key 'algorithm.actor_priorities' = true is not available with a recurrent DQN (sequence priorities come from the learner)")
         check_widths("algorithm.head_hidden_sizes", self.head_hidden_sizes)
@@ -171,11 +185,16 @@ class DQN(Algorithm):
         q_net = self.actor.q_net
         if q_net.num_atoms == 1:
             q = out.squeeze(-1)
+            rescale = self.config.value_rescaling
             with torch.no_grad():
-                y = rewards + discounts * next_out.squeeze(-1)
+                next_q = next_out.squeeze(-1)
+                y = rewards + discounts * (rescale_inverse(next_q) if rescale else next_q)
+                y = rescale_value(y) if rescale else y
             per_sample = F.smooth_l1_loss(q, y, reduction="none")
             priorities = (y - q).detach().abs()
-            info = {"q_mean": float(q.detach().mean()), "td_abs_mean": float(priorities.mean())}
+            # q_mean in return units whatever the head learns
+            q_returns = rescale_inverse(q.detach()) if rescale else q.detach()
+            info = {"q_mean": float(q_returns.mean()), "td_abs_mean": float(priorities.mean())}
         else:  # C51: cross-entropy to the projected target distribution
             log_p = out.log_softmax(-1)
             with torch.no_grad():
@@ -225,6 +244,21 @@ class DQN(Algorithm):
         fraction, initial, final = self.exploration
         done = 1.0 if fraction == 0 else min(1.0, progress / fraction)
         self.actor.epsilon.fill_(initial + done * (final - initial))
+
+
+#: the epsilon of the value rescaling h (Pohlen et al. 2018; R2D2 uses the same)
+RESCALE_EPS = 1e-3
+
+
+def rescale_value(x: torch.Tensor, eps: float = RESCALE_EPS) -> torch.Tensor:
+    """h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x: compresses large returns, keeps their order and sign."""
+    return torch.sign(x) * (torch.sqrt(x.abs() + 1.0) - 1.0) + eps * x
+
+
+def rescale_inverse(y: torch.Tensor, eps: float = RESCALE_EPS) -> torch.Tensor:
+    """h^-1(y) = sign(y) (((sqrt(1 + 4 eps (|y| + 1 + eps)) - 1) / (2 eps))^2 - 1), the inverse of :func:`rescale_value`."""
+    root = (torch.sqrt(1.0 + 4.0 * eps * (y.abs() + 1.0 + eps)) - 1.0) / (2.0 * eps)
+    return torch.sign(y) * (root * root - 1.0)
 
 
 def project_distribution(next_probs: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
