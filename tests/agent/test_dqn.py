@@ -81,6 +81,8 @@ def test_value_rescaling_is_invertible_monotone_and_compresses():
     x = torch.cat([torch.linspace(-1000.0, 1000.0, 2001, dtype=torch.float64), torch.tensor([0.0, 1e-6, -1e-6], dtype=torch.float64)])
     h = rescale_value(x)
     torch.testing.assert_close(rescale_inverse(h), x, rtol=1e-9, atol=1e-9)
+    small = torch.tensor([1e-3, 0.01, 0.1, -0.05])  # float32 near 0, where sqrt(1 + 4 eps a) - 1 would cancel
+    torch.testing.assert_close(rescale_inverse(rescale_value(small)), small, rtol=1e-5, atol=1e-6)
     assert (h[1:2001] > h[:2000]).all() and torch.equal(torch.sign(h), torch.sign(x))
     # h(x) = sqrt(x + 1) - 1 + 1e-3 x for x >= 0: h(3) = 1.003, h(99) = 9.099
     torch.testing.assert_close(rescale_value(torch.tensor([3.0, 99.0, -99.0])), torch.tensor([1.003, 9.099, -9.099]))

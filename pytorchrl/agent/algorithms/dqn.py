@@ -256,8 +256,11 @@ def rescale_value(x: torch.Tensor, eps: float = RESCALE_EPS) -> torch.Tensor:
 
 
 def rescale_inverse(y: torch.Tensor, eps: float = RESCALE_EPS) -> torch.Tensor:
-    """h^-1(y) = sign(y) (((sqrt(1 + 4 eps (|y| + 1 + eps)) - 1) / (2 eps))^2 - 1), the inverse of :func:`rescale_value`."""
-    root = (torch.sqrt(1.0 + 4.0 * eps * (y.abs() + 1.0 + eps)) - 1.0) / (2.0 * eps)
+    """h^-1(y) = sign(y) (((sqrt(1 + 4 eps (|y| + 1 + eps)) - 1) / (2 eps))^2 - 1), the inverse of
+    :func:`rescale_value`; the root is computed as ``2 a / (sqrt(1 + 4 eps a) + 1)``, ``a = |y| + 1
+    + eps``, the same value without the cancellation of ``sqrt(...) - 1`` in float32."""
+    a = y.abs() + 1.0 + eps
+    root = 2.0 * a / (torch.sqrt(1.0 + 4.0 * eps * a) + 1.0)
     return torch.sign(y) * (root * root - 1.0)
 
 
