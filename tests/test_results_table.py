@@ -73,6 +73,13 @@ def test_the_shipped_manifest_names_shipped_configs():
     assert entries and all((REPO / entry["config"]).is_file() for entry in entries)
 
 
+def test_every_shipped_training_config_has_a_row_or_says_it_has_none():
+    rows = {entry["config"] for entry in results_table.entries(REPO / "benchmarks" / "results.yaml")}
+    configs = sorted(path.relative_to(REPO).as_posix() for path in (REPO / "configs").rglob("*.yaml") if path.parent.name != "tune")
+    silent = [c for c in configs if c not in rows and "An example without a result in the results table" not in (REPO / c).read_text()]
+    assert len(configs) > 40 and silent == []
+
+
 def test_a_run_of_another_config_is_left_out_and_told(tmp_path, capsys, monkeypatch):
     """A row never mixes configs: a run whose saved config differs at a key that changes what is
     learned (or how it is evaluated) is left out with one line naming the key; one that differs
