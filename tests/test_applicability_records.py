@@ -19,7 +19,7 @@ import yaml
 
 from pytorchrl.cli import _format_warning, main
 from pytorchrl.config import config_to_dict, from_dict, load_run_config
-from pytorchrl.config_applicability import IgnoredConfigKeysWarning, inapplicable_keys, warn_inapplicable
+from pytorchrl.config_applicability import IgnoredConfigKeysWarning, check_trained_keys, inapplicable_keys, warn_inapplicable
 from pytorchrl.learner import Learner
 from pytorchrl.utils.errors import CheckpointError, ConfigError
 from tests.conftest import CONFIGS, REPO, checkpointed_run
@@ -128,6 +128,16 @@ def run_dir(tmp_path) -> Path:
 def test_overrides_of_what_the_checkpoint_fixes_are_refused(run_dir, override, message):
     with pytest.raises(ConfigError, match=message):
         load_run_config(run_dir, [override])
+
+
+def test_an_algorithms_own_trained_keys_are_fixed_too():
+    raw = config_to_dict(from_dict({"env": {"env_id": "CartPole-v1"}, "algorithm": {"name": "dqn", "value_rescaling": True}}))
+    trained = from_dict(raw)
+    changed = {**raw, "algorithm": {**raw["algorithm"], "value_rescaling": False}}
+    with pytest.raises(ConfigError, match=r"changes algorithm.value_rescaling to false \(trained with true\)"):
+        check_trained_keys(trained, changed, ["algorithm.value_rescaling=false"], "run/config.yaml")
+    kept = {**raw, "algorithm": {**raw["algorithm"], "lr": 1e-3}}  # a key the network does not depend on
+    assert check_trained_keys(trained, kept, ["algorithm.lr=0.001"], "run/config.yaml").algorithm.lr == 1e-3
 
 
 def test_evaluation_settings_stay_open_and_bad_overrides_are_blamed(run_dir):
