@@ -53,6 +53,14 @@ def cap_threads(most: int) -> None:
     os.environ["OMP_NUM_THREADS"] = str(min(int(current), most) if current.isdigit() and int(current) > 0 else most)
 
 
+def thread_ids() -> list[int]:
+    """The ids of this process's threads (Linux's ``/proc/self/task``; empty where it cannot be read)."""
+    try:
+        return [int(tid) for tid in os.listdir("/proc/self/task")]
+    except OSError:
+        return []
+
+
 def renice_threads(niceness: int) -> bool:
     """Give every thread of this process the scheduling niceness ``niceness`` (on Linux a
     thread's own; threads started later inherit their creator's). Ray starts every worker
@@ -63,11 +71,8 @@ def renice_threads(niceness: int) -> bool:
     :return: whether every thread now has it; False where that is not allowed (lowering
         niceness needs ``CAP_SYS_NICE``: the process then keeps Ray's) or not on Linux.
     """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        threads = [int(tid) for tid in os.listdir("/proc/self/task")]
-    except OSError:
+    threads = thread_ids() if sys.platform.startswith("linux") else []
+    if not threads:
         return False
     done = True
     for tid in threads:

@@ -185,16 +185,13 @@ class DQN(Algorithm):
         q_net = self.actor.q_net
         if q_net.num_atoms == 1:
             q = out.squeeze(-1)
-            rescale = self.config.value_rescaling
+            # the head learns h(Q) with value rescaling, Q without: to and from return units
+            h, h_inv = (rescale_value, rescale_inverse) if self.config.value_rescaling else (_same, _same)
             with torch.no_grad():
-                next_q = next_out.squeeze(-1)
-                y = rewards + discounts * (rescale_inverse(next_q) if rescale else next_q)
-                y = rescale_value(y) if rescale else y
+                y = h(rewards + discounts * h_inv(next_out.squeeze(-1)))
             per_sample = F.smooth_l1_loss(q, y, reduction="none")
             priorities = (y - q).detach().abs()
-            # q_mean in return units whatever the head learns
-            q_returns = rescale_inverse(q.detach()) if rescale else q.detach()
-            info = {"q_mean": float(q_returns.mean()), "td_abs_mean": float(priorities.mean())}
+            info = {"q_mean": float(h_inv(q.detach()).mean()), "td_abs_mean": float(priorities.mean())}
         else:  # C51: cross-entropy to the projected target distribution
             log_p = out.log_softmax(-1)
             with torch.no_grad():
@@ -244,6 +241,10 @@ class DQN(Algorithm):
         fraction, initial, final = self.exploration
         done = 1.0 if fraction == 0 else min(1.0, progress / fraction)
         self.actor.epsilon.fill_(initial + done * (final - initial))
+
+
+def _same(x: torch.Tensor) -> torch.Tensor:
+    return x
 
 
 #: the epsilon of the value rescaling h (Pohlen et al. 2018; R2D2 uses the same)

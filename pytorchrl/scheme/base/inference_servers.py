@@ -27,7 +27,7 @@ from pytorchrl.scheme.base import compression
 from pytorchrl.scheme.base.socket_transport import Endpoint, Route, SocketCall, SocketListener, socket_address
 from pytorchrl.scheme.base.worker_set import STARTUP_TIMEOUT_S, remote_threads
 from pytorchrl.utils.errors import WorkerFailure
-from pytorchrl.utils.runtime import cap_threads, renice_threads
+from pytorchrl.utils.runtime import cap_threads, renice_threads, thread_ids
 
 if TYPE_CHECKING:
     from pytorchrl.scheme.inference.array_policy import ArrayPolicy
@@ -103,7 +103,7 @@ class _ServerHost:
 
     def niceness(self) -> tuple[bool, set[int]]:
         """Whether the server took the driver's niceness, and the niceness of each of its threads now."""
-        return self.reniced, {os.getpriority(os.PRIO_PROCESS, int(tid)) for tid in os.listdir("/proc/self/task")}
+        return self.reniced, {os.getpriority(os.PRIO_PROCESS, tid) for tid in thread_ids()}
 
     def call(self, method: str, *args: Any) -> Any:
         """``server.method(*args)`` (the learner's calls: weights, counters); packed arguments
