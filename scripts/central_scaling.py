@@ -16,6 +16,9 @@ prints one JSON line:
   (PSS splits pages shared between processes, such as torch's libraries, among them);
 * ``cpu_us_per_request``: CPU time of the collection workers and of the servers per env step of
   one worker (one inference request in central mode), from ``/proc``;
+* ``runq_us_per_request``: time runnable but waiting for a core (``/proc/.../schedstat``, every
+  thread), per request: the workers' (what one step waited), the servers' and this driver's;
+  ``--worker-nice`` sets the workers' niceness (Ray starts them at 15);
 * ``busy_cores``: the cores busy over the window, the machine's (``/proc/stat``) and those of the
   workers, the servers and this driver (the learner's side); the rest is Ray's own processes;
 * in central mode the servers' batch mean, queueing wait and busy fraction, and how the requests
@@ -50,7 +53,19 @@ def _proc(pid: int) -> dict[str, float]:
         key, _, rest = line.partition(":")
         if key in ("Rss", "Pss"):
             mem[key] = int(rest.split()[0]) / 1024
-    return {"cpu_s": ticks / os.sysconf("SC_CLK_TCK"), "rss_mb": mem["Rss"], "pss_mb": mem["Pss"]}
+    return {"cpu_s": ticks / os.sysconf("SC_CLK_TCK"), "rss_mb": mem["Rss"], "pss_mb": mem["Pss"], "runq_s": _runq_s(pid)}
+
+
+def _runq_s(pid: int) -> float:
+    """Seconds the process's threads have spent runnable but waiting for a core (the second field
+    of each ``/proc/PID/task/TID/schedstat``; 0 where the kernel keeps no schedstats)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[1])
+        except (OSError, IndexError, ValueError):  # the thread ended, or no schedstats
+            pass
+    return total / 1e9
 
 
 def _machine_busy_s() -> float:
@@ -74,7 +89,16 @@ def _pids(handles: list[Any]) -> list[int]:
     return ray.get([h.pid.remote() for h in handles])
 
 
-def measure(scheme: Any, seconds: float, envs_per_worker: int) -> dict[str, Any]:
+def _renice(pid: int, niceness: int) -> None:
+    """Every thread of process ``pid`` to ``niceness`` (lowering it needs ``CAP_SYS_NICE``)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            os.setpriority(os.PRIO_PROCESS, int(task.name), niceness)
+        except ProcessLookupError:  # the thread ended meanwhile
+            pass
+
+
+def measure(scheme: Any, seconds: float, envs_per_worker: int, worker_nice: int | None = None) -> dict[str, Any]:
     """Collect for ``seconds`` (after one rollout per worker of warm-up); the figures of one count."""
     cws = scheme.collection_workers
     weights = scheme.algorithm.get_weights()
@@ -97,6 +121,9 @@ def measure(scheme: Any, seconds: float, envs_per_worker: int) -> dict[str, Any]
     calls = _socket_calls(cws.inference)
     col_pids = _pids(cws.workers.remote_workers)
     srv_pids = _pids(cws.inference.handles) if cws.inference is not None else []
+    if worker_nice is not None:
+        for pid in col_pids:
+            _renice(pid, worker_nice)
     driver = os.getpid()
     before = {pid: _proc(pid) for pid in [*col_pids, *srv_pids, driver]}
     busy_before = _machine_busy_s()
@@ -111,6 +138,7 @@ def measure(scheme: Any, seconds: float, envs_per_worker: int) -> dict[str, Any]
     after = {pid: _proc(pid) for pid in [*col_pids, *srv_pids, driver]}
     requests = steps / envs_per_worker
     cpu = {pid: after[pid]["cpu_s"] - before[pid]["cpu_s"] for pid in after}
+    runq = {pid: after[pid]["runq_s"] - before[pid]["runq_s"] for pid in after}
     out: dict[str, Any] = {
         "workers": workers,
         "steps_per_s": round(steps / elapsed, 1),
@@ -119,6 +147,13 @@ def measure(scheme: Any, seconds: float, envs_per_worker: int) -> dict[str, Any]
         "cpu_us_per_request": {
             "workers": round(1e6 * sum(cpu[p] for p in col_pids) / max(requests, 1), 1),
             "servers": round(1e6 * sum(cpu[p] for p in srv_pids) / max(requests, 1), 1),
+        },
+        # time runnable but waiting for a core, per request: a worker's share is what one step
+        # waited (the workers' sum over the requests); the servers' and driver's, their threads' sum
+        "runq_us_per_request": {
+            "worker": round(1e6 * sum(runq[p] for p in col_pids) / max(requests, 1), 1),
+            "servers": round(1e6 * sum(runq[p] for p in srv_pids) / max(requests, 1), 1),
+            "driver": round(1e6 * runq[driver] / max(requests, 1), 1),
         },
         # cores busy over the window: the whole machine, and the parts named (the rest: Ray's
         # raylets, GCS and object transfers, and whatever else runs)
@@ -169,7 +204,7 @@ def run_mode(inference: str, counts: list[int], args: argparse.Namespace, addres
                 break
             if count > have:
                 scheme.add_collection_workers(count - have)
-            row = {**label, **measure(scheme, args.seconds, args.envs)}
+            row = {**label, **measure(scheme, args.seconds, args.envs, args.worker_nice)}
             if rows:
                 first = rows[0]
                 row["linear"] = round(row["steps_per_s"] / (first["steps_per_s"] / first["workers"] * row["workers"]), 3)
@@ -194,6 +229,7 @@ def main(argv: list[str] | None = None) -> None:
         help="central mode's scheme.inference_server.transport, one pass each",
     )
     parser.add_argument("--server-cpus", type=float, default=1.0)
+    parser.add_argument("--worker-nice", type=int, help="the collection workers' niceness (Ray starts them at 15)")
     parser.add_argument("--min-free-gb", type=float, default=3.0, help="add no workers once less memory than this is available")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="further config overrides, as on pytorchrl train")
     parser.add_argument("--ceiling", action="store_true", help="envs that do not sleep: one server's most requests/s")
