@@ -1,6 +1,8 @@
-"""Benchmark helpers: the matrix-product floor under a step counts every product's work once; the GPU script's server case."""
+"""Benchmark helpers: the matrix-product floor under a step counts every product's work once; the GPU script's server case; the scaling script's /proc figures."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
@@ -32,7 +34,6 @@ def test_the_gpu_scripts_server_case_measures_a_batch_of_the_requests_asked_for_
     import argparse
     import importlib.util
     import json
-    from pathlib import Path
 
     pytest.importorskip("ale_py")
     spec = importlib.util.spec_from_file_location("central_gpu", Path(__file__).resolve().parent.parent / "scripts" / "central_gpu.py")
@@ -43,3 +44,39 @@ def test_the_gpu_scripts_server_case_measures_a_batch_of_the_requests_asked_for_
     assert [line["case"] for line in lines] == (["cuda, pinned", "cuda, pageable", "cpu"] if torch.cuda.is_available() else ["cpu"])
     assert all(line["rows_per_batch"] == 16 and line["ms_per_batch"] > 0 and line["obs_per_s"] == pytest.approx(8 * line["requests_per_s"], rel=0.05) for line in lines)
     assert [json.loads(text) for text in capsys.readouterr().out.splitlines() if text.startswith("{")] == lines
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads Linux's /proc")
+def test_the_scaling_scripts_process_figures_read_the_runqueue_wait_and_renice_every_thread():
+    """``scripts/central_scaling.py`` reads each process's CPU, memory and runqueue wait from
+    ``/proc`` and can renice a process's every thread (``--worker-nice``)."""
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    spec = importlib.util.spec_from_file_location("central_scaling", Path(__file__).resolve().parent.parent / "scripts" / "central_scaling.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    # a child with two threads, so that renicing has more than its main thread to reach
+    child = subprocess.Popen([sys.executable, "-c", "import threading, time; threading.Thread(target=time.sleep, args=(30,)).start(); time.sleep(30)"])
+    try:
+        for _ in range(100):  # until its second thread is up
+            if len(os.listdir(f"/proc/{child.pid}/task")) >= 2:
+                break
+            threading.Event().wait(0.02)
+        niceness = min(19, os.getpriority(os.PRIO_PROCESS, child.pid) + 3)  # raising it needs no privilege
+        script._renice(child.pid, niceness)
+        tasks = [int(tid) for tid in os.listdir(f"/proc/{child.pid}/task")]
+        assert len(tasks) >= 2 and all(os.getpriority(os.PRIO_PROCESS, tid) == niceness for tid in tasks)
+        figures = script._proc(child.pid)
+        assert figures["cpu_s"] >= 0 and figures["rss_mb"] > 0 and figures["runq_s"] >= 0
+    finally:
+        child.kill()
+        child.wait()
+    # this process's own threads: the wait only grows, and it is each thread's schedstat's second field
+    first = script._runq_s(os.getpid())
+    expected = sum(int(Path(f"/proc/self/task/{tid}/schedstat").read_text().split()[1]) for tid in os.listdir("/proc/self/task")) / 1e9
+    assert first <= expected + 1e-3 and script._runq_s(os.getpid()) >= first
