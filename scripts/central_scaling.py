@@ -41,6 +41,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run from a checkout
+    sys.path.insert(0, str(ROOT))
+
+from pytorchrl.utils.runtime import renice_threads, thread_ids  # noqa: E402
+
 CONFIG = ROOT / "configs" / "ppo" / "latency_scaling.yaml"
 
 
@@ -57,12 +62,12 @@ def _proc(pid: int) -> dict[str, float]:
 
 
 def _runq_s(pid: int) -> float:
-    """Seconds the process's threads have spent runnable but waiting for a core (the second field
+    """Seconds the threads of process ``pid`` have spent runnable but waiting for a core (the second field
     of each ``/proc/PID/task/TID/schedstat``; 0 where the kernel keeps no schedstats)."""
     total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
+    for tid in thread_ids(pid):
         try:
-            total += int((task / "schedstat").read_text().split()[1])
+            total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[1])
         except (OSError, IndexError, ValueError):  # the thread ended, or no schedstats
             pass
     return total / 1e9
@@ -87,15 +92,6 @@ def _pids(handles: list[Any]) -> list[int]:
     import ray
 
     return ray.get([h.pid.remote() for h in handles])
-
-
-def _renice(pid: int, niceness: int) -> None:
-    """Every thread of process ``pid`` to ``niceness`` (lowering it needs ``CAP_SYS_NICE``)."""
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            os.setpriority(os.PRIO_PROCESS, int(task.name), niceness)
-        except ProcessLookupError:  # the thread ended meanwhile
-            pass
 
 
 def measure(scheme: Any, seconds: float, envs_per_worker: int, worker_nice: int | None = None) -> dict[str, Any]:
@@ -123,7 +119,7 @@ def measure(scheme: Any, seconds: float, envs_per_worker: int, worker_nice: int 
     srv_pids = _pids(cws.inference.handles) if cws.inference is not None else []
     if worker_nice is not None:
         for pid in col_pids:
-            _renice(pid, worker_nice)
+            renice_threads(worker_nice, pid)
     driver = os.getpid()
     before = {pid: _proc(pid) for pid in [*col_pids, *srv_pids, driver]}
     busy_before = _machine_busy_s()
@@ -252,5 +248,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     main()

@@ -29,17 +29,24 @@ def test_gemm_floor_counts_each_product_of_a_step():
     assert ms > 0
 
 
-def test_the_gpu_scripts_server_case_measures_a_batch_of_the_requests_asked_for_on_the_cpu(capsys):
-    """``scripts/central_gpu.py server`` (run on GPU machines) also runs here, on the CPU case only."""
-    import argparse
+def _script(name: str):
+    """A module of ``scripts/``, loaded from its file."""
     import importlib.util
-    import json
 
-    pytest.importorskip("ale_py")
-    spec = importlib.util.spec_from_file_location("central_gpu", Path(__file__).resolve().parent.parent / "scripts" / "central_gpu.py")
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent.parent / "scripts" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+def test_the_gpu_scripts_server_case_measures_a_batch_of_the_requests_asked_for_on_the_cpu(capsys):
+    """``scripts/central_gpu.py server`` (run on GPU machines) also runs here, on the CPU case only."""
+    import argparse
+    import json
+
+    pytest.importorskip("ale_py")
+    script = _script("central_gpu")
     lines = script.bench_server(argparse.Namespace(requests=2, rows=8, gap_ms=0.0, batches=3))
     assert [line["case"] for line in lines] == (["cuda, pinned", "cuda, pageable", "cpu"] if torch.cuda.is_available() else ["cpu"])
     assert all(line["rows_per_batch"] == 16 and line["ms_per_batch"] > 0 and line["obs_per_s"] == pytest.approx(8 * line["requests_per_s"], rel=0.05) for line in lines)
@@ -50,16 +57,12 @@ def test_the_gpu_scripts_server_case_measures_a_batch_of_the_requests_asked_for_
 def test_the_scaling_scripts_process_figures_read_the_runqueue_wait_and_renice_every_thread():
     """``scripts/central_scaling.py`` reads each process's CPU, memory and runqueue wait from
     ``/proc`` and can renice a process's every thread (``--worker-nice``)."""
-    import importlib.util
     import os
     import subprocess
     import sys
     import threading
 
-    spec = importlib.util.spec_from_file_location("central_scaling", Path(__file__).resolve().parent.parent / "scripts" / "central_scaling.py")
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = _script("central_scaling")
     # a child with two threads, so that renicing has more than its main thread to reach
     child = subprocess.Popen([sys.executable, "-c", "import threading, time; threading.Thread(target=time.sleep, args=(30,)).start(); time.sleep(30)"])
     try:
@@ -68,7 +71,7 @@ def test_the_scaling_scripts_process_figures_read_the_runqueue_wait_and_renice_e
                 break
             threading.Event().wait(0.02)
         niceness = min(19, os.getpriority(os.PRIO_PROCESS, child.pid) + 3)  # raising it needs no privilege
-        script._renice(child.pid, niceness)
+        script.renice_threads(niceness, child.pid)  # what --worker-nice does to each worker
         tasks = [int(tid) for tid in os.listdir(f"/proc/{child.pid}/task")]
         assert len(tasks) >= 2 and all(os.getpriority(os.PRIO_PROCESS, tid) == niceness for tid in tasks)
         figures = script._proc(child.pid)

@@ -53,17 +53,18 @@ def cap_threads(most: int) -> None:
     os.environ["OMP_NUM_THREADS"] = str(min(int(current), most) if current.isdigit() and int(current) > 0 else most)
 
 
-def thread_ids() -> list[int]:
-    """The ids of this process's threads (Linux's ``/proc/self/task``; empty where it cannot be read)."""
+def thread_ids(pid: int | None = None) -> list[int]:
+    """The ids of the threads of process ``pid`` (None: this one), from Linux's ``/proc/PID/task``;
+    empty where it cannot be read."""
     try:
-        return [int(tid) for tid in os.listdir("/proc/self/task")]
+        return [int(tid) for tid in os.listdir(f"/proc/{'self' if pid is None else pid}/task")]
     except OSError:
         return []
 
 
-def renice_threads(niceness: int) -> bool:
-    """Give every thread of this process the scheduling niceness ``niceness`` (on Linux a
-    thread's own; threads started later inherit their creator's). Ray starts every worker
+def renice_threads(niceness: int, pid: int | None = None) -> bool:
+    """Give every thread of process ``pid`` (None: this one) the scheduling niceness ``niceness``
+    (on Linux a thread's own; threads started later inherit their creator's). Ray starts every worker
     process at niceness 15 (its ``worker_niceness``) while the driver runs at 0; an inference
     server calls this with the driver's, so that on cores it shares with collection workers it
     runs first when a batch is waiting (ARCHITECTURE.md, decision 58).
@@ -71,7 +72,7 @@ def renice_threads(niceness: int) -> bool:
     :return: whether every thread now has it; False where that is not allowed (lowering
         niceness needs ``CAP_SYS_NICE``: the process then keeps Ray's) or not on Linux.
     """
-    threads = thread_ids() if sys.platform.startswith("linux") else []
+    threads = thread_ids(pid) if sys.platform.startswith("linux") else []
     if not threads:
         return False
     done = True
