@@ -19,6 +19,13 @@ from ``eval_return_mean``; ``train``, the mean return of the last 100 training e
 (``train_return_mean``, the sampled policy: what CleanRL and SLM-Lab report), its last value and
 the first step it reaches the threshold. A ``train`` row says so in its final-return cell.
 
+``reference`` (optional) names same-protocol reference runs, where the anchor is on another
+protocol: ``{runs: GLOB, label: "SB3 TD3"}``, directories that ``scripts/sb3_reference.py``
+writes (``settings.json``: the config, its overrides, the steps; ``progress.csv``: the
+evaluation curve). One counts when it ran the row's config with the row's overrides for the
+row's ``run.target_steps`` (``--steps`` or an override: the resolved values are compared, as a
+run's are); its last evaluation goes into the anchor cell, median over seeds.
+
 ``config`` is the row's label: a shipped config's path, or for a family default the command's
 ``--algo ALGO --env ENV`` (``benchmarks/defaults.yaml``). ``overrides`` (optional) lists the
 ``KEY=VALUE`` overrides its runs were made with beyond their seed.
@@ -34,7 +41,7 @@ Each run directory is what ``pytorchrl train`` writes: ``config.yaml`` (env, alg
 ``progress.csv`` (the evaluation curve) and ``summary.json`` (final evaluation, wall-clock, the
 CPU model). A config whose runs are missing still gets its row, saying so, so that the table
 shows every config it promises. With ``--plots``, ``pytorchrl plot``'s figure of each config's
-runs (mean and min-max band over seeds) is written beside it.
+runs (mean and min-max band over seeds, and its reference runs' as another curve) is written beside it.
 
 Run directories hold checkpoints (gigabytes for a replay buffer) and live outside the work tree,
 so they do not outlive the machine that made them. The table is kept reproducible from the
@@ -137,11 +144,81 @@ def read_run(run_dir: Path, threshold: float | None, metric: str = "eval") -> Ru
     )
 
 
-def table_row(entry: dict[str, Any], runs: Sequence[Run], labels: tuple[str, str] = ("", "")) -> dict[str, str]:
+@dataclass(frozen=True)
+class Reference:
+    """What the table needs of one same-protocol reference run (``scripts/sb3_reference.py``)."""
+
+    seed: int
+    final_return: float
+    env_steps: int
+
+
+def read_reference(run_dir: Path) -> Reference:
+    """A reference run's seed, steps and last evaluation."""
+    settings = json.loads((run_dir / "settings.json").read_text())
+    with open(run_dir / "progress.csv", newline="") as f:
+        evaluations = [float(row["eval_return_mean"]) for row in csv.DictReader(f) if row.get("eval_return_mean")]
+    return Reference(seed=int(settings["seed"]), final_return=evaluations[-1], env_steps=int(settings["env_steps"]))
+
+
+def reference_run_dirs(entry: dict[str, Any], root: Roots, repo: Path = REPO) -> list[Path]:
+    """The reference runs of ``entry`` (its ``reference.runs`` glob under ``root``) that ran its
+    config with its overrides to its ``run.target_steps``; one line on stderr for each other."""
+    glob = (entry.get("reference") or {}).get("runs")
+    if not glob:
+        return []
+    found: dict[str, Path] = {}
+    for base in [root] if isinstance(root, Path) else root:
+        for p in sorted(base.glob(glob)):
+            if p.name not in found and (p / "settings.json").is_file():
+                found[p.name] = p
+    accepted = []
+    for run_dir in sorted(found.values(), key=lambda p: p.name):
+        why = _reference_mismatch(entry, json.loads((run_dir / "settings.json").read_text()), repo)
+        if why:
+            print(f"results_table: {run_dir} left out of {entry['config']!r}'s reference: {why}", file=sys.stderr)
+            continue
+        accepted.append(run_dir)
+    return accepted
+
+
+def _reference_mismatch(entry: dict[str, Any], settings: dict[str, Any], repo: Path) -> str:
+    """Why a reference run's ``settings.json`` is not a run of ``entry`` ("" when it is): another
+    config, other values once its overrides and steps are applied, or stopped before its steps."""
+    from pytorchrl.config import apply_overrides, config_to_dict, from_dict
+    from pytorchrl.utils.errors import InputError
+
+    if settings.get("config") != entry["config"]:
+        return f"it ran {settings.get('config')!r}"
+    seed, steps = int(settings["seed"]), int(settings["steps"])
+    try:
+        ran = config_to_dict(from_dict(apply_overrides(_shipped_config(repo / entry["config"]), [*settings.get("overrides", []), f"run.seed={seed}", f"run.target_steps={steps}"])))
+    except InputError as error:
+        return f"its settings are not a config: {error}"
+    differ = _differences(ran, expected_config(entry, seed, repo))
+    if differ:
+        return "its config differs at " + "; ".join(f"{key} = {value!r}, not {expected!r}" for key, value, expected in differ[:3])
+    if int(settings.get("env_steps", 0)) != steps:
+        return f"it stopped at {settings.get('env_steps')} of its {steps} steps"
+    return ""
+
+
+def reference_text(entry: dict[str, Any], references: Sequence[Reference]) -> str:
+    """The anchor cell's addition for ``entry``'s reference runs ("" without any)."""
+    if not references:
+        return ""
+    label = entry["reference"].get("label", "reference")
+    seeds = ", ".join(str(r.seed) for r in sorted(references, key=lambda r: r.seed))
+    median = statistics.median(r.final_return for r in references)
+    return f"; same protocol: {label} with this config's settings, {_number(median)} at {_number(references[0].env_steps)} steps (seed{'s' if len(references) > 1 else ''} {seeds})"
+
+
+def table_row(entry: dict[str, Any], runs: Sequence[Run], labels: tuple[str, str] = ("", ""), references: Sequence[Reference] = ()) -> dict[str, str]:
     """The table's row of one manifest entry and its runs (none: a row that says so, with the
-    env and algorithm ``labels``)."""
+    env and algorithm ``labels``) and its same-protocol ``references``."""
     anchor = entry.get("anchor") or {}
     anchor_text = f"{_number(anchor.get('return'))} in {_number(anchor.get('budget'))} steps ({anchor.get('source', 'no source')})" if anchor else "none"
+    anchor_text += reference_text(entry, references)
     row = dict.fromkeys(COLUMNS, "")
     row.update(config=entry["config"], anchor=anchor_text, protocol=str(anchor.get("protocol", "")))
     if not runs:
@@ -172,15 +249,18 @@ Roots = Path | Sequence[Path]
 def results_table(manifest: Path, root: Roots, repo: Path = REPO) -> list[dict[str, str]]:
     """Every manifest entry's row (runs found with its ``runs`` glob under ``root`` whose config
     is the entry's: :func:`config_differences`; the others are told on stderr and left out)."""
-    return [row for row, _ in rows_and_runs(manifest, root, repo)]
+    return [row for row, _, _ in rows_and_runs(manifest, root, repo)]
 
 
-def rows_and_runs(manifest: Path, root: Roots, repo: Path = REPO) -> list[tuple[dict[str, str], list[Path]]]:
-    """Each manifest entry's row and the run directories it counts (what its figure draws)."""
+def rows_and_runs(manifest: Path, root: Roots, repo: Path = REPO) -> list[tuple[dict[str, str], list[Path], list[Path]]]:
+    """Each manifest entry's row, the run directories it counts (what its figure draws) and
+    the reference runs it counts."""
     out = []
     for entry in entries(manifest):
         accepted = accepted_run_dirs(entry, root, repo)
-        out.append((table_row(entry, [read_run(p, entry.get("threshold"), entry["metric"]) for p in accepted], _labels(entry, repo)), accepted))
+        references = reference_run_dirs(entry, root, repo)
+        row = table_row(entry, [read_run(p, entry.get("threshold"), entry["metric"]) for p in accepted], _labels(entry, repo), [read_reference(p) for p in references])
+        out.append((row, accepted, references))
     return out
 
 
@@ -217,7 +297,10 @@ def config_differences(entry: dict[str, Any], run_dir: Path, repo: Path = REPO) 
     from pytorchrl.config import config_to_dict, from_dict
 
     ran = config_to_dict(from_dict(_run_config(run_dir)))  # as --resume reads it: keys added since, at their defaults
-    expected = expected_config(entry, int(ran["run"]["seed"]), repo)
+    return _differences(ran, expected_config(entry, int(ran["run"]["seed"]), repo))
+
+
+def _differences(ran: dict[str, Any], expected: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     flat_ran, flat_expected = _flatten(ran), _flatten(expected)
     keys = sorted(set(flat_ran) | set(flat_expected))
     return [
@@ -307,8 +390,9 @@ def archive_run(run_dir: Path, records: Path) -> Path:
     partial = records / f".{run_dir.name}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    for name in ("config.yaml", "summary.json"):
-        shutil.copyfile(run_dir / name, partial / name)
+    for name in ("config.yaml", "summary.json", "settings.json"):  # settings.json: a reference run's, in place of the other two
+        if (run_dir / name).is_file():
+            shutil.copyfile(run_dir / name, partial / name)
     with open(run_dir / "progress.csv", newline="") as f_in, open(partial / "progress.csv", "w", newline="") as f_out:
         reader = csv.DictReader(f_in)
         kept = [c for c in RECORD_COLUMNS if c in (reader.fieldnames or ())]
@@ -418,10 +502,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     table = rows_and_runs(args.manifest, roots)
     if args.archive:
-        for _, found in table:
-            for run_dir in found:
+        for _, found, references in table:
+            for run_dir in [*found, *references]:
                 archive_run(run_dir, args.archive)
-    text = markdown([row for row, _ in table])
+    text = markdown([row for row, _, _ in table])
     if args.into:
         try:
             write_into(args.into, args.manifest.stem, text)
@@ -436,10 +520,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pytorchrl.plotting import plot_runs
 
         args.plots.mkdir(parents=True, exist_ok=True)
-        for entry, (_, found) in zip(entries(args.manifest), table, strict=True):
-            if found:  # the runs the row counts, no other
+        for entry, (_, found, references) in zip(entries(args.manifest), table, strict=True):
+            if found:  # the runs the row counts, no other; its references beside them, as one more curve
                 name = entry.get("plot") or Path(entry["config"]).with_suffix("").as_posix().replace("/", "-")
-                plot_runs(found, output=args.plots / f"{name}.png")
+                plot_runs([*found, *references], output=args.plots / f"{name}.png")
     return 0
 
 

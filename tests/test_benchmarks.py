@@ -83,3 +83,28 @@ def test_the_scaling_scripts_process_figures_read_the_runqueue_wait_and_renice_e
     first = script._runq_s(os.getpid())
     expected = sum(int(Path(f"/proc/self/task/{tid}/schedstat").read_text().split()[1]) for tid in os.listdir("/proc/self/task")) / 1e9
     assert first <= expected + 1e-3 and script._runq_s(os.getpid()) >= first
+
+
+def test_the_sb3_reference_maps_a_configs_settings_onto_sb3s_and_refuses_what_it_cannot_map():
+    """``scripts/sb3_reference.py`` runs SB3 with a config's own settings (the same-protocol
+    reference for a results-table row), so the mapping is the whole of its claim."""
+    from pytorchrl.config import load_config
+
+    script = _script("sb3_reference")
+    root = Path(__file__).resolve().parent.parent
+    td3 = script.sb3_settings(load_config(root / "configs/td3/ant.yaml"))
+    assert td3 == {
+        "algo": "td3", "learning_rate": 1e-3, "gamma": 0.99, "batch_size": 256, "buffer_size": 1_000_000,
+        "learning_starts": 10_000, "train_freq": 1, "gradient_steps": 1, "tau": 0.005,
+        "policy_kwargs": {"net_arch": [400, 300], "activation_fn": "ReLU"},
+        "policy_delay": 2, "target_policy_noise": 0.2, "target_noise_clip": 0.5, "action_noise_sigma": 0.1,
+    }
+    # SAC: an update cadence of 64 steps with one gradient step each, and the learned coefficient's start
+    sac = script.sb3_settings(load_config(root / "configs/sac/bipedalwalker.yaml", ["algorithm.init_ent_coef=0.5"]))
+    assert (sac["train_freq"], sac["gradient_steps"], sac["ent_coef"], sac["tau"]) == (64, 64, "auto_0.5", 0.02)
+    fixed = script.sb3_settings(load_config(root / "configs/sac/bipedalwalker.yaml", ["algorithm.learn_ent_coef=false", "algorithm.init_ent_coef=0.2"]))
+    assert fixed["ent_coef"] == 0.2 and "target_entropy" not in fixed
+    with pytest.raises(SystemExit, match=r"algorithm\.name is 'ppo'"):
+        script.sb3_settings(load_config(root / "configs/ppo/cartpole.yaml"))
+    with pytest.raises(SystemExit, match=r"env\.num_envs is 4"):
+        script.sb3_settings(load_config(root / "configs/td3/ant.yaml", ["env.num_envs=4"]))

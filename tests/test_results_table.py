@@ -154,7 +154,7 @@ def test_run_records_keep_the_row_when_the_run_directories_are_gone(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def committed_tables() -> dict[str, list[tuple[dict[str, str], list[Path]]]]:
+def committed_tables() -> dict[str, list[tuple[dict[str, str], list[Path], list[Path]]]]:
     """Each shipped manifest's rows and counted runs, from the committed records alone."""
     return {name: results_table.rows_and_runs(REPO / "benchmarks" / f"{name}.yaml", [results_table.RECORDS]) for name in ("results", "defaults")}
 
@@ -162,7 +162,7 @@ def committed_tables() -> dict[str, list[tuple[dict[str, str], list[Path]]]]:
 def test_the_committed_records_are_counted_runs_of_their_rows(committed_tables):
     """Every committed run record belongs to a row of a shipped manifest and matches its config
     (a record the generator would leave out, or one no row reads, is a stale file)."""
-    counted = {run.name for table in committed_tables.values() for _, found in table for run in found}
+    counted = {run.name for table in committed_tables.values() for _, found, references in table for run in [*found, *references]}
     present = {p.name for p in results_table.RECORDS.iterdir() if p.is_dir()} if results_table.RECORDS.is_dir() else set()
     assert present, "no run records in benchmarks/runs: the tables cannot be regenerated (is the folder ignored by git?)"
     assert present == counted, f"records no row counts: {sorted(present - counted)}"
@@ -198,7 +198,7 @@ def test_benchmarks_md_holds_the_tables_the_records_generate(committed_tables):
     """BENCHMARKS.md's results tables are generated, not typed: each is exactly what the
     committed records give (after new runs, regenerate with --into BENCHMARKS.md)."""
     for name, table in committed_tables.items():
-        expected = results_table.markdown([row for row, _ in table])
+        expected = results_table.markdown([row for row, _, _ in table])
         assert results_table.generated_block(REPO / "BENCHMARKS.md", name) == expected, (
             f"BENCHMARKS.md's {name} table is not what benchmarks/runs generates: "
             f"python scripts/results_table.py benchmarks/{name}.yaml --into BENCHMARKS.md"
@@ -231,3 +231,51 @@ def test_a_training_return_row_reads_the_training_column_and_says_so(tmp_path, c
     assert len(err.splitlines()) == 1 and "'training'" in err and "configs/ppo/cartpole.yaml" in err and "eval, train" in err
     assert results_table.main([str(manifest), "--root", str(runs), "--commands"]) == 2  # the same line, not a traceback
     assert capsys.readouterr().err.strip() == err
+
+
+def _reference(
+    root: Path, name: str, seed: int, evaluations: list[float | None], steps: int, overrides: tuple[str, ...] = (), made: int | None = None
+) -> None:
+    """A reference run directory as ``scripts/sb3_reference.py`` writes one, of configs/ppo/cartpole.yaml,
+    run for ``steps`` (``--steps``) and stopped at ``made`` (default: all of them)."""
+    run = root / name
+    run.mkdir(parents=True)
+    settings = {"config": "configs/ppo/cartpole.yaml", "overrides": list(overrides), "seed": seed, "steps": steps, "env_steps": steps if made is None else made}
+    (run / "settings.json").write_text(json.dumps(settings))
+    rows = ["env_steps,wall_time_s,eval_return_mean"] + [f"{(i + 1) * 1000},{i}.5,{'' if v is None else v}" for i, v in enumerate(evaluations)]
+    (run / "progress.csv").write_text("\n".join(rows) + "\n")
+
+
+def test_a_same_protocol_reference_goes_into_the_anchor_cell_only_when_it_ran_the_rows_config(tmp_path, capsys):
+    """``reference``: runs of another implementation with the row's config, overrides and steps
+    (scripts/sb3_reference.py); their last evaluation's median joins the anchor cell, a reference
+    that ran something else is left out with one line, and --archive keeps the counted ones."""
+    runs = tmp_path / "runs"
+    target = load_config(CONFIGS / "ppo" / "cartpole.yaml").run.target_steps
+    _run(runs, "ppo-cartpole-seed0", 0, [(1000, 100.0), (2000, 480.0)], 12.0)
+    _reference(runs, "sb3-ppo-cartpole-seed0", 0, [20.0, None, 300.0], target)
+    # the row's budget as an override rather than --steps: the same run
+    _reference(runs, "sb3-ppo-cartpole-seed1", 1, [40.0, 500.0], target, overrides=(f"run.target_steps={target}",))
+    _reference(runs, "sb3-ppo-cartpole-seed2", 2, [40.0, 9.0], target, made=target // 2)  # stopped halfway: not counted
+    _reference(runs, "sb3-ppo-cartpole-seed3", 3, [40.0, 9.0], target, overrides=("algorithm.lr=0.1",))  # another config: not counted
+    _reference(runs, "sb3-ppo-cartpole-seed4", 4, [40.0, 9.0], target // 2)  # another budget: not counted
+    manifest = tmp_path / "results.yaml"
+    anchor = {"return": 500, "budget": 100000, "source": "zoo", "protocol": "agent steps"}
+    manifest.write_text(yaml.safe_dump([
+        {"config": "configs/ppo/cartpole.yaml", "runs": "ppo-cartpole-seed*", "threshold": 475, "anchor": anchor,
+         "reference": {"runs": "sb3-ppo-cartpole-seed*", "label": "SB3 PPO"}},
+    ]))
+    capsys.readouterr()
+    (row,) = results_table.results_table(manifest, [runs])
+    assert row["anchor"] == f"500 in 100,000 steps (zoo); same protocol: SB3 PPO with this config's settings, 400 at {target:,} steps (seeds 0, 1)"
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3 and "sb3-ppo-cartpole-seed2" in err[0] and f"stopped at {target // 2} of its {target}" in err[0]
+    assert "sb3-ppo-cartpole-seed3" in err[1] and "algorithm.lr = 0.1" in err[1]
+    assert "sb3-ppo-cartpole-seed4" in err[2] and f"run.target_steps = {target // 2}" in err[2]
+
+    records = tmp_path / "records"
+    assert results_table.main([str(manifest), "--root", str(runs), "--archive", str(records), "-o", str(tmp_path / "t.md")]) == 0
+    assert sorted(p.name for p in records.iterdir()) == ["ppo-cartpole-seed0", "sb3-ppo-cartpole-seed0", "sb3-ppo-cartpole-seed1"]
+    assert sorted(p.name for p in (records / "sb3-ppo-cartpole-seed0").iterdir()) == ["progress.csv", "settings.json"]
+    # the records alone give the same row
+    assert results_table.results_table(manifest, [records]) == [row]
