@@ -1,4 +1,4 @@
-"""A same-protocol reference run: Stable-Baselines3's SAC or TD3 with a pytorchrl config's settings.
+"""A same-protocol reference run: Stable-Baselines3's PPO, SAC or TD3 with a pytorchrl config's settings.
 
     python scripts/sb3_reference.py configs/td3/ant.yaml [KEY=VALUE ...] --steps 300000 --seed 0 --out DIR [--resume]
 
@@ -6,12 +6,15 @@ Where a results-table row falls short of an anchor measured on another protocol 
 mujoco-py, another budget), this runs the single-process reference on this one: the same env id
 (gymnasium, v5 MuJoCo), the config's hyper-parameters mapped onto SB3's (``sb3_settings``: the
 networks' widths and activation, learning rate, discount, batch, buffer, warm-up steps, update
-cadence, polyak rate, TD3's noise and delay, SAC's entropy coefficient) and its evaluation
+cadence, polyak rate, TD3's noise and delay, SAC's entropy coefficient; PPO's rollout, epochs,
+minibatches, clipping, coefficients, schedules, Adam epsilon, initial log std, orthogonal init and
+VecNormalize for the env's normalisation) and its evaluation
 protocol: ``run.eval_episodes`` deterministic episodes on a separate env every ``run.eval_every``
 agent steps. The run directory gets ``progress.csv`` (env_steps, wall_time_s, eval_return_mean,
 eval_return_std, train_return_mean), ``settings.json`` (the config, its overrides, the seed, the
 mapped settings, SB3's version, the CPU, the steps made) and, every ``run.checkpoint_every`` steps
-and on SIGTERM, a checkpoint (``model.zip`` and the replay buffer) that ``--resume`` continues from.
+and on SIGTERM, a checkpoint (``model.zip``, the replay buffer or the normalisation statistics)
+that ``--resume`` continues from (PPO: from a new rollout at the checkpoint's step).
 Needs ``pip install stable-baselines3`` (not a dependency of pytorchrl).
 """
 
@@ -37,26 +40,51 @@ COLUMNS = ("env_steps", "wall_time_s", "eval_return_mean", "eval_return_std", "t
 
 
 def sb3_settings(config: Config) -> dict:
-    """SB3's constructor arguments for ``config`` (its algorithm ``sac`` or ``td3``), as plain
-    values: ``activation_fn`` is a ``torch.nn`` name and ``action_noise_sigma`` a scale in [-1, 1]
-    action units, as pytorchrl's ``exploration_noise`` is (``main`` builds the objects)."""
+    """SB3's constructor arguments for ``config`` (its algorithm ``ppo``, ``sac`` or ``td3``), as
+    plain values: ``activation_fn`` is a ``torch.nn`` name, ``action_noise_sigma`` a scale in
+    [-1, 1] action units as pytorchrl's ``exploration_noise`` is, ``anneal`` the schedules that
+    decay to 0 over the run; ``n_envs`` and ``normalize`` (VecNormalize's arguments, or None) say
+    how the env is made. ``main`` builds the objects."""
     algo = config.algorithm
-    if algo.name not in ("sac", "td3"):
-        raise SystemExit(f"sb3_reference: algorithm.name is {algo.name!r}; this script maps 'sac' and 'td3'")
-    if config.env.num_envs != 1:
-        raise SystemExit(f"sb3_reference: env.num_envs is {config.env.num_envs}; SB3's reference here steps one env")
+    if algo.name not in ("ppo", "sac", "td3"):
+        raise SystemExit(f"sb3_reference: algorithm.name is {algo.name!r}; this script maps 'ppo', 'sac' and 'td3'")
+    if config.actor.recurrent.type != "none" or config.actor.shared_network:
+        raise SystemExit("sb3_reference: SB3's MlpPolicy has no recurrent core and shares no layers; actor.recurrent.type must be 'none' and actor.shared_network false")
+    env = config.env
     settings = {
         "algo": algo.name,
         "learning_rate": algo.lr,
         "gamma": algo.gamma,
-        "batch_size": algo.minibatch_size,
-        "buffer_size": config.storage.capacity,
-        "learning_starts": algo.start_steps,
-        "train_freq": algo.update_every,
-        "gradient_steps": max(1, round(algo.update_every * algo.updates_per_step)),
-        "tau": algo.tau,
         "policy_kwargs": {"net_arch": list(config.actor.hidden_sizes), "activation_fn": ACTIVATIONS[config.actor.activation]},
+        "n_envs": env.num_envs,
+        "normalize": None,
     }
+    if env.normalize_obs or env.normalize_reward:
+        settings["normalize"] = {
+            "norm_obs": env.normalize_obs, "norm_reward": env.normalize_reward, "clip_obs": env.clip_obs,
+            "clip_reward": env.clip_reward, "gamma": env.reward_gamma,
+        }
+    if algo.name == "ppo":
+        if algo.rnd.enabled or algo.demos.enabled:  # type: ignore[attr-defined]
+            raise SystemExit("sb3_reference: algorithm.rnd and algorithm.demos have no SB3 counterpart here; both must be disabled")
+        settings.update(
+            n_steps=config.storage.num_steps, batch_size=algo.minibatch_size, n_epochs=algo.num_epochs,  # type: ignore[attr-defined]
+            gae_lambda=algo.gae_lambda, clip_range=algo.clip_range, clip_range_vf=algo.clip_range_vf,  # type: ignore[attr-defined]
+            normalize_advantage=algo.normalize_advantages, ent_coef=algo.ent_coef, vf_coef=algo.vf_coef,  # type: ignore[attr-defined]
+            max_grad_norm=algo.max_grad_norm if algo.max_grad_norm is not None else float("inf"),  # type: ignore[attr-defined]
+            target_kl=algo.target_kl,  # type: ignore[attr-defined]
+            anneal=[k for k, on in (("learning_rate", algo.anneal_lr), ("clip_range", algo.anneal_clip_range)) if on],  # type: ignore[attr-defined]
+        )
+        settings["policy_kwargs"].update(
+            log_std_init=config.actor.log_std_init, ortho_init=config.actor.ortho_init, optimizer_kwargs={"eps": algo.adam_eps},  # type: ignore[attr-defined]
+        )
+        return settings
+    if env.num_envs != 1 or settings["normalize"]:
+        raise SystemExit(f"sb3_reference: {algo.name} here steps one env without normalisation (env.num_envs is {env.num_envs})")
+    settings.update(
+        batch_size=algo.minibatch_size, buffer_size=config.storage.capacity, learning_starts=algo.start_steps,  # type: ignore[attr-defined]
+        train_freq=algo.update_every, gradient_steps=max(1, round(algo.update_every * algo.updates_per_step)), tau=algo.tau,  # type: ignore[attr-defined]
+    )
     if algo.name == "td3":
         settings.update(
             policy_delay=algo.policy_delay,  # type: ignore[attr-defined]
@@ -74,30 +102,41 @@ def sb3_settings(config: Config) -> dict:
     return settings
 
 
+def _classes():
+    from stable_baselines3 import PPO, SAC, TD3
+
+    return {"ppo": PPO, "sac": SAC, "td3": TD3}
+
+
 def _build(settings: dict, env, seed: int):
     import numpy as np
     import torch
-    from stable_baselines3 import SAC, TD3
     from stable_baselines3.common.noise import NormalActionNoise
 
-    kwargs = {k: v for k, v in settings.items() if k not in ("algo", "action_noise_sigma")}
+    kwargs = {k: v for k, v in settings.items() if k not in ("algo", "action_noise_sigma", "n_envs", "normalize", "anneal")}
     kwargs["policy_kwargs"] = dict(kwargs["policy_kwargs"], activation_fn=getattr(torch.nn, kwargs["policy_kwargs"]["activation_fn"]))
+    for key in settings.get("anneal", ()):  # linear to 0 over the run: SB3 passes the share of the run left
+        start = kwargs[key]
+        kwargs[key] = lambda remaining, start=start: start * remaining
     if settings["algo"] == "td3":
         half_range = (env.action_space.high - env.action_space.low) / 2
         kwargs["action_noise"] = NormalActionNoise(np.zeros_like(half_range), settings["action_noise_sigma"] * half_range)
-        return TD3("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
-    return SAC("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
+    return _classes()[settings["algo"]]("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
 
 
 def evaluate(model, env, episodes: int) -> tuple[float, float]:
+    """Mean and std of ``episodes`` deterministic returns on ``env`` (raw rewards), observations
+    normalised with the training env's statistics where it normalises them."""
     import numpy as np
 
+    normalizer = model.get_vec_normalize_env()
     returns = []
     for _ in range(episodes):
         obs, _ = env.reset()
         done, total = False, 0.0
         while not done:
-            action, _ = model.predict(obs, deterministic=True)
+            seen = normalizer.normalize_obs(obs) if normalizer is not None else obs
+            action, _ = model.predict(seen, deterministic=True)
             obs, reward, terminated, truncated, _ = env.step(action)
             total += float(reward)
             done = terminated or truncated
@@ -119,8 +158,9 @@ def main() -> None:
     import gymnasium as gym
     import stable_baselines3
     import torch
-    from stable_baselines3 import SAC, TD3
     from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
 
     from pytorchrl.utils.runtime import cpu_model
 
@@ -137,20 +177,24 @@ def main() -> None:
     steps = args.steps or config.run.target_steps
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    env = gym.make(config.env.env_id, **config.env.env_kwargs)
+    env = make_vec_env(config.env.env_id, n_envs=settings["n_envs"], seed=args.seed, env_kwargs=config.env.env_kwargs)
     eval_env = gym.make(config.env.env_id, **(config.env.eval_env_kwargs or config.env.env_kwargs))
     eval_env.reset(seed=args.seed + 10_000)
-    progress = out / "progress.csv"
+    progress, normalizer, replay = out / "progress.csv", out / "vecnormalize.pkl", out / "replay_buffer.pkl"
     if args.resume:
-        cls = TD3 if settings["algo"] == "td3" else SAC
-        model = cls.load(out / "model.zip", env=env, device="cpu")
-        model.load_replay_buffer(out / "replay_buffer.pkl")
+        if settings["normalize"]:
+            env = VecNormalize.load(str(normalizer), env)
+        model = _classes()[settings["algo"]].load(out / "model.zip", env=env, device="cpu")
+        if settings["algo"] != "ppo":
+            model.load_replay_buffer(replay)
         elapsed = json.loads((out / "settings.json").read_text())["wall_time_s"]
         # rows past the checkpoint are dropped: the resumed run writes them again
         rows = [r for r in csv.DictReader(progress.open()) if int(r["env_steps"]) <= model.num_timesteps]
     else:
         if progress.exists():
             raise SystemExit(f"sb3_reference: {progress} exists; pass --resume to continue it, or another --out")
+        if settings["normalize"]:
+            env = VecNormalize(env, **settings["normalize"])
         model = _build(settings, env, args.seed)
         elapsed, rows = 0.0, []
     with progress.open("w", newline="") as f:
@@ -163,21 +207,34 @@ def main() -> None:
 
     def checkpoint() -> None:
         model.save(out / "model.zip")
-        model.save_replay_buffer(out / "replay_buffer.pkl")
+        if settings["algo"] != "ppo":
+            model.save_replay_buffer(replay)
+        if settings["normalize"]:
+            model.get_vec_normalize_env().save(str(normalizer))
         meta = {"config": config_label, "overrides": args.overrides, "seed": args.seed, "steps": steps, "settings": settings, "sb3": sb3_version, "machine": machine}
         (out / "settings.json").write_text(json.dumps({**meta, "env_steps": model.num_timesteps, "wall_time_s": time.perf_counter() - started}, indent=1))
 
     class Every(BaseCallback):
+        """Evaluates and checkpoints where the step count crosses a multiple of the config's
+        ``eval_every`` and ``checkpoint_every`` (a vector env's step adds ``n_envs``)."""
+
+        last = model.num_timesteps
+
         def _on_step(self) -> bool:
-            n = self.model.num_timesteps
-            if n % config.run.eval_every == 0:
+            n, last = self.model.num_timesteps, self.last
+            self.last = n
+
+            def crossed(every: int) -> bool:
+                return bool(every) and n // every > last // every
+
+            if crossed(config.run.eval_every):
                 mean, std = evaluate(self.model, eval_env, config.run.eval_episodes)
                 infos = self.model.ep_info_buffer
                 train = sum(e["r"] for e in infos) / len(infos) if infos else ""
                 with progress.open("a", newline="") as f:
                     csv.DictWriter(f, COLUMNS).writerow(dict(zip(COLUMNS, (n, round(time.perf_counter() - started, 3), mean, std, train))))
                 print(f"{n} steps, {time.perf_counter() - started:.0f} s: eval {mean:.1f} +- {std:.1f}", flush=True)
-            if config.run.checkpoint_every and n % config.run.checkpoint_every == 0:
+            if crossed(config.run.checkpoint_every):
                 checkpoint()
             return not stop["asked"]
 

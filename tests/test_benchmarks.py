@@ -98,13 +98,25 @@ def test_the_sb3_reference_maps_a_configs_settings_onto_sb3s_and_refuses_what_it
         "learning_starts": 10_000, "train_freq": 1, "gradient_steps": 1, "tau": 0.005,
         "policy_kwargs": {"net_arch": [400, 300], "activation_fn": "ReLU"},
         "policy_delay": 2, "target_policy_noise": 0.2, "target_noise_clip": 0.5, "action_noise_sigma": 0.1,
+        "n_envs": 1, "normalize": None,
     }
     # SAC: an update cadence of 64 steps with one gradient step each, and the learned coefficient's start
     sac = script.sb3_settings(load_config(root / "configs/sac/bipedalwalker.yaml", ["algorithm.init_ent_coef=0.5"]))
     assert (sac["train_freq"], sac["gradient_steps"], sac["ent_coef"], sac["tau"]) == (64, 64, "auto_0.5", 0.02)
     fixed = script.sb3_settings(load_config(root / "configs/sac/bipedalwalker.yaml", ["algorithm.learn_ent_coef=false", "algorithm.init_ent_coef=0.2"]))
     assert fixed["ent_coef"] == 0.2 and "target_entropy" not in fixed
-    with pytest.raises(SystemExit, match=r"algorithm\.name is 'ppo'"):
-        script.sb3_settings(load_config(root / "configs/ppo/cartpole.yaml"))
+    # PPO: the rollout and its epochs, the schedules, VecNormalize's arguments, the policy's init and Adam epsilon
+    ppo = script.sb3_settings(load_config(root / "configs/ppo/ant.yaml", ["algorithm.anneal_lr=true", "algorithm.max_grad_norm=null"]))
+    assert ppo == {
+        "algo": "ppo", "learning_rate": 3e-4, "gamma": 0.99, "n_envs": 1,
+        "policy_kwargs": {"net_arch": [64, 64], "activation_fn": "Tanh", "log_std_init": 0.0, "ortho_init": True, "optimizer_kwargs": {"eps": 1e-5}},
+        "normalize": {"norm_obs": True, "norm_reward": True, "clip_obs": 10.0, "clip_reward": 10.0, "gamma": 0.99},
+        "n_steps": 2048, "batch_size": 64, "n_epochs": 10, "gae_lambda": 0.95, "clip_range": 0.2, "clip_range_vf": None,
+        "normalize_advantage": True, "ent_coef": 0.0, "vf_coef": 0.5, "max_grad_norm": float("inf"), "target_kl": None, "anneal": ["learning_rate"],
+    }
+    with pytest.raises(SystemExit, match=r"algorithm\.name is 'dqn'"):
+        script.sb3_settings(load_config(root / "configs/dqn/cartpole.yaml"))
+    with pytest.raises(SystemExit, match=r"actor\.recurrent\.type must be 'none'"):
+        script.sb3_settings(load_config(root / "configs/ppo/cartpole_masked_gru.yaml"))
     with pytest.raises(SystemExit, match=r"env\.num_envs is 4"):
         script.sb3_settings(load_config(root / "configs/td3/ant.yaml", ["env.num_envs=4"]))
