@@ -149,7 +149,7 @@ class Reference:
     """What the table needs of one same-protocol reference run (``scripts/sb3_reference.py``)."""
 
     seed: int
-    final_return: float
+    final_return: float | None
     env_steps: int
 
 
@@ -158,7 +158,7 @@ def read_reference(run_dir: Path) -> Reference:
     settings = json.loads((run_dir / "settings.json").read_text())
     with open(run_dir / "progress.csv", newline="") as f:
         evaluations = [float(row["eval_return_mean"]) for row in csv.DictReader(f) if row.get("eval_return_mean")]
-    return Reference(seed=int(settings["seed"]), final_return=evaluations[-1], env_steps=int(settings["env_steps"]))
+    return Reference(seed=int(settings["seed"]), final_return=evaluations[-1] if evaluations else None, env_steps=int(settings["env_steps"]))
 
 
 def reference_run_dirs(entry: dict[str, Any], root: Roots, repo: Path = REPO) -> list[Path]:
@@ -205,11 +205,12 @@ def _reference_mismatch(entry: dict[str, Any], settings: dict[str, Any], repo: P
 
 def reference_text(entry: dict[str, Any], references: Sequence[Reference]) -> str:
     """The anchor cell's addition for ``entry``'s reference runs ("" without any)."""
+    references = [r for r in references if r.final_return is not None]  # a run with no evaluation says nothing
     if not references:
         return ""
     label = entry["reference"].get("label", "reference")
     seeds = ", ".join(str(r.seed) for r in sorted(references, key=lambda r: r.seed))
-    median = statistics.median(r.final_return for r in references)
+    median = statistics.median(r.final_return for r in references if r.final_return is not None)
     return f"; same protocol: {label} with this config's settings, {_number(median)} at {_number(references[0].env_steps)} steps (seed{'s' if len(references) > 1 else ''} {seeds})"
 
 
