@@ -57,7 +57,8 @@ fresh checkout regenerates the table with no run directory at all.
 (``results``, ``defaults``): how BENCHMARKS.md's tables are kept, regenerated, never typed.
 
 ``--commands`` prints, instead of the table, the ``pytorchrl train`` command of every seed in
-``--seeds`` that has no counted run yet: what is left to run to fill the table. Its run
+``--seeds`` that has no counted run yet, and the ``scripts/sb3_reference.py`` command of every
+seed a row's reference lacks: what is left to run to fill the table. Its run
 directory goes under the first ``--root`` given, else under ``runs/`` (never into the records).
 """
 
@@ -423,6 +424,14 @@ def missing_commands(manifest: Path, root: Roots, seeds: Sequence[int], repo: Pa
             words = [*entry["config"].split(), *entry.get("overrides", []), f"run.seed={seed}"]
             run_dir = first / entry["runs"].replace("*", str(seed))
             commands.append(shlex.join(["pytorchrl", "train", *words, "--run-dir", str(run_dir)]))
+        reference = (entry.get("reference") or {}).get("runs")
+        if reference:
+            have = {int(json.loads((p / "settings.json").read_text())["seed"]) for p in reference_run_dirs(entry, root, repo)}
+            for seed in seeds:
+                if seed not in have:
+                    out = first / reference.replace("*", str(seed))
+                    script = ["python", "scripts/sb3_reference.py", entry["config"], *entry.get("overrides", [])]
+                    commands.append(shlex.join([*script, "--seed", str(seed), "--out", str(out)]))
     return commands
 
 

@@ -279,3 +279,9 @@ def test_a_same_protocol_reference_goes_into_the_anchor_cell_only_when_it_ran_th
     assert sorted(p.name for p in (records / "sb3-ppo-cartpole-seed0").iterdir()) == ["progress.csv", "settings.json"]
     # the records alone give the same row
     assert results_table.results_table(manifest, [records]) == [row]
+    # --commands: the reference's missing seeds too, with the row's overrides
+    assert results_table.missing_commands(manifest, [records], [1, 2], run_root=Path("runs")) == [
+        "pytorchrl train configs/ppo/cartpole.yaml run.seed=1 --run-dir runs/ppo-cartpole-seed1",
+        "pytorchrl train configs/ppo/cartpole.yaml run.seed=2 --run-dir runs/ppo-cartpole-seed2",
+        "python scripts/sb3_reference.py configs/ppo/cartpole.yaml --seed 2 --out runs/sb3-ppo-cartpole-seed2",
+    ]
