@@ -156,11 +156,15 @@ def main() -> None:
     args = ap.parse_args()
 
     import gymnasium as gym
-    import stable_baselines3
     import torch
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.vec_env import VecNormalize
+
+    try:
+        import stable_baselines3
+        from stable_baselines3.common.callbacks import BaseCallback
+        from stable_baselines3.common.env_util import make_vec_env
+        from stable_baselines3.common.vec_env import VecNormalize
+    except ImportError:
+        raise SystemExit("sb3_reference: needs Stable-Baselines3, not a dependency of pytorchrl: pip install stable-baselines3") from None
 
     from pytorchrl.utils.runtime import cpu_model
 
@@ -176,10 +180,15 @@ def main() -> None:
     settings = sb3_settings(config)
     steps = args.steps or config.run.target_steps
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    env = make_vec_env(config.env.env_id, n_envs=settings["n_envs"], seed=args.seed, env_kwargs=config.env.env_kwargs)
-    eval_env = gym.make(config.env.env_id, **(config.env.eval_env_kwargs or config.env.env_kwargs))
+    if args.resume and not (out / "settings.json").is_file():
+        raise SystemExit(f"sb3_reference: --resume: {out} holds no checkpoint (settings.json) to continue from")
+    try:
+        env = make_vec_env(config.env.env_id, n_envs=settings["n_envs"], seed=args.seed, env_kwargs=config.env.env_kwargs)
+        eval_env = gym.make(config.env.env_id, **(config.env.eval_env_kwargs or config.env.env_kwargs))
+    except gym.error.Error as e:
+        raise SystemExit(f"sb3_reference: env.env_id = {config.env.env_id!r}: {e}") from None
     eval_env.reset(seed=args.seed + 10_000)
+    out.mkdir(parents=True, exist_ok=True)  # after what can be refused, so a refusal leaves nothing behind
     progress, normalizer, replay = out / "progress.csv", out / "vecnormalize.pkl", out / "replay_buffer.pkl"
     if args.resume:
         if settings["normalize"]:
