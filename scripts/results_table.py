@@ -155,11 +155,12 @@ class Reference:
 
 
 def read_reference(run_dir: Path) -> Reference:
-    """A reference run's seed, steps and last evaluation."""
+    """A reference run's seed, its last evaluation and the step it was made at."""
     settings = json.loads((run_dir / "settings.json").read_text())
     with open(run_dir / "progress.csv", newline="") as f:
-        evaluations = [float(row["eval_return_mean"]) for row in csv.DictReader(f) if row.get("eval_return_mean")]
-    return Reference(seed=int(settings["seed"]), final_return=evaluations[-1] if evaluations else None, env_steps=int(settings["env_steps"]))
+        evaluations = [(int(float(row["env_steps"])), float(row["eval_return_mean"])) for row in csv.DictReader(f) if row.get("eval_return_mean")]
+    steps, final = evaluations[-1] if evaluations else (int(settings["env_steps"]), None)
+    return Reference(seed=int(settings["seed"]), final_return=final, env_steps=steps)
 
 
 def reference_run_dirs(entry: dict[str, Any], root: Roots, repo: Path = REPO) -> list[Path]:
@@ -199,7 +200,7 @@ def _reference_mismatch(entry: dict[str, Any], settings: dict[str, Any], repo: P
     differ = _differences(ran, expected_config(entry, seed, repo))
     if differ:
         return "its config differs at " + "; ".join(f"{key} = {value!r}, not {expected!r}" for key, value, expected in differ[:3])
-    if int(settings.get("env_steps", 0)) != steps:
+    if int(settings.get("env_steps", 0)) < steps:  # past them: a rollout finished beyond the budget, as train's does
         return f"it stopped at {settings.get('env_steps')} of its {steps} steps"
     return ""
 
@@ -212,7 +213,9 @@ def reference_text(entry: dict[str, Any], references: Sequence[Reference]) -> st
     label = entry["reference"].get("label", "reference")
     seeds = ", ".join(str(r.seed) for r in sorted(references, key=lambda r: r.seed))
     median = statistics.median(r.final_return for r in references if r.final_return is not None)
-    return f"; same protocol: {label} with this config's settings, {_number(median)} at {_number(references[0].env_steps)} steps (seed{'s' if len(references) > 1 else ''} {seeds})"
+    first, last = min(r.env_steps for r in references), max(r.env_steps for r in references)
+    at = _number(first) if first == last else f"{_number(first)} to {_number(last)}"
+    return f"; same protocol: {label} with this config's settings, {_number(median)} at {at} steps (seed{'s' if len(references) > 1 else ''} {seeds})"
 
 
 def table_row(entry: dict[str, Any], runs: Sequence[Run], labels: tuple[str, str] = ("", ""), references: Sequence[Reference] = ()) -> dict[str, str]:

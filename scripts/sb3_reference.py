@@ -10,7 +10,8 @@ cadence, polyak rate, TD3's noise and delay, SAC's entropy coefficient; PPO's ro
 minibatches, clipping, coefficients, schedules, Adam epsilon, initial log std, orthogonal init and
 VecNormalize for the env's normalisation) and its evaluation
 protocol: ``run.eval_episodes`` deterministic episodes on a separate env every ``run.eval_every``
-agent steps. The run directory gets ``progress.csv`` (env_steps, wall_time_s, eval_return_mean,
+agent steps and where the run ends (``--resume`` of a finished run adds that last evaluation
+where it is missing). The run directory gets ``progress.csv`` (env_steps, wall_time_s, eval_return_mean,
 eval_return_std, train_return_mean), ``settings.json`` (the config, its overrides, the seed, the
 mapped settings, SB3's version, the CPU, the steps made) and, every ``run.checkpoint_every`` steps
 and on SIGTERM, a checkpoint (``model.zip``, the replay buffer or the normalisation statistics)
@@ -223,6 +224,18 @@ def main() -> None:
         meta = {"config": config_label, "overrides": args.overrides, "seed": args.seed, "steps": steps, "settings": settings, "sb3": sb3_version, "machine": machine}
         (out / "settings.json").write_text(json.dumps({**meta, "env_steps": model.num_timesteps, "wall_time_s": time.perf_counter() - started}, indent=1))
 
+    evaluated = {"at": int(rows[-1]["env_steps"]) if rows else -1}
+
+    def record(n: int) -> None:
+        """Evaluate the policy now and append the row of step ``n``."""
+        mean, std = evaluate(model, eval_env, config.run.eval_episodes)
+        infos = model.ep_info_buffer
+        train = sum(e["r"] for e in infos) / len(infos) if infos else ""
+        with progress.open("a", newline="") as f:
+            csv.DictWriter(f, COLUMNS).writerow(dict(zip(COLUMNS, (n, round(time.perf_counter() - started, 3), mean, std, train))))
+        evaluated["at"] = n
+        print(f"{n} steps, {time.perf_counter() - started:.0f} s: eval {mean:.1f} +- {std:.1f}", flush=True)
+
     class Every(BaseCallback):
         """Evaluates and checkpoints where the step count crosses a multiple of the config's
         ``eval_every`` and ``checkpoint_every`` (a vector env's step adds ``n_envs``)."""
@@ -237,17 +250,15 @@ def main() -> None:
                 return bool(every) and n // every > last // every
 
             if crossed(config.run.eval_every):
-                mean, std = evaluate(self.model, eval_env, config.run.eval_episodes)
-                infos = self.model.ep_info_buffer
-                train = sum(e["r"] for e in infos) / len(infos) if infos else ""
-                with progress.open("a", newline="") as f:
-                    csv.DictWriter(f, COLUMNS).writerow(dict(zip(COLUMNS, (n, round(time.perf_counter() - started, 3), mean, std, train))))
-                print(f"{n} steps, {time.perf_counter() - started:.0f} s: eval {mean:.1f} +- {std:.1f}", flush=True)
+                record(n)
             if crossed(config.run.checkpoint_every):
                 checkpoint()
             return not stop["asked"]
 
-    model.learn(steps - model.num_timesteps, callback=Every(), reset_num_timesteps=False)
+    if model.num_timesteps < steps:
+        model.learn(steps - model.num_timesteps, callback=Every(), reset_num_timesteps=False)
+    if not stop["asked"] and evaluated["at"] != model.num_timesteps:
+        record(model.num_timesteps)  # the final evaluation, as pytorchrl train makes one where a run ends
     checkpoint()
     print(f"sb3_reference: {model.num_timesteps} steps{' (stopped by SIGTERM)' if stop['asked'] else ''}; checkpoint in {out}")
 

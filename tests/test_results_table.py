@@ -240,9 +240,11 @@ def _reference(
     run for ``steps`` (``--steps``) and stopped at ``made`` (default: all of them)."""
     run = root / name
     run.mkdir(parents=True)
-    settings = {"config": "configs/ppo/cartpole.yaml", "overrides": list(overrides), "seed": seed, "steps": steps, "env_steps": steps if made is None else made}
+    made = steps if made is None else made
+    settings = {"config": "configs/ppo/cartpole.yaml", "overrides": list(overrides), "seed": seed, "steps": steps, "env_steps": made}
     (run / "settings.json").write_text(json.dumps(settings))
-    rows = ["env_steps,wall_time_s,eval_return_mean"] + [f"{(i + 1) * 1000},{i}.5,{'' if v is None else v}" for i, v in enumerate(evaluations)]
+    # evaluated evenly up to where it stopped
+    rows = ["env_steps,wall_time_s,eval_return_mean"] + [f"{made * (i + 1) // len(evaluations)},{i}.5,{'' if v is None else v}" for i, v in enumerate(evaluations)]
     (run / "progress.csv").write_text("\n".join(rows) + "\n")
 
 
@@ -255,7 +257,7 @@ def test_a_same_protocol_reference_goes_into_the_anchor_cell_only_when_it_ran_th
     _run(runs, "ppo-cartpole-seed0", 0, [(1000, 100.0), (2000, 480.0)], 12.0)
     _reference(runs, "sb3-ppo-cartpole-seed0", 0, [20.0, None, 300.0], target)
     # the row's budget as an override rather than --steps: the same run
-    _reference(runs, "sb3-ppo-cartpole-seed1", 1, [40.0, 500.0], target, overrides=(f"run.target_steps={target}",))
+    _reference(runs, "sb3-ppo-cartpole-seed1", 1, [40.0, 500.0], target, overrides=(f"run.target_steps={target}",), made=target + 512)  # a rollout past it
     _reference(runs, "sb3-ppo-cartpole-seed2", 2, [40.0, 9.0], target, made=target // 2)  # stopped halfway: not counted
     _reference(runs, "sb3-ppo-cartpole-seed3", 3, [40.0, 9.0], target, overrides=("algorithm.lr=0.1",))  # another config: not counted
     _reference(runs, "sb3-ppo-cartpole-seed4", 4, [40.0, 9.0], target // 2)  # another budget: not counted
@@ -267,7 +269,7 @@ def test_a_same_protocol_reference_goes_into_the_anchor_cell_only_when_it_ran_th
     ]))
     capsys.readouterr()
     (row,) = results_table.results_table(manifest, [runs])
-    assert row["anchor"] == f"500 in 100,000 steps (zoo); same protocol: SB3 PPO with this config's settings, 400 at {target:,} steps (seeds 0, 1)"
+    assert row["anchor"] == f"500 in 100,000 steps (zoo); same protocol: SB3 PPO with this config's settings, 400 at {target:,} to {target + 512:,} steps (seeds 0, 1)"
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 3 and "sb3-ppo-cartpole-seed2" in err[0] and f"stopped at {target // 2} of its {target}" in err[0]
     assert "sb3-ppo-cartpole-seed3" in err[1] and "algorithm.lr = 0.1" in err[1]
