@@ -52,6 +52,24 @@ def sb3_settings(config: Config) -> dict:
     if config.actor.recurrent.type != "none" or config.actor.shared_network:
         raise SystemExit("sb3_reference: SB3's MlpPolicy has no recurrent core and shares no layers; actor.recurrent.type must be 'none' and actor.shared_network false")
     env = config.env
+    # settings that change what is learned and that this mapping does not carry: refused, so that
+    # a reference never claims a config's settings it ran without
+    unmapped = [
+        (config.actor.mlp_precision != "float32", "actor.mlp_precision is not 'float32' (SB3 computes in float32)"),
+        (env.max_episode_steps is not None, "env.max_episode_steps is set (the reference keeps the env's own limit)"),
+        (env.action_mask != "none", "env.action_mask is set"),
+    ]
+    if algo.name != "ppo":
+        unmapped += [
+            (algo.n_step != 1, "algorithm.n_step is not 1"),  # type: ignore[attr-defined]
+            (algo.prioritized_replay, "algorithm.prioritized_replay is on"),  # type: ignore[attr-defined]
+            (algo.max_grad_norm is not None, "algorithm.max_grad_norm is set (SB3's SAC and TD3 do not clip)"),  # type: ignore[attr-defined]
+            (algo.adam_eps != 1e-8, "algorithm.adam_eps is not 1e-8 (SB3's Adam default)"),  # type: ignore[attr-defined]
+            (config.storage.her.strategy != "none", "storage.her is on"),
+        ]
+    for refused, why in unmapped:
+        if refused:
+            raise SystemExit(f"sb3_reference: {why}; this script maps no such setting onto SB3")
     settings = {
         "algo": algo.name,
         "learning_rate": algo.lr,

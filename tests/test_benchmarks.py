@@ -120,3 +120,7 @@ def test_the_sb3_reference_maps_a_configs_settings_onto_sb3s_and_refuses_what_it
         script.sb3_settings(load_config(root / "configs/ppo/cartpole_masked_gru.yaml"))
     with pytest.raises(SystemExit, match=r"env\.num_envs is 4"):
         script.sb3_settings(load_config(root / "configs/td3/ant.yaml", ["env.num_envs=4"]))
+    # what changes learning and has no mapping is refused, never run without
+    for override, named in [("algorithm.n_step=3", "n_step"), ("algorithm.max_grad_norm=10", "max_grad_norm"), ("actor.mlp_precision=bfloat16", "mlp_precision")]:
+        with pytest.raises(SystemExit, match=named):
+            script.sb3_settings(load_config(root / "configs/sac/ant.yaml", [override]))
