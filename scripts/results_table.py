@@ -72,7 +72,7 @@ import shlex
 import shutil
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -166,16 +166,8 @@ def read_reference(run_dir: Path) -> Reference:
 def reference_run_dirs(entry: dict[str, Any], root: Roots, repo: Path = REPO) -> list[Path]:
     """The reference runs of ``entry`` (its ``reference.runs`` glob under ``root``) that ran its
     config with its overrides to its ``run.target_steps``; one line on stderr for each other."""
-    glob = (entry.get("reference") or {}).get("runs")
-    if not glob:
-        return []
-    found: dict[str, Path] = {}
-    for base in [root] if isinstance(root, Path) else root:
-        for p in sorted(base.glob(glob)):
-            if p.name not in found and (p / "settings.json").is_file():
-                found[p.name] = p
     accepted = []
-    for run_dir in sorted(found.values(), key=lambda p: p.name):
+    for run_dir in _glob_roots((entry.get("reference") or {}).get("runs"), root, lambda p: (p / "settings.json").is_file()):
         why = _reference_mismatch(entry, json.loads((run_dir / "settings.json").read_text()), repo)
         if why:
             print(f"results_table: {run_dir} left out of {entry['config']!r}'s reference: {why}", file=sys.stderr)
@@ -212,7 +204,7 @@ def reference_text(entry: dict[str, Any], references: Sequence[Reference]) -> st
         return ""
     label = entry["reference"].get("label", "reference")
     seeds = ", ".join(str(r.seed) for r in sorted(references, key=lambda r: r.seed))
-    median = statistics.median(r.final_return for r in references if r.final_return is not None)
+    median = statistics.median(float(r.final_return or 0.0) for r in references)
     first, last = min(r.env_steps for r in references), max(r.env_steps for r in references)
     at = _number(first) if first == last else f"{_number(first)} to {_number(last)}"
     return f"; same protocol: {label} with this config's settings, {_number(median)} at {at} steps (seed{'s' if len(references) > 1 else ''} {seeds})"
@@ -375,12 +367,18 @@ def run_dirs(entry: dict[str, Any], root: Roots) -> list[Path]:
     """The finished runs that ``entry``'s glob finds under ``root`` (one root or several: a name
     found under more than one is taken from the first): a ``summary.json`` that does not say
     ``interrupted`` (a run stopped to be resumed is not finished)."""
-    if not entry.get("runs"):
+    return _glob_roots(entry.get("runs"), root, lambda p: (p / "summary.json").is_file() and _finished(p / "summary.json"))
+
+
+def _glob_roots(glob: str | None, root: Roots, keep: Callable[[Path], bool]) -> list[Path]:
+    """The directories ``glob`` finds under ``root`` (one root or several: a name found under
+    more than one is taken from the first) that ``keep`` accepts, by name."""
+    if not glob:
         return []
     found: dict[str, Path] = {}
     for base in [root] if isinstance(root, Path) else root:
-        for p in sorted(base.glob(entry["runs"])):
-            if p.name not in found and (p / "summary.json").is_file() and _finished(p / "summary.json"):
+        for p in sorted(base.glob(glob)):
+            if p.name not in found and keep(p):
                 found[p.name] = p
     return sorted(found.values(), key=lambda p: p.name)
 

@@ -20,6 +20,19 @@ REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "configs"
 
 
+def load_script(name: str):
+    """The module of ``scripts/NAME.py``, loaded from its file and registered under ``name`` (a
+    script's dataclasses look their module up in ``sys.modules``)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    sys.modules[name] = script
+    spec.loader.exec_module(script)
+    return script
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """One private local Ray for the whole session, 2 CPUs, no dashboard (``address="local"``:

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from benchmarks.pixels import _gemm_floor
+from tests.conftest import load_script
 
 
 def test_gemm_floor_counts_each_product_of_a_step():
@@ -29,24 +30,13 @@ def test_gemm_floor_counts_each_product_of_a_step():
     assert ms > 0
 
 
-def _script(name: str):
-    """A module of ``scripts/``, loaded from its file."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent.parent / "scripts" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script
-
-
 def test_the_gpu_scripts_server_case_measures_a_batch_of_the_requests_asked_for_on_the_cpu(capsys):
     """``scripts/central_gpu.py server`` (run on GPU machines) also runs here, on the CPU case only."""
     import argparse
     import json
 
     pytest.importorskip("ale_py")
-    script = _script("central_gpu")
+    script = load_script("central_gpu")
     lines = script.bench_server(argparse.Namespace(requests=2, rows=8, gap_ms=0.0, batches=3))
     assert [line["case"] for line in lines] == (["cuda, pinned", "cuda, pageable", "cpu"] if torch.cuda.is_available() else ["cpu"])
     assert all(line["rows_per_batch"] == 16 and line["ms_per_batch"] > 0 and line["obs_per_s"] == pytest.approx(8 * line["requests_per_s"], rel=0.05) for line in lines)
@@ -62,7 +52,7 @@ def test_the_scaling_scripts_process_figures_read_the_runqueue_wait_and_renice_e
     import sys
     import threading
 
-    script = _script("central_scaling")
+    script = load_script("central_scaling")
     # a child with two threads, so that renicing has more than its main thread to reach
     child = subprocess.Popen([sys.executable, "-c", "import threading, time; threading.Thread(target=time.sleep, args=(30,)).start(); time.sleep(30)"])
     try:
@@ -90,7 +80,7 @@ def test_the_sb3_reference_maps_a_configs_settings_onto_sb3s_and_refuses_what_it
     reference for a results-table row), so the mapping is the whole of its claim."""
     from pytorchrl.config import load_config
 
-    script = _script("sb3_reference")
+    script = load_script("sb3_reference")
     root = Path(__file__).resolve().parent.parent
     td3 = script.sb3_settings(load_config(root / "configs/td3/ant.yaml"))
     assert td3 == {

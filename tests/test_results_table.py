@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from pytorchrl.config import config_to_dict, load_config
-from tests.conftest import CONFIGS, REPO
+from tests.conftest import CONFIGS, REPO, load_script
 
-_spec = importlib.util.spec_from_file_location("results_table", REPO / "scripts" / "results_table.py")
-assert _spec is not None and _spec.loader is not None
-results_table = importlib.util.module_from_spec(_spec)
-sys.modules["results_table"] = results_table  # its dataclasses look their module up there
-_spec.loader.exec_module(results_table)
+results_table = load_script("results_table")
 
 
 def _run(
