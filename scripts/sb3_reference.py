@@ -28,6 +28,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -46,7 +47,7 @@ def sb3_settings(config: Config) -> dict:
     [-1, 1] action units as pytorchrl's ``exploration_noise`` is, ``anneal`` the schedules that
     decay to 0 over the run; ``n_envs`` and ``normalize`` (VecNormalize's arguments, or None) say
     how the env is made. ``main`` builds the objects."""
-    algo = config.algorithm
+    algo: Any = config.algorithm  # its family's config: PPOConfig, SACConfig or TD3Config
     if algo.name not in ("ppo", "sac", "td3"):
         raise SystemExit(f"sb3_reference: algorithm.name is {algo.name!r}; this script maps 'ppo', 'sac' and 'td3'")
     if config.actor.recurrent.type != "none" or config.actor.shared_network:
@@ -59,12 +60,14 @@ def sb3_settings(config: Config) -> dict:
         (env.max_episode_steps is not None, "env.max_episode_steps is set (the reference keeps the env's own limit)"),
         (env.action_mask != "none", "env.action_mask is set"),
     ]
-    if algo.name != "ppo":
+    if algo.name == "ppo":
+        unmapped += [(algo.rnd.enabled or algo.demos.enabled, "algorithm.rnd or algorithm.demos is enabled")]
+    else:
         unmapped += [
-            (algo.n_step != 1, "algorithm.n_step is not 1"),  # type: ignore[attr-defined]
-            (algo.prioritized_replay, "algorithm.prioritized_replay is on"),  # type: ignore[attr-defined]
-            (algo.max_grad_norm is not None, "algorithm.max_grad_norm is set (SB3's SAC and TD3 do not clip)"),  # type: ignore[attr-defined]
-            (algo.adam_eps != 1e-8, "algorithm.adam_eps is not 1e-8 (SB3's Adam default)"),  # type: ignore[attr-defined]
+            (algo.n_step != 1, "algorithm.n_step is not 1"),
+            (algo.prioritized_replay, "algorithm.prioritized_replay is on"),
+            (algo.max_grad_norm is not None, "algorithm.max_grad_norm is set (SB3's SAC and TD3 do not clip)"),
+            (algo.adam_eps != 1e-8, "algorithm.adam_eps is not 1e-8 (SB3's Adam default)"),
             (config.storage.her.strategy != "none", "storage.her is on"),
         ]
     for refused, why in unmapped:
@@ -84,40 +87,38 @@ def sb3_settings(config: Config) -> dict:
             "clip_reward": env.clip_reward, "gamma": env.reward_gamma,
         }
     if algo.name == "ppo":
-        if algo.rnd.enabled or algo.demos.enabled:  # type: ignore[attr-defined]
-            raise SystemExit("sb3_reference: algorithm.rnd and algorithm.demos have no SB3 counterpart here; both must be disabled")
         settings.update(
-            n_steps=config.storage.num_steps, batch_size=algo.minibatch_size, n_epochs=algo.num_epochs,  # type: ignore[attr-defined]
-            gae_lambda=algo.gae_lambda, clip_range=algo.clip_range, clip_range_vf=algo.clip_range_vf,  # type: ignore[attr-defined]
-            normalize_advantage=algo.normalize_advantages, ent_coef=algo.ent_coef, vf_coef=algo.vf_coef,  # type: ignore[attr-defined]
-            max_grad_norm=algo.max_grad_norm if algo.max_grad_norm is not None else float("inf"),  # type: ignore[attr-defined]
-            target_kl=algo.target_kl,  # type: ignore[attr-defined]
-            anneal=[k for k, on in (("learning_rate", algo.anneal_lr), ("clip_range", algo.anneal_clip_range)) if on],  # type: ignore[attr-defined]
+            n_steps=config.storage.num_steps, batch_size=algo.minibatch_size, n_epochs=algo.num_epochs,
+            gae_lambda=algo.gae_lambda, clip_range=algo.clip_range, clip_range_vf=algo.clip_range_vf,
+            normalize_advantage=algo.normalize_advantages, ent_coef=algo.ent_coef, vf_coef=algo.vf_coef,
+            max_grad_norm=algo.max_grad_norm if algo.max_grad_norm is not None else float("inf"),
+            target_kl=algo.target_kl,
+            anneal=[k for k, on in (("learning_rate", algo.anneal_lr), ("clip_range", algo.anneal_clip_range)) if on],
         )
         settings["policy_kwargs"].update(
-            log_std_init=config.actor.log_std_init, ortho_init=config.actor.ortho_init, optimizer_kwargs={"eps": algo.adam_eps},  # type: ignore[attr-defined]
+            log_std_init=config.actor.log_std_init, ortho_init=config.actor.ortho_init, optimizer_kwargs={"eps": algo.adam_eps},
         )
         return settings
     if env.num_envs != 1 or settings["normalize"]:
         raise SystemExit(f"sb3_reference: {algo.name} here steps one env without normalisation (env.num_envs is {env.num_envs})")
     settings.update(
-        batch_size=algo.minibatch_size, buffer_size=config.storage.capacity, learning_starts=algo.start_steps,  # type: ignore[attr-defined]
-        train_freq=algo.update_every, gradient_steps=max(1, round(algo.update_every * algo.updates_per_step)), tau=algo.tau,  # type: ignore[attr-defined]
+        batch_size=algo.minibatch_size, buffer_size=config.storage.capacity, learning_starts=algo.start_steps,
+        train_freq=algo.update_every, gradient_steps=max(1, round(algo.update_every * algo.updates_per_step)), tau=algo.tau,
     )
     if algo.name == "td3":
         settings.update(
-            policy_delay=algo.policy_delay,  # type: ignore[attr-defined]
-            target_policy_noise=algo.target_policy_noise,  # type: ignore[attr-defined]
-            target_noise_clip=algo.target_noise_clip,  # type: ignore[attr-defined]
-            action_noise_sigma=algo.exploration_noise,  # type: ignore[attr-defined]
+            policy_delay=algo.policy_delay,
+            target_policy_noise=algo.target_policy_noise,
+            target_noise_clip=algo.target_noise_clip,
+            action_noise_sigma=algo.exploration_noise,
         )
-        if algo.exploration_noise_type != "gaussian":  # type: ignore[attr-defined]
+        if algo.exploration_noise_type != "gaussian":
             raise SystemExit("sb3_reference: algorithm.exploration_noise_type must be 'gaussian' here")
     else:
-        coef = algo.init_ent_coef  # type: ignore[attr-defined]
-        settings["ent_coef"] = f"auto_{coef}" if algo.learn_ent_coef else coef  # type: ignore[attr-defined]
-        if algo.target_entropy is not None:  # type: ignore[attr-defined]
-            settings["target_entropy"] = algo.target_entropy  # type: ignore[attr-defined]
+        coef = algo.init_ent_coef
+        settings["ent_coef"] = f"auto_{coef}" if algo.learn_ent_coef else coef
+        if algo.target_entropy is not None:
+            settings["target_entropy"] = algo.target_entropy
     return settings
 
 
