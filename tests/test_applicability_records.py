@@ -95,9 +95,21 @@ def test_the_encoder_decides_the_cnn_keys():
     ({"name": "dqn", "num_atoms": 11, "per_alpha": 0.5, "apex_epsilon_alpha": 7.0}, ["algorithm.per_alpha", "algorithm.num_atoms", "algorithm.apex_epsilon_alpha"]),
     ({"name": "dqn", "rainbow": True, "num_atoms": 11, "per_alpha": 0.5, "exploration_final_eps": 0.1}, ["algorithm.exploration_final_eps"]),
     ({"name": "sac", "learn_ent_coef": False, "target_entropy": -1.0}, ["algorithm.target_entropy"]),
+    ({"name": "sac", "sde_sample_freq": 8}, ["algorithm.sde_sample_freq"]),
+    ({"name": "sac", "use_sde": True, "sde_sample_freq": 8}, []),
 ])
 def test_algorithm_keys_switched_off_by_others(algorithm, expected):
     assert _keys({"algorithm": algorithm, "env": {"env_id": "Pendulum-v1"}}) == expected
+
+
+@pytest.mark.parametrize(("algorithm", "expected"), [
+    ({"name": "ppo"}, []),
+    ({"name": "sac", "use_sde": True}, ["actor.ortho_init"]),  # gSDE's noise starts at log_std_init
+    ({"name": "sac"}, ["actor.log_std_init", "actor.ortho_init"]),
+    ({"name": "td3"}, ["actor.log_std_init", "actor.ortho_init"]),
+])
+def test_the_on_policy_actors_options_are_named_on_a_replay_algorithm(algorithm, expected):
+    assert _keys({"algorithm": algorithm, "env": {"env_id": "Pendulum-v1"}, "actor": {"log_std_init": -3.0, "ortho_init": False}}) == expected
 
 
 def test_the_cli_shows_a_warning_in_one_line():

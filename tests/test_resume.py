@@ -462,6 +462,12 @@ MPO_TINY = {
     "env": {"env_id": "Pendulum-v1", "num_envs": 2, "num_test_envs": 2},
     "algorithm": {"name": "mpo", "start_steps": 128, "minibatch_size": 32, "updates_per_step": 0.25, "num_action_samples": 4},
 }
+# gSDE's noise matrices: actor state, redrawn mid-rollout (sde_sample_freq) and at each rollout's start
+SAC_SDE_TINY = {
+    **MPO_TINY,
+    "actor": {"hidden_sizes": [16], "activation": "relu", "log_std_init": -2.0},
+    "algorithm": {"name": "sac", "start_steps": 128, "minibatch_size": 32, "updates_per_step": 0.25, "use_sde": True, "sde_sample_freq": 4},
+}
 # the model's normalisation statistics and the planners' draws from the acting streams
 MPC_TINY = {
     "env": {"env_id": "Pendulum-v1", "num_envs": 2, "num_test_envs": 1},
@@ -488,8 +494,8 @@ PPO_GRU_TINY = {
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
-    "raw", [DQN_TINY, RAINBOW_TINY, R2D2_TINY, PPO_GRU_TINY, RND_TINY, MPO_TINY, MPC_TINY, PPOD_TINY],
-    ids=["dqn", "rainbow", "r2d2", "ppo-gru", "ppo-rnd", "mpo", "mpc", "ppod"],
+    "raw", [DQN_TINY, RAINBOW_TINY, R2D2_TINY, PPO_GRU_TINY, RND_TINY, MPO_TINY, SAC_SDE_TINY, MPC_TINY, PPOD_TINY],
+    ids=["dqn", "rainbow", "r2d2", "ppo-gru", "ppo-rnd", "mpo", "sac-gsde", "mpc", "ppod"],
 )
 def test_a_run_resumed_mid_way_equals_the_whole_run(tmp_path, raw):
     """Replay buffers (R2D2's windows and stream tails included), recurrent states carried by the

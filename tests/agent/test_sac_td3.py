@@ -218,6 +218,8 @@ def test_warm_up_acts_uniformly_then_with_the_policy():
         ("sac/pendulum.yaml", ["algorithm.update_every=4", "storage.num_steps=8"], "'algorithm.update_every' = 4 disagrees with storage.num_steps = 8"),
         ("td3/pendulum.yaml", ["algorithm.minibatch_size=2048"], "'algorithm.minibatch_size' = 2048 is larger than algorithm.start_steps = 1000"),
         ("sac/pendulum.yaml", ["run.target_steps=200"], "'algorithm.start_steps' = 256 is larger than run.target_steps = 200"),
+        ("sac/discrete_cartpole.yaml", ["algorithm.use_sde=true"], "config key 'algorithm.use_sde' = true needs a Box action space (gSDE perturbs a Gaussian policy); 'CartPole-v1' has Discrete(2)"),
+        ("sac/pendulum_masked_gru.yaml", ["algorithm.use_sde=true"], "config key 'algorithm.use_sde' = true cannot be combined with a recurrent SAC (actor.recurrent.type = 'gru')"),
     ],
 )
 def test_bad_continuous_off_policy_input_exits_2(capsys, tmp_path, config, args, needle):
@@ -355,3 +357,68 @@ def test_replay_algorithms_clip_the_gradient_norm(algo_cls):
     assert float(algo.flat_grad.norm()) > 1e-3
     algo.apply_gradients()
     assert float(algo.flat_grad.norm()) == pytest.approx(1e-3, rel=1e-3)
+
+
+# ------------------------------------------------------------------------------------ gSDE
+
+
+def _sde_actor(freq: int | None = None) -> PolicyCriticActor:
+    actions = gym.spaces.Box(-2.0, 2.0, (2,), np.float32)
+    actor = PolicyCriticActor(OBS, actions, encoder=EncoderSpec(hidden_sizes=(8,), activation="relu"), sde=True, sde_sample_freq=freq, log_std_init=-1.0)
+    actor.uniform.fill_(False)
+    return actor
+
+
+def test_gsde_log_prob_is_the_squashed_gaussian_of_the_features_variance():
+    actor = _sde_actor()
+    obs = torch.randn(5, 3)
+    features = actor.policy_torso.forward(obs)
+    mean = actor.policy_head.forward(features).clamp(-2, 2)  # SB3's clip_mean
+    std = torch.sqrt(features.square() @ (2 * actor.sde_log_std).exp() + 1e-6)  # the std of features @ W
+    torch.manual_seed(3)
+    action, log_prob = actor.sample(obs)
+    torch.manual_seed(3)
+    pre = mean + std * torch.randn(5, 2)
+    expected = (torch.distributions.Normal(mean, std).log_prob(pre) - torch.log(1 - torch.tanh(pre) ** 2)).sum(-1)
+    torch.testing.assert_close(action, torch.tanh(pre))
+    torch.testing.assert_close(log_prob, expected, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(actor.deterministic(obs), torch.tanh(mean))
+    # the policy's loss reaches the noise's log std, not the features through the variance
+    log_prob.sum().backward()
+    assert actor.sde_log_std.grad is not None and actor.sde_log_std.grad.abs().sum() > 0
+
+
+def test_gsde_acts_with_features_times_a_matrix_held_for_sde_sample_freq_steps():
+    actor = _sde_actor(freq=3)
+    obs = torch.randn(2, 3)  # two envs
+    out = torch.empty(2, 2)
+    with torch.no_grad():
+        noise = actor.draw_noise(8, 2)
+        eps = actor._sde_eps.clone()
+        features = actor.policy_torso.forward(obs)
+        mean = actor.policy_head.forward(features).clamp(-2, 2)
+        expected = actor.scale(torch.tanh(mean + torch.einsum("ef,efa->ea", features, eps * actor.sde_log_std.exp())))
+        actions = []
+        for step in range(4):
+            actor.act(obs, noise[step], out)
+            actions.append(out.clone())
+    for step in range(3):  # one matrix per env for three steps: the same observation, the same action
+        torch.testing.assert_close(actions[step], expected)
+    assert not torch.equal(actions[3], expected)  # redrawn at the fourth
+    assert not torch.equal(eps[0], eps[1])  # each env its own
+    with torch.no_grad():
+        actor.draw_noise(8, 2)  # a new rollout: new matrices
+    assert not torch.equal(actor._sde_eps, eps)
+
+
+def test_gsde_without_sde_sample_freq_holds_the_matrix_for_the_rollout():
+    actor = _sde_actor()
+    obs = torch.randn(1, 3)
+    out = torch.empty(1, 2)
+    with torch.no_grad():
+        noise = actor.draw_noise(50, 1)
+        actions = set()
+        for step in range(50):
+            actor.act(obs, noise[step], out)
+            actions.add(tuple(out[0].tolist()))
+    assert len(actions) == 1

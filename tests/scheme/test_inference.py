@@ -142,6 +142,7 @@ def test_the_spec_draws_the_actors_noise_from_the_same_stream(config):
 @pytest.mark.parametrize(("config", "overrides", "needle"), [
     ("dqn/rainbow_cartpole.yaml", [], "noisy nets"),
     ("ddpg/pendulum.yaml", ["algorithm.exploration_noise_type=ou"], "Ornstein-Uhlenbeck"),
+    ("sac/pendulum.yaml", ["algorithm.use_sde=true"], "gSDE"),
 ])
 def test_exploration_state_kept_in_the_actor_is_refused(config, overrides, needle):
     with pytest.raises(ValueError, match=needle):

@@ -347,6 +347,18 @@ class PolicyCriticActor(nn.Module):
         (``x += -theta x dt + sqrt(dt) N(0, 1)``, scaled by ``exploration_noise``; temporally
         correlated, as in DDPG) instead of independent Gaussian draws. Its state lives in each
         collection worker's actor and carries over episode ends.
+    :param sde: generalized state-dependent exploration (gSDE, Raffin et al. 2022) for the
+        ``gaussian`` policy: the head outputs only the mean, and the policy's noise is
+        ``features @ W``, the policy's last hidden features times a matrix ``W`` of independent
+        ``N(0, exp(sde_log_std)^2)`` entries (a learned ``[features, actions]`` parameter), drawn
+        per env and held for ``sde_sample_freq`` steps, so exploration is smooth in time and
+        state-dependent. Its log-probability is the Gaussian's with variance
+        ``features^2 @ exp(2 sde_log_std)`` (the features detached, as SB3's ``learn_features=False``);
+        the mean is clipped to ``[-2, 2]`` before the tanh (SB3's ``clip_mean``). The matrices live
+        in each collection worker's actor (:meth:`exploration_state`).
+    :param sde_sample_freq: redraw ``W`` every this many steps of a rollout (None: once per
+        rollout, at its start; SB3's ``sde_sample_freq=-1``).
+    :param log_std_init: the initial value of every ``sde_log_std`` entry.
     :param target_policy: keep a target copy of a stochastic policy too (MPO; TD3 and DDPG's
         deterministic policy always has one); a policy with a target learns no entropy coefficient.
     :param duals: learned Lagrange multipliers (MPO): a parameter vector of this many entries,
@@ -362,7 +374,7 @@ class PolicyCriticActor(nn.Module):
     #: acting leaves scoring to the rollout's end (Ape-X's priorities; see OnPolicyActor)
     scores_while_acting = False
     #: what collection workers need to act (state-dict key prefixes): not the critics or targets
-    acting_prefixes: tuple[str, ...] = ("policy_torso.", "policy_core.", "policy_head.", "uniform", "low", "high")
+    acting_prefixes: tuple[str, ...] = ("policy_torso.", "policy_core.", "policy_head.", "sde_log_std", "uniform", "low", "high")
     uniform: torch.Tensor
     low: torch.Tensor
     high: torch.Tensor
@@ -375,7 +387,7 @@ class PolicyCriticActor(nn.Module):
         self, observation_space: gym.Space, action_space: gym.Space, *, policy: str = "gaussian", num_critics: int = 2,
         encoder: EncoderSpec = EncoderSpec(hidden_sizes=(256, 256), activation="relu"), shared_network: bool = False,
         exploration_noise: float = 0.1, ou_noise: tuple[float, float] | None = None, recurrent: RecurrentSpec | None = None,
-        target_policy: bool = False, duals: int = 0,
+        target_policy: bool = False, duals: int = 0, sde: bool = False, sde_sample_freq: int | None = None, log_std_init: float = 0.0,
     ) -> None:
         super().__init__()
         self.discrete = policy == "categorical"
@@ -388,6 +400,9 @@ class PolicyCriticActor(nn.Module):
         # discrete: actions are indices, and the policy and critics have one output per action
         self.action_dim = int(action_space.n) if isinstance(action_space, gym.spaces.Discrete) else int(np.prod(action_space.shape))
         self.gaussian = policy == "gaussian"
+        if sde and (not self.gaussian or recurrent is not None):
+            raise ValueError("gSDE (sde) needs the gaussian policy without a recurrent core")
+        self.sde = sde
         # the critics' extractor (None: a flat Box, read as it is) and its width; registered
         # after the policy, whose parameters come first (TD3 steps that run alone)
         critic_extractor = encoder.extractor(observation_space)
@@ -407,7 +422,12 @@ class PolicyCriticActor(nn.Module):
             self.policy_core = recurrent.build(head_in)
             head_in = self.policy_core.out_features
             self.is_recurrent, self.state_size = True, self.policy_core.state_size
-        self.policy_head = nn.Linear(head_in, 2 * self.action_dim if self.gaussian else self.action_dim)
+        self.policy_head = nn.Linear(head_in, 2 * self.action_dim if self.gaussian and not sde else self.action_dim)
+        # gSDE: the log std of each entry of the noise matrix W (features x actions); sent to collection workers
+        self.sde_log_std = nn.Parameter(torch.full((head_in, self.action_dim), float(log_std_init))) if sde else None
+        self.sde_sample_freq = sde_sample_freq
+        self._sde_eps: torch.Tensor | None = None  # per env [envs, features, actions] standard normals, drawn per rollout
+        self._sde_step = 0  # steps acted since they were drawn
         self.critic_extractor = critic_extractor
         self.critic_core: RecurrentCore | None = None
         if recurrent is not None:
@@ -458,10 +478,22 @@ class PolicyCriticActor(nn.Module):
             with torch.no_grad():
                 obs = self.critic_features(obs, target=target)
         linear = cast(nn.Linear, head)  # F.linear rather than the module calls: a tenth of the overhead
-        return F.linear(torso.forward(obs), linear.weight, linear.bias)
+        features = torso.forward(obs)
+        out = F.linear(features, linear.weight, linear.bias)
+        return out if self.sde_log_std is None else torch.cat([out, features], dim=-1)
 
     def _head(self, features: torch.Tensor) -> torch.Tensor:
         return F.linear(features, self.policy_head.weight, self.policy_head.bias)
+
+    def _mean_log_std(self, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Gaussian's mean and log std per action from the policy head's output ``params``;
+        with gSDE (``params``: the mean, then the features), the log std of ``features @ W``."""
+        if self.sde_log_std is None:
+            mean, log_std = params.chunk(2, dim=-1)
+            return mean, log_std.clamp(-20.0, 2.0)
+        mean, features = params[..., : self.action_dim], params[..., self.action_dim :].detach()
+        variance = torch.matmul(features.square(), self.sde_log_std.mul(2.0).exp()).add_(_SDE_EPSILON)
+        return mean.clamp(-_SDE_CLIP_MEAN, _SDE_CLIP_MEAN), variance.log().mul_(0.5)
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A reparameterised squashed-Gaussian sample in ``[-1, 1]`` and its log-probability (SAC)."""
@@ -469,8 +501,7 @@ class PolicyCriticActor(nn.Module):
 
     def sample_params(self, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`sample` from the policy head's output ``params`` (mean and log std)."""
-        mean, log_std = params.chunk(2, dim=-1)
-        log_std = log_std.clamp(-20.0, 2.0)
+        mean, log_std = self._mean_log_std(params)
         eps = torch.randn_like(mean)
         pre = torch.addcmul(mean, log_std.exp(), eps)
         # log N(pre; mean, std) - log(1 - tanh(pre)^2), where ``(pre - mean) / std`` is the noise
@@ -515,7 +546,7 @@ class PolicyCriticActor(nn.Module):
         """:meth:`deterministic` from the policy head's output."""
         if self.discrete:
             return params.argmax(-1)
-        return torch.tanh(params.chunk(2, dim=-1)[0] if self.gaussian else params)
+        return torch.tanh(self._mean_log_std(params)[0] if self.gaussian else params)
 
     def scale(self, action: torch.Tensor) -> torch.Tensor:
         """``[-1, 1]`` to the action space's bounds (indices stay as they are)."""
@@ -566,11 +597,23 @@ class PolicyCriticActor(nn.Module):
         process's state (its steps are the drawn normals, but where it stands is per env and worker)."""
         if self.ou_noise is not None:
             return "Ornstein-Uhlenbeck noise keeps its state in each worker's actor"
+        if self.sde_log_std is not None:
+            return "gSDE (algorithm.use_sde) keeps each env's noise matrix in its worker's actor"
         return None
 
     def draw_noise(self, num_steps: int, num_envs: int) -> torch.Tensor:
-        """:meth:`noise_parts`, drawn from the CPU generator (see :meth:`act`)."""
-        return draw_parts(self.noise_parts(), num_steps, num_envs)
+        """:meth:`noise_parts`, drawn from the CPU generator (see :meth:`act`); with gSDE, then
+        each env's noise matrix for the rollout's first steps (its policy-noise part goes unused)."""
+        parts = draw_parts(self.noise_parts(), num_steps, num_envs)
+        if self.sde_log_std is not None:
+            self._draw_sde(num_envs)
+        return parts
+
+    def _draw_sde(self, num_envs: int) -> None:
+        """Fresh standard normals for every env's gSDE matrix (scaled by ``exp(sde_log_std)`` when acting)."""
+        assert self.sde_log_std is not None
+        self._sde_eps = torch.randn(num_envs, *self.sde_log_std.shape)
+        self._sde_step = 0
 
     def act(self, obs: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> None:
         """Exploring actions for a batch of observations into ``out`` (see :meth:`draw_noise`)."""
@@ -591,13 +634,28 @@ class PolicyCriticActor(nn.Module):
             action = random_action[..., 0].long() if self.discrete else random_action
         elif self.discrete:
             action = (params + policy_noise).argmax(-1)
+        elif self.sde_log_std is not None:
+            action = torch.tanh(self._sde_noise(params).add_(self._mean_log_std(params)[0]))
         elif self.gaussian:
-            mean, log_std = params.chunk(2, dim=-1)
-            action = torch.tanh(torch.addcmul(mean, log_std.clamp(-20.0, 2.0).exp(), policy_noise))
+            mean, log_std = self._mean_log_std(params)
+            action = torch.tanh(torch.addcmul(mean, log_std.exp(), policy_noise))
         else:
             noise = policy_noise if self.ou_noise is None else self._ou_step(policy_noise)
             action = (torch.tanh(params) + self.exploration_noise * noise).clamp(-1.0, 1.0)
         out.copy_(self.scale(action).view_as(out))
+
+    def _sde_noise(self, params: torch.Tensor) -> torch.Tensor:
+        """gSDE's noise of one step, ``features @ W`` per env, from the policy head's ``params``;
+        each env's ``W`` is redrawn every ``sde_sample_freq`` steps (or held for the rollout)."""
+        assert self.sde_log_std is not None
+        rows = params.shape[0]
+        freq = self.sde_sample_freq
+        if self._sde_eps is None or self._sde_eps.shape[0] != rows or (freq is not None and self._sde_step >= freq):
+            self._draw_sde(rows)
+        assert self._sde_eps is not None
+        self._sde_step += 1
+        weights = self._sde_eps * self.sde_log_std.exp()  # [envs, features, actions]
+        return torch.bmm(params[:, self.action_dim :].unsqueeze(1), weights).squeeze(1)
 
     def _ou_step(self, gaussian: torch.Tensor) -> torch.Tensor:
         """Advance the Ornstein-Uhlenbeck state one step with the standard normal ``gaussian`` draws."""
@@ -656,6 +714,9 @@ def soft_update(pairs: list[tuple[nn.Module, nn.Module]], tau: float) -> None:
 
 
 _LOG2 = math.log(2.0)
+#: gSDE: the variance's floor and the clip of the mean before the tanh (SB3's epsilon and clip_mean)
+_SDE_EPSILON = 1e-6
+_SDE_CLIP_MEAN = 2.0
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 

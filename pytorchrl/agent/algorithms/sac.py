@@ -34,14 +34,26 @@ class SACConfig(ReplayConfig):
     entropy coefficient; on a Discrete action space, discrete SAC (Christodoulou 2019)."""
 
     networks = 6  # the policy, two critics and their targets, each an MLP of actor.hidden_sizes (Adam state for all: an upper count)
+    trained_keys = ("use_sde",)  # the policy head's shape
 
     name: str = param("sac", "The algorithm.")
     target_entropy: float | None = param(None, "Entropy the coefficient is tuned towards (null: -action_dim on a Box; 0.89 * log(num_actions) on a Discrete space).")
     init_ent_coef: float = param(1.0, "Initial entropy coefficient.", min=0, min_exclusive=True)
     learn_ent_coef: bool = param(True, "Tune the entropy coefficient automatically (else keep init_ent_coef).")
+    use_sde: bool = param(
+        False, "Generalized state-dependent exploration (gSDE, Raffin et al. 2022; SB3's use_sde): the policy's noise is its last hidden "
+        "features times a random matrix, held for sde_sample_freq steps; its log std starts at actor.log_std_init. Box actions, no recurrent core.",
+    )
+    sde_sample_freq: int | None = param(
+        None, "gSDE: redraw each env's noise matrix every this many steps (null: once per rollout, every update_every steps; SB3's -1).", min=1, max=1_000_000
+    )
 
     def switched_off(self, config: Config) -> list[tuple[bool, list[str], str]]:
-        return [*super().switched_off(config), (not self.learn_ent_coef, ["target_entropy"], "algorithm.learn_ent_coef is false")]
+        return [
+            *super().switched_off(config),
+            (not self.learn_ent_coef, ["target_entropy"], "algorithm.learn_ent_coef is false"),
+            (not self.use_sde, ["sde_sample_freq"], "algorithm.use_sde is false"),
+        ]
 
 
 @dataclass(frozen=True)
@@ -104,11 +116,17 @@ class PolicyCritic(Algorithm):
         recurrent = recurrent_spec(config.actor)
         if recurrent is not None and config.actor.shared_network:
             raise InputError("config key 'actor.shared_network' = true cannot be combined with a recurrent SAC (actor.recurrent); its policy and critics need their own cores")
+        sde = bool(getattr(algo, "use_sde", False))
+        if sde and isinstance(action_space, gym.spaces.Discrete):
+            raise InputError(f"config key 'algorithm.use_sde' = true needs a Box action space (gSDE perturbs a Gaussian policy); {config.env.env_id!r} has {action_space}")
+        if sde and recurrent is not None:
+            raise InputError(f"config key 'algorithm.use_sde' = true cannot be combined with a recurrent SAC (actor.recurrent.type = {config.actor.recurrent.type!r}); set one of them off")
+        options = {"sde": True, "sde_sample_freq": algo.sde_sample_freq, "log_std_init": config.actor.log_std_init} if sde else {}
         actor_factory = PolicyCriticActor.create_factory(
             observation_space, action_space, policy="categorical" if isinstance(action_space, gym.spaces.Discrete) else cls.policy,
             num_critics=cls.num_critics, encoder=encoder_spec(config.actor), shared_network=config.actor.shared_network,
             exploration_noise=getattr(algo, "exploration_noise", 0.0), ou_noise=(algo.ou_theta, algo.ou_dt) if ou else None,  # type: ignore[union-attr]
-            recurrent=recurrent, **cls.actor_options(),
+            recurrent=recurrent, **options, **cls.actor_options(),
         )
         burn_in = {"burn_in": config.storage.burn_in} if "burn_in" in cls.constructor_keys else {}
         algo_factory = cls.create_factory(algo, **burn_in)
