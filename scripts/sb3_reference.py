@@ -119,6 +119,9 @@ def sb3_settings(config: Config) -> dict:
         settings["ent_coef"] = f"auto_{coef}" if algo.learn_ent_coef else coef
         if algo.target_entropy is not None:
             settings["target_entropy"] = algo.target_entropy
+        if algo.use_sde:  # SB3's -1: a matrix per rollout, as pytorchrl's null
+            settings.update(use_sde=True, sde_sample_freq=algo.sde_sample_freq or -1)
+            settings["policy_kwargs"]["log_std_init"] = config.actor.log_std_init
     return settings
 
 

@@ -94,7 +94,11 @@ def test_the_sb3_reference_maps_a_configs_settings_onto_sb3s_and_refuses_what_it
     sac = script.sb3_settings(load_config(root / "configs/sac/bipedalwalker.yaml", ["algorithm.init_ent_coef=0.5"]))
     assert (sac["train_freq"], sac["gradient_steps"], sac["ent_coef"], sac["tau"]) == (64, 64, "auto_0.5", 0.02)
     fixed = script.sb3_settings(load_config(root / "configs/sac/bipedalwalker.yaml", ["algorithm.learn_ent_coef=false", "algorithm.init_ent_coef=0.2"]))
-    assert fixed["ent_coef"] == 0.2 and "target_entropy" not in fixed
+    assert fixed["ent_coef"] == 0.2 and "target_entropy" not in fixed and "use_sde" not in fixed
+    # gSDE: SB3's use_sde, its -1 for a matrix per rollout, the log std's start in the policy's kwargs
+    sde = script.sb3_settings(load_config(root / "configs/sac/mountaincar_continuous.yaml"))
+    assert (sde["use_sde"], sde["sde_sample_freq"], sde["policy_kwargs"]["log_std_init"], sde["ent_coef"]) == (True, -1, -3.67, 0.1)
+    assert script.sb3_settings(load_config(root / "configs/sac/mountaincar_continuous.yaml", ["algorithm.sde_sample_freq=8"]))["sde_sample_freq"] == 8
     # PPO: the rollout and its epochs, the schedules, VecNormalize's arguments, the policy's init and Adam epsilon
     ppo = script.sb3_settings(load_config(root / "configs/ppo/ant.yaml", ["algorithm.anneal_lr=true", "algorithm.max_grad_norm=null"]))
     assert ppo == {
