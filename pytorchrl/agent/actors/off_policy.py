@@ -402,7 +402,6 @@ class PolicyCriticActor(nn.Module):
         self.gaussian = policy == "gaussian"
         if sde and (not self.gaussian or recurrent is not None):
             raise ValueError("gSDE (sde) needs the gaussian policy without a recurrent core")
-        self.sde = sde
         # the critics' extractor (None: a flat Box, read as it is) and its width; registered
         # after the policy, whose parameters come first (TD3 steps that run alone)
         critic_extractor = encoder.extractor(observation_space)
