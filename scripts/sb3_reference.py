@@ -1,4 +1,4 @@
-"""A same-protocol reference run: Stable-Baselines3's PPO, SAC or TD3 with a pytorchrl config's settings.
+"""A same-protocol reference run: Stable-Baselines3's PPO, SAC, TD3 or DQN with a pytorchrl config's settings.
 
     python scripts/sb3_reference.py configs/td3/ant.yaml [KEY=VALUE ...] --steps 300000 --seed 0 --out DIR [--resume]
 
@@ -6,7 +6,9 @@ Where a results-table row falls short of an anchor measured on another protocol 
 mujoco-py, another budget), this runs the single-process reference on this one: the same env id
 (gymnasium, v5 MuJoCo), the config's hyper-parameters mapped onto SB3's (``sb3_settings``: the
 networks' widths and activation, learning rate, discount, batch, buffer, warm-up steps, update
-cadence, polyak rate, TD3's noise and delay, SAC's entropy coefficient; PPO's rollout, epochs,
+cadence, polyak rate, TD3's noise and delay, SAC's entropy coefficient and gSDE; DQN's epsilon
+schedule, target updates (converted from gradient steps to env steps), gradient clipping and Adam
+epsilon, vanilla DQN only (no Rainbow part); PPO's rollout, epochs,
 minibatches, clipping, coefficients, schedules, Adam epsilon, initial log std, orthogonal init and
 VecNormalize for the env's normalisation) and its evaluation
 protocol: ``run.eval_episodes`` deterministic episodes on a separate env every ``run.eval_every``
@@ -35,6 +37,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from pytorchrl.config import Config, load_config  # noqa: E402
+from pytorchrl.envs.atari import is_atari_id  # noqa: E402
 from pytorchrl.utils.errors import InputError  # noqa: E402
 
 ACTIVATIONS = {"relu": "ReLU", "tanh": "Tanh", "elu": "ELU", "gelu": "GELU"}
@@ -42,14 +45,14 @@ COLUMNS = ("env_steps", "wall_time_s", "eval_return_mean", "eval_return_std", "t
 
 
 def sb3_settings(config: Config) -> dict:
-    """SB3's constructor arguments for ``config`` (its algorithm ``ppo``, ``sac`` or ``td3``), as
+    """SB3's constructor arguments for ``config`` (its algorithm ``ppo``, ``sac``, ``td3`` or ``dqn``), as
     plain values: ``activation_fn`` is a ``torch.nn`` name, ``action_noise_sigma`` a scale in
     [-1, 1] action units as pytorchrl's ``exploration_noise`` is, ``anneal`` the schedules that
     decay to 0 over the run; ``n_envs`` and ``normalize`` (VecNormalize's arguments, or None) say
     how the env is made. ``main`` builds the objects."""
-    algo: Any = config.algorithm  # its family's config: PPOConfig, SACConfig or TD3Config
-    if algo.name not in ("ppo", "sac", "td3"):
-        raise SystemExit(f"sb3_reference: algorithm.name is {algo.name!r}; this script maps 'ppo', 'sac' and 'td3'")
+    algo: Any = config.algorithm  # its family's config: PPOConfig, SACConfig, TD3Config or DQNConfig
+    if algo.name not in ("ppo", "sac", "td3", "dqn"):
+        raise SystemExit(f"sb3_reference: algorithm.name is {algo.name!r}; this script maps 'ppo', 'sac', 'td3' and 'dqn'")
     if config.actor.recurrent.type != "none" or config.actor.shared_network:
         raise SystemExit("sb3_reference: SB3's MlpPolicy has no recurrent core and shares no layers; actor.recurrent.type must be 'none' and actor.shared_network false")
     env = config.env
@@ -59,6 +62,7 @@ def sb3_settings(config: Config) -> dict:
         (config.actor.mlp_precision != "float32", "actor.mlp_precision is not 'float32' (SB3 computes in float32)"),
         (env.max_episode_steps is not None, "env.max_episode_steps is set (the reference keeps the env's own limit)"),
         (env.action_mask != "none", "env.action_mask is set"),
+        (is_atari_id(env.env_id), "env.env_id is an ALE id (pytorchrl's Atari preprocessing and CNN are not SB3's MlpPolicy on the raw env)"),
     ]
     if algo.name == "ppo":
         unmapped += [(algo.rnd.enabled or algo.demos.enabled, "algorithm.rnd or algorithm.demos is enabled")]
@@ -66,9 +70,20 @@ def sb3_settings(config: Config) -> dict:
         unmapped += [
             (algo.n_step != 1, "algorithm.n_step is not 1"),
             (algo.prioritized_replay, "algorithm.prioritized_replay is on"),
+            (config.storage.her.strategy != "none", "storage.her is on"),
+        ]
+    if algo.name in ("sac", "td3"):
+        unmapped += [
             (algo.max_grad_norm is not None, "algorithm.max_grad_norm is set (SB3's SAC and TD3 do not clip)"),
             (algo.adam_eps != 1e-8, "algorithm.adam_eps is not 1e-8 (SB3's Adam default)"),
-            (config.storage.her.strategy != "none", "storage.her is on"),
+        ]
+    if algo.name == "dqn":
+        rainbow = [k for k in ("rainbow", "double_q", "dueling", "noisy_nets", "distributional", "value_rescaling", "actor_priorities") if getattr(algo, k)]
+        unmapped += [
+            (bool(rainbow), f"algorithm.{rainbow[0] if rainbow else ''} is on (SB3's DQN is vanilla DQN)"),
+            (bool(algo.head_hidden_sizes), "algorithm.head_hidden_sizes is set"),
+            (algo.apex_epsilon_alpha is not None, "algorithm.apex_epsilon_alpha is set"),
+            (algo.tau != 1.0, "algorithm.tau is not 1 (a polyak step per target update here, per env step in SB3)"),
         ]
     for refused, why in unmapped:
         if refused:
@@ -105,7 +120,19 @@ def sb3_settings(config: Config) -> dict:
         batch_size=algo.minibatch_size, buffer_size=config.storage.capacity, learning_starts=algo.start_steps,
         train_freq=algo.update_every, gradient_steps=max(1, round(algo.update_every * algo.updates_per_step)), tau=algo.tau,
     )
-    if algo.name == "td3":
+    if algo.name == "dqn":
+        # pytorchrl counts target updates in gradient steps, SB3 in env steps
+        env_steps = algo.target_update_interval * algo.update_every / settings["gradient_steps"]
+        if env_steps != int(env_steps):
+            raise SystemExit(f"sb3_reference: algorithm.target_update_interval = {algo.target_update_interval} gradient steps is no whole number of env steps here")
+        settings.update(
+            target_update_interval=int(env_steps), exploration_fraction=algo.exploration_fraction,
+            exploration_initial_eps=algo.exploration_initial_eps, exploration_final_eps=algo.exploration_final_eps,
+            max_grad_norm=algo.max_grad_norm if algo.max_grad_norm is not None else float("inf"),
+        )
+        settings["policy_kwargs"]["optimizer_kwargs"] = {"eps": algo.adam_eps}
+        del settings["tau"]  # a copy at each target update (refused otherwise above)
+    elif algo.name == "td3":
         settings.update(
             policy_delay=algo.policy_delay,
             target_policy_noise=algo.target_policy_noise,
@@ -126,9 +153,9 @@ def sb3_settings(config: Config) -> dict:
 
 
 def _classes():
-    from stable_baselines3 import PPO, SAC, TD3
+    from stable_baselines3 import DQN, PPO, SAC, TD3
 
-    return {"ppo": PPO, "sac": SAC, "td3": TD3}
+    return {"ppo": PPO, "sac": SAC, "td3": TD3, "dqn": DQN}
 
 
 def _build(settings: dict, env, seed: int):

@@ -99,6 +99,12 @@ def test_the_sb3_reference_maps_a_configs_settings_onto_sb3s_and_refuses_what_it
     sde = script.sb3_settings(load_config(root / "configs/sac/mountaincar_continuous.yaml"))
     assert (sde["use_sde"], sde["sde_sample_freq"], sde["policy_kwargs"]["log_std_init"], sde["ent_coef"]) == (True, -1, -3.67, 0.1)
     assert script.sb3_settings(load_config(root / "configs/sac/mountaincar_continuous.yaml", ["algorithm.sde_sample_freq=8"]))["sde_sample_freq"] == 8
+    # DQN: target updates from gradient steps (300, a gradient step per 2 env steps) to SB3's env steps
+    dqn = script.sb3_settings(load_config(root / "configs/dqn/mountaincar.yaml"))
+    assert {k: dqn[k] for k in ("train_freq", "gradient_steps", "target_update_interval", "exploration_fraction", "exploration_final_eps", "max_grad_norm")} == {
+        "train_freq": 16, "gradient_steps": 8, "target_update_interval": 600, "exploration_fraction": 0.2, "exploration_final_eps": 0.07, "max_grad_norm": 10.0,
+    }
+    assert dqn["policy_kwargs"]["optimizer_kwargs"] == {"eps": 1e-8} and "tau" not in dqn
     # PPO: the rollout and its epochs, the schedules, VecNormalize's arguments, the policy's init and Adam epsilon
     ppo = script.sb3_settings(load_config(root / "configs/ppo/ant.yaml", ["algorithm.anneal_lr=true", "algorithm.max_grad_norm=null"]))
     assert ppo == {
@@ -108,8 +114,12 @@ def test_the_sb3_reference_maps_a_configs_settings_onto_sb3s_and_refuses_what_it
         "n_steps": 2048, "batch_size": 64, "n_epochs": 10, "gae_lambda": 0.95, "clip_range": 0.2, "clip_range_vf": None,
         "normalize_advantage": True, "ent_coef": 0.0, "vf_coef": 0.5, "max_grad_norm": float("inf"), "target_kl": None, "anneal": ["learning_rate"],
     }
-    with pytest.raises(SystemExit, match=r"algorithm\.name is 'dqn'"):
-        script.sb3_settings(load_config(root / "configs/dqn/cartpole.yaml"))
+    with pytest.raises(SystemExit, match=r"algorithm\.name is 'mpo'"):
+        script.sb3_settings(load_config(root / "configs/mpo/pendulum.yaml"))
+    with pytest.raises(SystemExit, match=r"algorithm\.double_q is on \(SB3's DQN is vanilla DQN\)"):
+        script.sb3_settings(load_config(root / "configs/dqn/mountaincar.yaml", ["algorithm.double_q=true"]))
+    with pytest.raises(SystemExit, match=r"env\.env_id is an ALE id"):
+        script.sb3_settings(load_config(root / "configs/ppo/atari_pong.yaml", ["actor.shared_network=false"]))
     with pytest.raises(SystemExit, match=r"actor\.recurrent\.type must be 'none'"):
         script.sb3_settings(load_config(root / "configs/ppo/cartpole_masked_gru.yaml"))
     with pytest.raises(SystemExit, match=r"env\.num_envs is 4"):
