@@ -36,16 +36,20 @@ class Run:
     path: Path
     columns: dict[str, list[float]]
     config: dict[str, Any] = field(default_factory=dict)
+    #: the legend's label, where the caller names the run (a reference run of another library)
+    name: str | None = None
 
     @property
     def group_key(self) -> str:
         config = json.loads(json.dumps(self.config, default=str))
         for key in RUN_KEYS:
             config.get("run", {}).pop(key, None)
-        return json.dumps(config, sort_keys=True)
+        return json.dumps([self.name, config], sort_keys=True)
 
     @property
     def label(self) -> str:
+        if self.name is not None:
+            return self.name
         algo, env = self.config.get("algorithm", {}).get("name"), self.config.get("env", {}).get("env_id")
         return f"{algo} {env}" if algo and env else self.path.name
 
@@ -118,9 +122,13 @@ def band(runs: list[Run], x: str, metric: str) -> tuple[np.ndarray, np.ndarray, 
 
 
 def plot_runs(
-    run_dirs: list[str | Path], *, metrics: tuple[str, ...] = ("eval_return_mean",), x: str = "env_steps", output: str | Path | None = None
+    run_dirs: list[str | Path], *, metrics: tuple[str, ...] = ("eval_return_mean",), x: str = "env_steps", output: str | Path | None = None,
+    names: dict[Path, tuple[str, int]] | None = None,
 ) -> Any:
     """Draw the curves of ``run_dirs`` (see the module doc) and save them to ``output`` if given.
+
+    :param names: ``{run directory: (legend label, seed)}`` for runs without a pytorchrl
+        ``config.yaml`` (the results table's same-protocol references): one group per label.
 
     :return: the matplotlib figure (its lines hold the plotted data).
     :raises InputError: for a directory without ``progress.csv``, an unknown metric or x axis,
@@ -142,6 +150,10 @@ def plot_runs(
         if kind and kind not in formats:
             raise InputError(f"-o {str(output)!r}: {kind!r} is not an image format matplotlib writes; allowed: {', '.join(sorted(formats))}")
     runs = [load_run(d) for d in run_dirs]
+    for run in runs:
+        if names and run.path in names:
+            run.name, seed = names[run.path]
+            run.config = {"run": {"seed": seed}}
     for metric in metrics:
         if all(metric not in run.columns for run in runs):
             known = sorted({c for run in runs for c in run.columns})

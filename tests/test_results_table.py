@@ -93,7 +93,7 @@ def test_a_run_of_another_config_is_left_out_and_told(tmp_path, capsys, monkeypa
     assert "ppo-cartpole-seed2 left out" in told[1] and "run.eval_episodes = 3, not 10" in told[1]
     assert "ppo-cartpole-seed3 left out" in told[2] and "run.max_time_s = 5" in told[2]
     drawn = []  # the figure draws the runs the row counts, no other
-    monkeypatch.setattr("pytorchrl.plotting.plot_runs", lambda runs, output: drawn.append([p.name for p in runs]))
+    monkeypatch.setattr("pytorchrl.plotting.plot_runs", lambda runs, output, names: drawn.append([p.name for p in runs]))
     assert results_table.main([str(manifest), "--root", str(tmp_path), "-o", str(tmp_path / "t.md"), "--plots", str(tmp_path / "plots")]) == 0
     assert drawn == [["ppo-cartpole-seed0"]]
     manifest.write_text(yaml.safe_dump([
@@ -242,7 +242,7 @@ def _reference(
     (run / "progress.csv").write_text("\n".join(rows) + "\n")
 
 
-def test_a_same_protocol_reference_goes_into_the_anchor_cell_only_when_it_ran_the_rows_config(tmp_path, capsys):
+def test_a_same_protocol_reference_goes_into_the_anchor_cell_only_when_it_ran_the_rows_config(tmp_path, capsys, monkeypatch):
     """``reference``: runs of another implementation with the row's config, overrides and steps
     (scripts/sb3_reference.py); their last evaluation's median joins the anchor cell, a reference
     that ran something else is left out with one line, and --archive keeps the counted ones."""
@@ -275,6 +275,20 @@ def test_a_same_protocol_reference_goes_into_the_anchor_cell_only_when_it_ran_th
     assert sorted(p.name for p in (records / "sb3-ppo-cartpole-seed0").iterdir()) == ["progress.csv", "settings.json"]
     # the records alone give the same row
     assert results_table.results_table(manifest, [records]) == [row]
+    # the figure: the row's runs, and the references as one curve under the manifest's label, their seeds counted
+    from pytorchrl import plotting
+
+    legends = []
+    real = plotting.plot_runs
+
+    def drawn(*args, **kwargs):
+        figure = real(*args, **kwargs)
+        legends.append([line.get_label() for line in figure.axes[0].get_lines()])
+        return figure
+
+    monkeypatch.setattr(plotting, "plot_runs", drawn)
+    assert results_table.main([str(manifest), "--root", str(records), "-o", str(tmp_path / "t.md"), "--plots", str(tmp_path / "plots")]) == 0
+    assert legends == [["ppo CartPole-v1", "SB3 PPO (2 seeds)"]]
     # --commands: the reference's missing seeds too, with the row's overrides
     assert results_table.missing_commands(manifest, [records], [1, 2], run_root=Path("runs")) == [
         "pytorchrl train configs/ppo/cartpole.yaml run.seed=1 --run-dir runs/ppo-cartpole-seed1",
