@@ -83,7 +83,6 @@ def sb3_settings(config: Config) -> dict:
             (bool(rainbow), f"algorithm.{rainbow[0] if rainbow else ''} is on (SB3's DQN is vanilla DQN)"),
             (bool(algo.head_hidden_sizes), "algorithm.head_hidden_sizes is set"),
             (algo.apex_epsilon_alpha is not None, "algorithm.apex_epsilon_alpha is set"),
-            (algo.tau != 1.0, "algorithm.tau is not 1 (a polyak step per target update here, per env step in SB3)"),
         ]
     for refused, why in unmapped:
         if refused:
@@ -130,8 +129,7 @@ def sb3_settings(config: Config) -> dict:
             exploration_initial_eps=algo.exploration_initial_eps, exploration_final_eps=algo.exploration_final_eps,
             max_grad_norm=algo.max_grad_norm if algo.max_grad_norm is not None else float("inf"),
         )
-        settings["policy_kwargs"]["optimizer_kwargs"] = {"eps": algo.adam_eps}
-        del settings["tau"]  # a copy at each target update (refused otherwise above)
+        settings["policy_kwargs"]["optimizer_kwargs"] = {"eps": algo.adam_eps}  # tau: a polyak step per target update in both
     elif algo.name == "td3":
         settings.update(
             policy_delay=algo.policy_delay,

@@ -104,7 +104,7 @@ def test_the_sb3_reference_maps_a_configs_settings_onto_sb3s_and_refuses_what_it
     assert {k: dqn[k] for k in ("train_freq", "gradient_steps", "target_update_interval", "exploration_fraction", "exploration_final_eps", "max_grad_norm")} == {
         "train_freq": 16, "gradient_steps": 8, "target_update_interval": 600, "exploration_fraction": 0.2, "exploration_final_eps": 0.07, "max_grad_norm": 10.0,
     }
-    assert dqn["policy_kwargs"]["optimizer_kwargs"] == {"eps": 1e-8} and "tau" not in dqn
+    assert dqn["policy_kwargs"]["optimizer_kwargs"] == {"eps": 1e-8} and dqn["tau"] == 1.0
     # PPO: the rollout and its epochs, the schedules, VecNormalize's arguments, the policy's init and Adam epsilon
     ppo = script.sb3_settings(load_config(root / "configs/ppo/ant.yaml", ["algorithm.anneal_lr=true", "algorithm.max_grad_norm=null"]))
     assert ppo == {
