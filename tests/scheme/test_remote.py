@@ -124,8 +124,10 @@ def test_decentralised_replicas_stay_identical(ray_session):
 def test_async_collection_drops_batches_older_than_max_policy_lag(ray_session):
     learner = make_learner({"num_col_workers": 2, "col_communication": "asynchronous", "max_policy_lag": 0})
     try:
-        for _ in range(40):
+        for step in range(400):  # 40 steps drop some on a quiet machine; a loaded one can serialise the workers for longer
             learner.step()
+            if step >= 39 and learner.dropped_batches:
+                break
         assert learner.dropped_batches > 0
         assert set(learner.policy_lags) == {0}  # nothing older than the bound was used
         assert learner.metrics()["dropped_batches"] == learner.dropped_batches
