@@ -125,13 +125,11 @@ def _actor_keys(config: Config, observation_space: gym.Space) -> list[tuple[list
     if actor.recurrent.type == "none":
         found += _group(actor.recurrent, "actor.recurrent", ["hidden_size", "num_layers"], "actor.recurrent.type is 'none'")
     name = config.algorithm.name
-    if config.algorithm.replay:  # the on-policy actors' options; gSDE's noise takes the log std too
-        if hasattr(config.algorithm, "use_sde"):
-            if not config.algorithm.use_sde:
-                found += _group(actor, "actor", ["log_std_init"], "it starts the log std of SAC's gSDE noise, and algorithm.use_sde is false")
-        else:
-            found += _group(actor, "actor", ["log_std_init"], f"it starts the log std of on-policy Gaussian heads and of SAC's gSDE; {name} has neither")
-        found += _group(actor, "actor", ["ortho_init"], f"it initialises the on-policy actors; {name}'s networks keep PyTorch's default initialisation")
+    if config.algorithm.replay:  # the on-policy actors' options
+        found += _group(
+            actor, "actor", ["log_std_init", "ortho_init"],
+            f"they set up the on-policy actors (SAC's gSDE starts from algorithm.sde_log_std_init); {name}'s networks keep PyTorch's default initialisation",
+        )
     return found
 
 

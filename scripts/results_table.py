@@ -534,7 +534,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for entry, (_, found, references) in zip(entries(args.manifest), table, strict=True):
             if found:  # the runs the row counts, no other; its references beside them, as one more curve
                 name = entry.get("plot") or Path(entry["config"]).with_suffix("").as_posix().replace("/", "-")
-                label = entry.get("reference", {}).get("label", "reference")
+                label = (entry.get("reference") or {}).get("label", "reference")
                 names = {Path(r): (label, read_reference(Path(r)).seed) for r in references}
                 plot_runs([*found, *references], output=args.plots / f"{name}.png", names=names)
     return 0

@@ -83,6 +83,8 @@ def sb3_settings(config: Config) -> dict:
             (bool(rainbow), f"algorithm.{rainbow[0] if rainbow else ''} is on (SB3's DQN is vanilla DQN)"),
             (bool(algo.head_hidden_sizes), "algorithm.head_hidden_sizes is set"),
             (algo.apex_epsilon_alpha is not None, "algorithm.apex_epsilon_alpha is set"),
+            (algo.exploration_fraction == 0, "algorithm.exploration_fraction is 0 (SB3's schedule divides by it)"),
+            (algo.exploration_initial_eps != 1 and algo.start_steps > 0, "algorithm.exploration_initial_eps is not 1 (SB3 acts uniformly before learning_starts)"),
         ]
     for refused, why in unmapped:
         if refused:
@@ -115,13 +117,18 @@ def sb3_settings(config: Config) -> dict:
         return settings
     if env.num_envs != 1 or settings["normalize"]:
         raise SystemExit(f"sb3_reference: {algo.name} here steps one env without normalisation (env.num_envs is {env.num_envs})")
+    every = algo.update_every or config.storage.num_steps  # null: a round per rollout of storage.num_steps
+    gradient_steps = every * algo.updates_per_step
+    if gradient_steps < 1 or gradient_steps != int(gradient_steps):
+        # pytorchrl carries a fraction over to the next round; SB3 makes a whole number of gradient steps per round
+        raise SystemExit(f"sb3_reference: algorithm.update_every x updates_per_step = {every} x {algo.updates_per_step} is not a whole number of gradient steps per round")
     settings.update(
         batch_size=algo.minibatch_size, buffer_size=config.storage.capacity, learning_starts=algo.start_steps,
-        train_freq=algo.update_every, gradient_steps=max(1, round(algo.update_every * algo.updates_per_step)), tau=algo.tau,
+        train_freq=every, gradient_steps=int(gradient_steps), tau=algo.tau,
     )
     if algo.name == "dqn":
         # pytorchrl counts target updates in gradient steps, SB3 in env steps
-        env_steps = algo.target_update_interval * algo.update_every / settings["gradient_steps"]
+        env_steps = algo.target_update_interval * every / settings["gradient_steps"]
         if env_steps != int(env_steps):
             raise SystemExit(f"sb3_reference: algorithm.target_update_interval = {algo.target_update_interval} gradient steps is no whole number of env steps here")
         settings.update(
@@ -146,7 +153,7 @@ def sb3_settings(config: Config) -> dict:
             settings["target_entropy"] = algo.target_entropy
         if algo.use_sde:  # SB3's -1: a matrix per rollout, as pytorchrl's null
             settings.update(use_sde=True, sde_sample_freq=algo.sde_sample_freq or -1)
-            settings["policy_kwargs"]["log_std_init"] = config.actor.log_std_init
+            settings["policy_kwargs"]["log_std_init"] = algo.sde_log_std_init
     return settings
 
 

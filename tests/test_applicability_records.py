@@ -95,8 +95,8 @@ def test_the_encoder_decides_the_cnn_keys():
     ({"name": "dqn", "num_atoms": 11, "per_alpha": 0.5, "apex_epsilon_alpha": 7.0}, ["algorithm.per_alpha", "algorithm.num_atoms", "algorithm.apex_epsilon_alpha"]),
     ({"name": "dqn", "rainbow": True, "num_atoms": 11, "per_alpha": 0.5, "exploration_final_eps": 0.1}, ["algorithm.exploration_final_eps"]),
     ({"name": "sac", "learn_ent_coef": False, "target_entropy": -1.0}, ["algorithm.target_entropy"]),
-    ({"name": "sac", "sde_sample_freq": 8}, ["algorithm.sde_sample_freq"]),
-    ({"name": "sac", "use_sde": True, "sde_sample_freq": 8}, []),
+    ({"name": "sac", "sde_sample_freq": 8, "sde_log_std_init": -2.0}, ["algorithm.sde_sample_freq", "algorithm.sde_log_std_init"]),
+    ({"name": "sac", "use_sde": True, "sde_sample_freq": 8, "sde_log_std_init": -2.0}, []),
 ])
 def test_algorithm_keys_switched_off_by_others(algorithm, expected):
     assert _keys({"algorithm": algorithm, "env": {"env_id": "Pendulum-v1"}}) == expected
@@ -104,7 +104,7 @@ def test_algorithm_keys_switched_off_by_others(algorithm, expected):
 
 @pytest.mark.parametrize(("algorithm", "expected"), [
     ({"name": "ppo"}, []),
-    ({"name": "sac", "use_sde": True}, ["actor.ortho_init"]),  # gSDE's noise starts at log_std_init
+    ({"name": "sac", "use_sde": True}, ["actor.log_std_init", "actor.ortho_init"]),  # gSDE's noise starts at algorithm.sde_log_std_init
     ({"name": "sac"}, ["actor.log_std_init", "actor.ortho_init"]),
     ({"name": "td3"}, ["actor.log_std_init", "actor.ortho_init"]),
 ])

@@ -105,6 +105,9 @@ def test_the_sb3_reference_maps_a_configs_settings_onto_sb3s_and_refuses_what_it
         "train_freq": 16, "gradient_steps": 8, "target_update_interval": 600, "exploration_fraction": 0.2, "exploration_final_eps": 0.07, "max_grad_norm": 10.0,
     }
     assert dqn["policy_kwargs"]["optimizer_kwargs"] == {"eps": 1e-8} and dqn["tau"] == 1.0
+    # a cadence whose gradient steps per round are no whole number: pytorchrl carries the fraction over, SB3 cannot
+    with pytest.raises(SystemExit, match=r"update_every x updates_per_step = 1 x 0.5 is not a whole number"):
+        script.sb3_settings(load_config(root / "configs/dqn/mountaincar.yaml", ["algorithm.update_every=1", "storage.num_steps=1"]))
     # PPO: the rollout and its epochs, the schedules, VecNormalize's arguments, the policy's init and Adam epsilon
     ppo = script.sb3_settings(load_config(root / "configs/ppo/ant.yaml", ["algorithm.anneal_lr=true", "algorithm.max_grad_norm=null"]))
     assert ppo == {

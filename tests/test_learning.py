@@ -102,7 +102,7 @@ def test_sac_with_gsde_learns_pendulum():
     and learns the matrix's log std; it still solves Pendulum, -250 within 5k env steps (3k, seed
     0, 12 s). Where gSDE is needed (MountainCarContinuous, 16k-50k steps) is the benchmark's."""
     summary = _train(
-        "sac/pendulum.yaml", "algorithm.use_sde=true", "actor.log_std_init=-2", "actor.hidden_sizes=[64, 64]", "run.target_steps=5000",
+        "sac/pendulum.yaml", "algorithm.use_sde=true", "algorithm.sde_log_std_init=-2", "actor.hidden_sizes=[64, 64]", "run.target_steps=5000",
         "run.stop_at_return=-250", "run.eval_every=1000",
     )
     assert summary["solved_at_env_steps"] is not None and summary["solved_at_env_steps"] <= 5000, summary

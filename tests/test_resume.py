@@ -465,8 +465,9 @@ MPO_TINY = {
 # gSDE's noise matrices: actor state, redrawn mid-rollout (sde_sample_freq) and at each rollout's start
 SAC_SDE_TINY = {
     **MPO_TINY,
-    "actor": {"hidden_sizes": [16], "activation": "relu", "log_std_init": -2.0},
-    "algorithm": {"name": "sac", "start_steps": 128, "minibatch_size": 32, "updates_per_step": 0.25, "use_sde": True, "sde_sample_freq": 4},
+    "actor": {"hidden_sizes": [16], "activation": "relu"},
+    "algorithm": {"name": "sac", "start_steps": 128, "minibatch_size": 32, "updates_per_step": 0.25, "use_sde": True, "sde_sample_freq": 4,
+                  "sde_log_std_init": -2.0},
 }
 # the model's normalisation statistics and the planners' draws from the acting streams
 MPC_TINY = {

@@ -421,4 +421,7 @@ def test_gsde_without_sde_sample_freq_holds_the_matrix_for_the_rollout():
         for step in range(50):
             actor.act(obs, noise[step], out)
             actions.add(tuple(out[0].tolist()))
-    assert len(actions) == 1
+        assert len(actions) == 1
+        # sampled evaluation (get_action) holds its matrix too, as SB3's predict does: no new one per call
+        sampled = [actor.get_action(obs)[0] for _ in range(3)]
+    assert torch.equal(sampled[0], sampled[1]) and torch.equal(sampled[1], sampled[2])

@@ -669,7 +669,10 @@ class PolicyCriticActor(nn.Module):
         self, obs: torch.Tensor, rhs: Any = None, done: torch.Tensor | None = None, deterministic: bool = False
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], Any]:
         """The deterministic action (evaluation) or an exploring one; a recurrent policy carries
-        its state in ``rhs`` (None: fresh episodes), zeroed where ``done`` starts an episode."""
+        its state in ``rhs`` (None: fresh episodes), zeroed where ``done`` starts an episode.
+        gSDE acts with the noise matrices it holds (drawn on first use, or when the number of
+        rows changes, and every ``sde_sample_freq`` calls), as SB3's ``predict`` does, not with a
+        fresh matrix per call."""
         params = None
         if self.policy_core is not None:
             state = carried_state(rhs, done, obs.shape[0], self.state_size, obs.device)
@@ -678,10 +681,11 @@ class PolicyCriticActor(nn.Module):
         if deterministic:
             return self.scale(self.deterministic(obs) if params is None else self._deterministic(params)), {}, rhs
         out = torch.empty(obs.shape[0], dtype=torch.long) if self.discrete else torch.empty(obs.shape[0], self.action_dim)
+        noise = draw_parts(self.noise_parts(), 1, obs.shape[0])[0]  # not draw_noise: that starts a rollout (gSDE: new matrices)
         if params is None:
-            self.act(obs, self.draw_noise(1, obs.shape[0])[0], out)
+            self.act(obs, noise, out)
         else:
-            self._act(None if bool(self.uniform) else params, self.draw_noise(1, obs.shape[0])[0], out)
+            self._act(None if bool(self.uniform) else params, noise, out)
         return out, {}, rhs
 
     def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:

@@ -42,17 +42,18 @@ class SACConfig(ReplayConfig):
     learn_ent_coef: bool = param(True, "Tune the entropy coefficient automatically (else keep init_ent_coef).")
     use_sde: bool = param(
         False, "Generalized state-dependent exploration (gSDE, Raffin et al. 2022; SB3's use_sde): the policy's noise is its last hidden "
-        "features times a random matrix, held for sde_sample_freq steps; its log std starts at actor.log_std_init. Box actions, no recurrent core.",
+        "features times a random matrix, held for sde_sample_freq steps, whose entries' log std is learned. Box actions, no recurrent core.",
     )
     sde_sample_freq: int | None = param(
         None, "gSDE: redraw each env's noise matrix every this many steps (null: once per rollout, every update_every steps; SB3's -1).", min=1, max=1_000_000
     )
+    sde_log_std_init: float = param(-3.0, "gSDE: initial log std of the noise matrix's entries (SB3's log_std_init; -3 is its SAC default).", min=-20, max=2)
 
     def switched_off(self, config: Config) -> list[tuple[bool, list[str], str]]:
         return [
             *super().switched_off(config),
             (not self.learn_ent_coef, ["target_entropy"], "algorithm.learn_ent_coef is false"),
-            (not self.use_sde, ["sde_sample_freq"], "algorithm.use_sde is false"),
+            (not self.use_sde, ["sde_sample_freq", "sde_log_std_init"], "algorithm.use_sde is false"),
         ]
 
 
@@ -121,7 +122,7 @@ class PolicyCritic(Algorithm):
             raise InputError(f"config key 'algorithm.use_sde' = true needs a Box action space (gSDE perturbs a Gaussian policy); {config.env.env_id!r} has {action_space}")
         if sde and recurrent is not None:
             raise InputError(f"config key 'algorithm.use_sde' = true cannot be combined with a recurrent SAC (actor.recurrent.type = {config.actor.recurrent.type!r}); set one of them off")
-        options = {"sde": True, "sde_sample_freq": algo.sde_sample_freq, "log_std_init": config.actor.log_std_init} if sde else {}
+        options = {"sde": True, "sde_sample_freq": algo.sde_sample_freq, "log_std_init": algo.sde_log_std_init} if sde else {}
         actor_factory = PolicyCriticActor.create_factory(
             observation_space, action_space, policy="categorical" if isinstance(action_space, gym.spaces.Discrete) else cls.policy,
             num_critics=cls.num_critics, encoder=encoder_spec(config.actor), shared_network=config.actor.shared_network,
