@@ -107,8 +107,7 @@ def sb3_settings(config: Config) -> dict:
             n_steps=config.storage.num_steps, batch_size=algo.minibatch_size, n_epochs=algo.num_epochs,
             gae_lambda=algo.gae_lambda, clip_range=algo.clip_range, clip_range_vf=algo.clip_range_vf,
             normalize_advantage=algo.normalize_advantages, ent_coef=algo.ent_coef, vf_coef=algo.vf_coef,
-            max_grad_norm=algo.max_grad_norm if algo.max_grad_norm is not None else float("inf"),
-            target_kl=algo.target_kl,
+            max_grad_norm=_clip(algo.max_grad_norm), target_kl=algo.target_kl,
             anneal=[k for k, on in (("learning_rate", algo.anneal_lr), ("clip_range", algo.anneal_clip_range)) if on],
         )
         settings["policy_kwargs"].update(
@@ -134,7 +133,7 @@ def sb3_settings(config: Config) -> dict:
         settings.update(
             target_update_interval=int(env_steps), exploration_fraction=algo.exploration_fraction,
             exploration_initial_eps=algo.exploration_initial_eps, exploration_final_eps=algo.exploration_final_eps,
-            max_grad_norm=algo.max_grad_norm if algo.max_grad_norm is not None else float("inf"),
+            max_grad_norm=_clip(algo.max_grad_norm),
         )
         settings["policy_kwargs"]["optimizer_kwargs"] = {"eps": algo.adam_eps}  # tau: a polyak step per target update in both
     elif algo.name == "td3":
@@ -155,6 +154,11 @@ def sb3_settings(config: Config) -> dict:
             settings.update(use_sde=True, sde_sample_freq=algo.sde_sample_freq or -1)
             settings["policy_kwargs"]["log_std_init"] = algo.sde_log_std_init
     return settings
+
+
+def _clip(max_grad_norm: float | None) -> float:
+    """SB3's ``max_grad_norm`` (always a number) for pytorchrl's (null: no clipping)."""
+    return float("inf") if max_grad_norm is None else max_grad_norm
 
 
 def _classes():

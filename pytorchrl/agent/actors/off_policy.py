@@ -426,6 +426,7 @@ class PolicyCriticActor(nn.Module):
         self.sde_log_std = nn.Parameter(torch.full((head_in, self.action_dim), float(log_std_init))) if sde else None
         self.sde_sample_freq = sde_sample_freq
         self._sde_eps: torch.Tensor | None = None  # per env [envs, features, actions] standard normals, drawn per rollout
+        self._sde_weights: torch.Tensor | None = None  # the matrices W: those normals times exp(sde_log_std) when drawn
         self._sde_step = 0  # steps acted since they were drawn
         self.critic_extractor = critic_extractor
         self.critic_core: RecurrentCore | None = None
@@ -484,15 +485,21 @@ class PolicyCriticActor(nn.Module):
     def _head(self, features: torch.Tensor) -> torch.Tensor:
         return F.linear(features, self.policy_head.weight, self.policy_head.bias)
 
+    def _mean(self, params: torch.Tensor) -> torch.Tensor:
+        """The Gaussian's mean per action from the policy head's output ``params`` (gSDE: clipped)."""
+        if self.sde_log_std is None:
+            return params[..., : self.action_dim]
+        return params[..., : self.action_dim].clamp(-_SDE_CLIP_MEAN, _SDE_CLIP_MEAN)
+
     def _mean_log_std(self, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The Gaussian's mean and log std per action from the policy head's output ``params``;
         with gSDE (``params``: the mean, then the features), the log std of ``features @ W``."""
         if self.sde_log_std is None:
             mean, log_std = params.chunk(2, dim=-1)
             return mean, log_std.clamp(-20.0, 2.0)
-        mean, features = params[..., : self.action_dim], params[..., self.action_dim :].detach()
+        features = params[..., self.action_dim :].detach()
         variance = torch.matmul(features.square(), self.sde_log_std.mul(2.0).exp()).add_(_SDE_EPSILON)
-        return mean.clamp(-_SDE_CLIP_MEAN, _SDE_CLIP_MEAN), variance.log().mul_(0.5)
+        return self._mean(params), variance.log().mul_(0.5)
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A reparameterised squashed-Gaussian sample in ``[-1, 1]`` and its log-probability (SAC)."""
@@ -545,7 +552,7 @@ class PolicyCriticActor(nn.Module):
         """:meth:`deterministic` from the policy head's output."""
         if self.discrete:
             return params.argmax(-1)
-        return torch.tanh(self._mean_log_std(params)[0] if self.gaussian else params)
+        return torch.tanh(self._mean(params) if self.gaussian else params)
 
     def scale(self, action: torch.Tensor) -> torch.Tensor:
         """``[-1, 1]`` to the action space's bounds (indices stay as they are)."""
@@ -609,9 +616,11 @@ class PolicyCriticActor(nn.Module):
         return parts
 
     def _draw_sde(self, num_envs: int) -> None:
-        """Fresh standard normals for every env's gSDE matrix (scaled by ``exp(sde_log_std)`` when acting)."""
+        """Every env's gSDE matrix, fresh: standard normals times ``exp(sde_log_std)`` as it is now
+        (held until the next draw, as SB3 holds its exploration matrix)."""
         assert self.sde_log_std is not None
         self._sde_eps = torch.randn(num_envs, *self.sde_log_std.shape)
+        self._sde_weights = self._sde_eps * self.sde_log_std.detach().exp()
         self._sde_step = 0
 
     def act(self, obs: torch.Tensor, noise: torch.Tensor, out: torch.Tensor) -> None:
@@ -634,7 +643,7 @@ class PolicyCriticActor(nn.Module):
         elif self.discrete:
             action = (params + policy_noise).argmax(-1)
         elif self.sde_log_std is not None:
-            action = torch.tanh(self._sde_noise(params).add_(self._mean_log_std(params)[0]))
+            action = torch.tanh(self._sde_noise(params).add_(self._mean(params)))
         elif self.gaussian:
             mean, log_std = self._mean_log_std(params)
             action = torch.tanh(torch.addcmul(mean, log_std.exp(), policy_noise))
@@ -649,12 +658,11 @@ class PolicyCriticActor(nn.Module):
         assert self.sde_log_std is not None
         rows = params.shape[0]
         freq = self.sde_sample_freq
-        if self._sde_eps is None or self._sde_eps.shape[0] != rows or (freq is not None and self._sde_step >= freq):
+        if self._sde_weights is None or self._sde_weights.shape[0] != rows or (freq is not None and self._sde_step >= freq):
             self._draw_sde(rows)
-        assert self._sde_eps is not None
+        assert self._sde_weights is not None
         self._sde_step += 1
-        weights = self._sde_eps * self.sde_log_std.exp()  # [envs, features, actions]
-        return torch.bmm(params[:, self.action_dim :].unsqueeze(1), weights).squeeze(1)
+        return torch.bmm(params[:, self.action_dim :].unsqueeze(1), self._sde_weights).squeeze(1)
 
     def _ou_step(self, gaussian: torch.Tensor) -> torch.Tensor:
         """Advance the Ornstein-Uhlenbeck state one step with the standard normal ``gaussian`` draws."""
