@@ -386,6 +386,11 @@ class RunConfig:
     eval_deterministic: bool = param(
         True, "Evaluate with the policy's mode (argmax / mean); false samples actions, as rl-zoo does on Atari, where an argmax policy can loop."
     )
+    eval_parallel: bool = param(
+        False,
+        "Evaluate in a Ray actor beside training (RLlib's evaluation_parallel_to_training): the learner trains on while the episodes "
+        "of the weights at eval_every run; their result goes into the row logged at those steps. It pays with a core to spare.",
+    )
     checkpoint_every: int = param(50_000, "Write a checkpoint every this many env steps (0: only at the end).", min=0)
     keep_checkpoints: int = param(3, "Keep the newest this many checkpoints.", min=1)
     max_time_s: float | None = param(None, "Stop after this many seconds of wall-clock (null or .inf: no limit).", min=0, min_exclusive=True, allow_inf=True)

@@ -93,8 +93,13 @@ def inapplicable_keys(config: Config, observation_space: gym.Space) -> list[tupl
     if config.storage.her.strategy == "none":
         found += _group(config.storage.her, "storage.her", ["k"], "storage.her.strategy is 'none'")
     found += _algorithm_keys(config)
-    if not scheme.num_col_workers and not scheme.num_grad_workers:  # everything in this process: Ray is never started
-        found += _group(scheme.ray, "scheme.ray", ["address", "num_cpus"], "scheme.num_col_workers and num_grad_workers are 0: no remote workers, so Ray is not started")
+    if not scheme.num_col_workers and not scheme.num_grad_workers and not config.run.eval_parallel:  # everything in this process: Ray is never started
+        found += _group(
+            scheme.ray, "scheme.ray", ["address", "num_cpus"],
+            "scheme.num_col_workers and num_grad_workers are 0 and run.eval_parallel is false: no remote workers, so Ray is not started",
+        )
+    if config.run.eval_every == 0:
+        found += _group(config.run, "run", ["eval_parallel"], "run.eval_every is 0: the one evaluation, at the end, is waited for")
     if not scheme.num_col_workers:
         found += _group(scheme, "scheme", ["col_worker_resources"], "scheme.num_col_workers is 0")
     if not scheme.num_grad_workers:

@@ -97,6 +97,10 @@ class Learner:
         self._round_wall_time_s: float | None = None  # wall_time_s when the last round ended
         self._eval_steps = -1
         self._eval_row: dict[str, Any] = {}
+        #: run.eval_parallel: the env steps of the evaluation under way (None: none), and the log
+        #: rows written since it started, held back until its result goes into the first of them
+        self._pending_eval: int | None = None
+        self._held_rows: list[dict[str, Any]] = []
         self._start: float | None = None
         self._log_mark = (0, 0.0)
         self._next = {"log": run.log_every, "eval": run.eval_every or math.inf, "checkpoint": run.checkpoint_every or math.inf}
@@ -157,7 +161,7 @@ class Learner:
         _, state, _ = load_newest_checkpoint(run_dir / "checkpoints")
         learner = cls.from_config(config, run_dir=run_dir, progress=progress, reuse_run_dir=True)
         learner.load_state(state)
-        truncate_progress(run_dir / "progress.csv", learner.env_steps)
+        learner.continue_round(run_dir / "progress.csv")
         reached = {  # a run resumed past where it stops stops at once: say why, and what would train on
             "stop_at_return": f"run.stop_at_return = {config.run.stop_at_return} was reached (at {learner.env_steps:,} env steps)",
             "target_steps": f"run.target_steps = {config.run.target_steps:,} is already reached (the run is at {learner.env_steps:,} env steps)",
@@ -234,26 +238,53 @@ class Learner:
         steps = [(int(p.name.split("_")[1]), p) for p in directory.glob("step_*") if p.name.split("_")[1].isdigit()]
         return max(steps)[1] if steps else None
 
-    def _after_round(self) -> None:
+    def continue_round(self, progress_csv: Path | None = None) -> None:
+        """After :meth:`load_state`: drop the rows ``progress_csv`` holds past the checkpoint's
+        last written one, and do what the checkpoint's round had left to do (with
+        ``run.eval_parallel`` its checkpoint comes before its evaluation starts and its row is
+        written; without, nothing is left)."""
+        if progress_csv is not None:
+            truncate_progress(progress_csv, self._log_mark[0])
+        self._after_round(resumed=True)
+
+    def _after_round(self, *, resumed: bool = False) -> None:
+        """Evaluate, log and checkpoint what is due at the end of a round. With
+        ``run.eval_parallel`` the checkpoint comes first (an evaluation under way is not state a
+        checkpoint can hold) and the round's evaluation starts after it, so that a resumed run
+        starts it again from the same weights (``resumed``: called once more after loading)."""
         self._round_wall_time_s = self.wall_time_s
+        parallel = self.run.eval_parallel
+        if parallel:
+            self._settle_evaluation(block=False)
+            if not resumed:
+                self._checkpoint_if_due()
         log_due = self.env_steps >= self._next["log"]
         # a run's last row holds its final evaluation: made here, before the row is written, when
-        # this round ends the run (else finish() would evaluate and write a second row at these steps)
-        final = log_due and self._stop_reason() is not None and self._eval_steps != self.env_steps
-        evaluated = False
+        # this round ends the run (else finish() would evaluate and write a second row at these
+        # steps); a run stopped by its return target keeps the evaluation that reached it
+        reason = self._stop_reason()
+        final = log_due and reason is not None and reason != "stop_at_return" and self._eval_steps != self.env_steps
         if self.env_steps >= self._next["eval"] or final:
-            self.evaluate()
-            evaluated = True
+            if parallel and not final:
+                self._settle_evaluation(block=True)
+                if self.solved_at is None:  # else the run stops at this round's end, on the evaluation that reached the target
+                    self._start_evaluation()
+            else:
+                self.evaluate()
             self._advance("eval", self.run.eval_every)
-        if log_due or (evaluated and self.solved_at is not None):
+        if log_due or (self._eval_row and self.solved_at is not None):  # the return target reached: in a row at once
             self.log()
             self._advance("log", self.run.log_every)
+        if not parallel:
+            self._checkpoint_if_due()
+        if self._progress.due():
+            self._progress.update(self.metrics())
+
+    def _checkpoint_if_due(self) -> None:
         if self.env_steps >= self._next["checkpoint"]:
             self._advance("checkpoint", self.run.checkpoint_every)  # first: the checkpoint holds the next one due
             if self.run_dir is not None:
                 self.checkpoint()
-        if self._progress.due():
-            self._progress.update(self.metrics())
 
     def _advance(self, name: str, every: int) -> None:
         while self._next[name] <= self.env_steps:
@@ -341,7 +372,9 @@ class Learner:
         checkpoint keeps the log interval in progress, so that a resumed run writes the rows an
         uninterrupted one would."""
         interrupted = self.stop_reason == "interrupted"
-        if not interrupted and (self.last_eval is None or self._eval_steps != self.env_steps):
+        self._settle_evaluation(block=True)
+        reached = self.stop_reason == "stop_at_return"  # with run.eval_parallel, at steps before these: that evaluation stands
+        if not interrupted and (self.last_eval is None or (self._eval_steps != self.env_steps and not reached)):
             self.evaluate()
         if not interrupted and (self._eval_row or self._log_mark[0] != self.env_steps):
             self.log()
@@ -390,7 +423,14 @@ class Learner:
         return self.scheme.predict(observation, state, episode_start, deterministic)
 
     def evaluate(self) -> float:
-        """Mean return over ``run.eval_episodes`` episodes (``run.eval_deterministic``); records solving."""
+        """Mean return over ``run.eval_episodes`` episodes (``run.eval_deterministic``) of the
+        current weights; records solving. With ``run.eval_parallel`` the evaluation worker plays
+        them (after any evaluation it has under way) and this waits for it."""
+        if self.run.eval_parallel:
+            self._start_evaluation()
+            self._settle_evaluation(block=True)
+            assert self.last_eval is not None
+            return self.last_eval
         start = time.perf_counter()
         asked = self.run.eval_episodes
 
@@ -399,16 +439,46 @@ class Learner:
 
         show([])
         returns = self.scheme.evaluate(asked, self.run.eval_deterministic, show)
-        self.last_eval = sum(returns) / len(returns)
-        successes = self.scheme.eval_successes
-        self.last_eval_success = sum(successes) / len(successes) if successes else None
-        self._eval_steps = self.env_steps
         self._interval.setdefault("eval_time_s", [0.0])[0] += time.perf_counter() - start
+        self._record_evaluation(returns, self.scheme.eval_successes, self.env_steps)
+        assert self.last_eval is not None
+        return self.last_eval
+
+    def _record_evaluation(self, returns: list[float], successes: list[bool], steps: int) -> None:
+        """Take an evaluation of the weights at ``steps`` env steps: the last evaluation, the
+        next row's evaluation columns, and the return target reached."""
+        self.last_eval = sum(returns) / len(returns)
+        self.last_eval_success = sum(successes) / len(successes) if successes else None
+        self._eval_steps = steps
         self._eval_row = {"eval_return_mean": self.last_eval, "eval_return_std": _std(returns), "eval_success_rate": self.last_eval_success}
         target = self.run.stop_at_return
         if target is not None and self.solved_at is None and self.last_eval >= target:
-            self.solved_at = (self.env_steps, self.wall_time_s)
-        return self.last_eval
+            self.solved_at = (steps, self.wall_time_s)
+
+    def _start_evaluation(self) -> None:
+        """``run.eval_parallel``: start an evaluation of the current weights on the evaluation
+        worker (after taking the result of the one under way) and go on training."""
+        self._settle_evaluation(block=True)
+        self.scheme.start_evaluation(self.run.eval_episodes, self.run.eval_deterministic)
+        self._pending_eval = self.env_steps
+
+    def _settle_evaluation(self, *, block: bool) -> None:
+        """Take the result of the evaluation under way, if any, once it is in (``block``: wait
+        for it; the time waited counts as ``eval_time_s``): it goes into the first row logged
+        since it started, and the rows held back behind it are written."""
+        if self._pending_eval is None or not (block or self.scheme.evaluation_ready()):
+            return
+        start = time.perf_counter()
+        result = self.scheme.evaluation_result()
+        self._interval.setdefault("eval_time_s", [0.0])[0] += time.perf_counter() - start
+        self._record_evaluation(result["returns"], result["successes"], self._pending_eval)
+        self._pending_eval = None
+        held, self._held_rows = self._held_rows, []
+        if held:
+            held[0].update(self._eval_row)
+            self._eval_row = {}
+            for row in held:
+                self._write_row(row)
 
     def metrics(self) -> dict[str, Any]:
         """The current log row (interval means since the last :meth:`log`)."""
@@ -441,13 +511,19 @@ class Learner:
     def log(self) -> dict[str, Any]:
         """Write the current row to progress.csv and TensorBoard and start a new interval."""
         row = self.metrics()
-        for writer in self.writers:
-            writer.write(row)
+        if self._pending_eval is not None:  # its result goes into this row: written when it is in
+            self._held_rows.append(row)
+        else:
+            self._write_row(row)
         self._progress.update(row, force=True)
         self._interval = {}
         self._eval_row = {}
         self._log_mark = (self.env_steps, self.wall_time_s)
         return row
+
+    def _write_row(self, row: dict[str, Any]) -> None:
+        for writer in self.writers:
+            writer.write(row)
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -500,6 +576,7 @@ class Learner:
 
     def checkpoint(self, path: str | Path | None = None) -> Path:
         """Write a checkpoint atomically (default ``run_dir/checkpoints/step_N``) and prune old ones."""
+        self._settle_evaluation(block=True)  # an evaluation under way is no state a checkpoint can hold
         if path is None:
             if self.run_dir is None:
                 raise ValueError("checkpoint() needs a path when the learner has no run_dir")

@@ -219,7 +219,7 @@ def run_trial(params: dict[str, Any], *, base: dict[str, Any], root: str, metric
     ``root/trials/<trial>``; continues from Tune's checkpoint when PBT restarted it."""
     from ray import tune as ray_tune
 
-    from pytorchrl.learner import Learner, truncate_progress
+    from pytorchrl.learner import Learner
     from pytorchrl.utils.checkpoint import load_checkpoint
     from pytorchrl.utils.runtime import configure_process
 
@@ -233,8 +233,9 @@ def run_trial(params: dict[str, Any], *, base: dict[str, Any], root: str, metric
             with checkpoint.as_directory() as directory:
                 state, _ = load_checkpoint(Path(directory) / _CHECKPOINT)
             restore(learner, state, params)
-            truncate_progress(run_dir / "progress.csv", learner.env_steps)
         learner.writers.append(TuneReporter(learner, metric, checkpoint_every))
+        if checkpoint is not None:
+            learner.continue_round(run_dir / "progress.csv")
         learner.train(stop_signals=False)  # the trial's process is a Ray worker: its SIGTERM is Ray's
     finally:
         learner.close()

@@ -43,6 +43,31 @@ def flat_state(state: object, prefix: str = "") -> dict[str, object]:
     return {prefix: state}
 
 
+def copy_up_to(run_dir: Path, into: Path, checkpoint: str) -> Path:
+    """``into``: a copy of ``run_dir``'s config, progress.csv and its checkpoint ``checkpoint``
+    alone, as if the run had died after writing it (resumed, it continues from there)."""
+    (into / "checkpoints" / checkpoint).mkdir(parents=True)
+    for name in ("config.yaml", "progress.csv"):
+        (into / name).write_bytes((run_dir / name).read_bytes())
+    for path in (run_dir / "checkpoints" / checkpoint).iterdir():
+        (into / "checkpoints" / checkpoint / path.name).write_bytes(path.read_bytes())
+    return into
+
+
+def assert_resumes_to_the_whole_run(resumed_dir: Path, whole_dir: Path, final: str) -> dict:
+    """Resume ``resumed_dir`` to its end and assert that it wrote the rows and the final
+    checkpoint (``final``) of the uninterrupted run in ``whole_dir``; returns that checkpoint's state."""
+    resumed = Learner.resume(resumed_dir, progress=False)
+    try:
+        resumed.train()
+    finally:
+        resumed.close()
+    assert learning_rows(resumed_dir / "progress.csv") == learning_rows(whole_dir / "progress.csv")
+    final_whole = ckpt.load_checkpoint(whole_dir / "checkpoints" / final)[0]
+    assert_same_state(final_whole["scheme"], ckpt.load_checkpoint(resumed_dir / "checkpoints" / final)[0]["scheme"])
+    return final_whole
+
+
 def assert_same_state(a: dict, b: dict) -> None:
     fa, fb = flat_state(a), flat_state(b)
     assert fa.keys() == fb.keys()
@@ -507,25 +532,9 @@ def test_a_run_resumed_mid_way_equals_the_whole_run(tmp_path, raw):
         whole.train()
     finally:
         whole.close()
-    resumed_dir = tmp_path / "resumed"
-    resumed_dir.mkdir()
-    for name in ("config.yaml", "progress.csv"):
-        (resumed_dir / name).write_bytes((tmp_path / "whole" / name).read_bytes())
-    (resumed_dir / "checkpoints").mkdir()
-    step = tmp_path / "whole" / "checkpoints" / "step_1024"
-    for path in step.iterdir():  # resume from the middle of the run
-        (resumed_dir / "checkpoints" / "step_1024").mkdir(exist_ok=True)
-        (resumed_dir / "checkpoints" / "step_1024" / path.name).write_bytes(path.read_bytes())
-    resumed = Learner.resume(resumed_dir, progress=False)
-    try:
-        resumed.train()
-    finally:
-        resumed.close()
-    assert learning_rows(resumed_dir / "progress.csv") == learning_rows(tmp_path / "whole" / "progress.csv")
-    final_whole = ckpt.load_checkpoint(tmp_path / "whole" / "checkpoints" / "step_1536")[0]
-    final_resumed = ckpt.load_checkpoint(resumed_dir / "checkpoints" / "step_1536")[0]
+    resumed_dir = copy_up_to(tmp_path / "whole", tmp_path / "resumed", "step_1024")  # resume from the middle of the run
+    final_whole = assert_resumes_to_the_whole_run(resumed_dir, tmp_path / "whole", "step_1536")
     assert ("replay_buffer" in final_whole["scheme"]["local_gradient_worker"]) == from_dict(raw).algorithm.replay
-    assert_same_state(final_whole["scheme"], final_resumed["scheme"])
 
 
 SAC_TINY = {

@@ -179,6 +179,23 @@ class Scheme:
         col.local_worker.set_weights(self.algorithm.get_weights(acting=True), self.algorithm.version)
         return col.evaluate(num_episodes, deterministic, on_episode, recorder)
 
+    def start_evaluation(self, num_episodes: int, deterministic: bool = True) -> None:
+        """:meth:`evaluate` beside training: the current weights' episodes start on an evaluation
+        worker (a Ray actor, made on first use; it reserves no CPU) and this returns at once.
+        :meth:`evaluation_ready` says when they are done, :meth:`evaluation_result` waits for
+        their ``returns``, ``successes`` and ``duration_s``. One evaluation is under way at a time."""
+        configure_ray(address=self.config.ray.address, num_cpus=self.config.ray.num_cpus)  # a scheme without remote workers has not yet
+        algo = self.algorithm
+        self.collection_workers.start_evaluation(algo.get_weights(acting=True), algo.version, num_episodes, deterministic)
+
+    def evaluation_ready(self) -> bool:
+        """Whether the evaluation :meth:`start_evaluation` started is done."""
+        return self.collection_workers.evaluation_ready()
+
+    def evaluation_result(self) -> dict[str, Any]:
+        """The started evaluation's ``returns``, ``successes`` (goal envs) and ``duration_s``, waiting for it."""
+        return self.collection_workers.evaluation_result()
+
     def predict(
         self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = True,
     ) -> tuple[np.ndarray, Any]:

@@ -19,6 +19,7 @@ TEST_ROLE = 1
 ACTING_ROLE = 2
 GRADIENT_ROLE = 3
 RESTART_ROLE = 4
+EVALUATION_ROLE = 5
 
 
 def derive_seed(run_seed: int, *keys: int) -> int:

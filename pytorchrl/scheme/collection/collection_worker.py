@@ -15,7 +15,7 @@ from pytorchrl.agent.storages.on_policy.demos import EpisodeRecorder
 from pytorchrl.envs.vec_env import VecEnv
 from pytorchrl.scheme.collection.thin_worker import rollout_info
 from pytorchrl.utils.runtime import configure_process
-from pytorchrl.utils.seeding import ACTING_ROLE, TorchStream, derive_seed
+from pytorchrl.utils.seeding import ACTING_ROLE, EVALUATION_ROLE, TorchStream, derive_seed
 
 
 class CollectionWorker:
@@ -59,6 +59,9 @@ class CollectionWorker:
         configure_process(torch_threads)
         self.index = index
         self._stream = TorchStream(derive_seed(seed, ACTING_ROLE, index))
+        # sampled evaluation draws from a stream of its own: evaluating never moves the training
+        # streams, and one evaluation of the same weights draws the same numbers in any process
+        self._eval_stream = TorchStream(derive_seed(seed, EVALUATION_ROLE, index))
         self._preempted: int | None = None
         self.device = torch.device(device)
         self.env_factory = env_factory
@@ -162,7 +165,7 @@ class CollectionWorker:
         if recorder is not None:
             recorder.reset(obs)
         rhs, starts = None, None  # a recurrent actor's state, and where episodes start
-        with torch.no_grad():
+        with torch.no_grad(), self._eval_stream.active():
             while quota.any():
                 action, rhs = self.policy.evaluation_step(obs, rhs, starts, deterministic)
                 obs, reward, terminated, truncated, valid = envs.step(action)
@@ -180,6 +183,19 @@ class CollectionWorker:
                         if on_episode is not None:
                             on_episode(returns)
         return returns
+
+    def evaluation(
+        self, weights: dict[str, torch.Tensor], version: int, normalization: dict[str, Any] | None, num_episodes: int, deterministic: bool,
+    ) -> dict[str, Any]:
+        """:meth:`evaluate` of ``weights`` (policy ``version``) with the observation statistics
+        ``normalization`` (None: the worker's own), in one call: what an evaluation worker beside
+        training (``run.eval_parallel``) is asked. Returns ``returns``, ``successes`` and
+        ``duration_s``."""
+        start = time.perf_counter()
+        self.set_weights(weights, version)
+        self.load_normalization(normalization)
+        returns = self.evaluate(num_episodes, deterministic)
+        return {"returns": returns, "successes": list(self.eval_successes), "duration_s": time.perf_counter() - start}
 
     # ------------------------------------------------------------------------ weights
 
@@ -219,7 +235,7 @@ class CollectionWorker:
     def state_dict(self) -> dict[str, Any]:
         """Env statistics, random streams and, where the envs allow it, the envs themselves and
         the observation the next rollout starts from: taken between rollouts, it resumes exactly."""
-        state: dict[str, Any] = {"acting_rng": self._stream.state}
+        state: dict[str, Any] = {"acting_rng": self._stream.state, "eval_rng": self._eval_stream.state}
         if self.envs is not None and self._started:
             state["envs"] = self.envs.state_dict()
             assert self.storage is not None
@@ -231,6 +247,8 @@ class CollectionWorker:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "acting_rng" in state:
             self._stream.state = state["acting_rng"]
+        if "eval_rng" in state:
+            self._eval_stream.state = state["eval_rng"]
         if self.envs is not None and "envs" in state:
             assert self.storage is not None
             if self.envs.load_state_dict(state["envs"]) and "storage" in state:

@@ -14,6 +14,7 @@ import torch
 from pytorchrl.scheme.base.inference_servers import InferenceServers
 from pytorchrl.scheme.base.worker_set import FaultTolerance, WorkerSet, replica_ordinal
 from pytorchrl.scheme.collection.collection_worker import CollectionWorker
+from pytorchrl.scheme.collection.evaluator import EvaluationRequest, Evaluator
 from pytorchrl.scheme.collection.thin_worker import Deferred, generation_kwargs, make_collection_worker, thin_recorder_factory
 from pytorchrl.utils.arrays import to_arrays, to_tensors
 
@@ -111,6 +112,11 @@ class CollectionWorkerSet:
         self.workers: WorkerSet[CollectionWorker] = WorkerSet(
             factory, num_remote=num_workers, resources=resources, compress=compress, fault=fault, name="collection worker"
         )
+        # run.eval_parallel: a remote twin of the local worker as it is when it does not collect (its test envs seeded alike)
+        self._evaluator_factory = functools.partial(
+            _make_collection_worker, worker_kwargs=worker_kwargs, offset=index_offset, local_collects=False, set_generation=seed_generation
+        )
+        self.evaluator: Evaluator | None = None  # made by the first start_evaluation()
         self._weights: tuple[int, Any] | None = None  # (version, object ref) of the newest weights
         self._pending: dict[Any, tuple[Any, float]] = {}  # asynchronous: rollout ref -> (worker, deadline)
         self._idle: list[Any] = []  # asynchronous: workers to restart at the next collect()
@@ -338,6 +344,25 @@ class CollectionWorkerSet:
             self._take_remote_statistics()
             return self.local_worker.evaluate(num_episodes, deterministic, on_episode, recorder)
 
+    def start_evaluation(self, weights: dict[str, torch.Tensor], version: int, num_episodes: int, deterministic: bool = True) -> None:
+        """Start :meth:`evaluate`'s episodes of ``weights`` on the evaluation worker (a Ray actor,
+        made on first use) and return at once: :meth:`evaluation_ready`, :meth:`evaluation_result`."""
+        with self._lock:
+            normalization = self._ask_any("normalization_state") if self.remote else self.local_worker.normalization_state()
+        if self.evaluator is None:
+            self.evaluator = Evaluator(self._evaluator_factory)
+        self.evaluator.start(EvaluationRequest(weights, version, normalization, num_episodes, deterministic))
+
+    def evaluation_ready(self) -> bool:
+        """Whether the evaluation :meth:`start_evaluation` started has finished."""
+        return self.evaluator is not None and self.evaluator.ready()
+
+    def evaluation_result(self) -> dict[str, Any]:
+        """The started evaluation's ``returns``, ``successes`` and ``duration_s``, waiting for it."""
+        if self.evaluator is None:
+            raise RuntimeError("no evaluation was started")
+        return self.evaluator.result()
+
     def acting_envs(self) -> Any:
         """The local worker's envs carrying the training observation statistics (a remote
         worker's, when the local one does not collect): what it acts on outside rollouts with."""
@@ -390,6 +415,8 @@ class CollectionWorkerSet:
             if self.remote:
                 answers = [self._ask(w, "state_dict") for w in list(self.workers.remote_workers)]
                 state["remote"] = [value for ok, value in answers if ok]
+            if self.evaluator is not None:
+                state["evaluator"] = self.evaluator.state_dict()
             return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -397,6 +424,10 @@ class CollectionWorkerSet:
             self.local_worker.load_state_dict(state["local"])
             for worker, worker_state in zip(self.workers.remote_workers, state.get("remote", []), strict=False):
                 self.workers.get(self.workers.call(worker, "load_state_dict", to_arrays(worker_state) if self.thin else worker_state))
+            if "evaluator" in state:
+                if self.evaluator is None:
+                    self.evaluator = Evaluator(self._evaluator_factory)
+                self.evaluator.load_state_dict(state["evaluator"])
 
     def close(self) -> None:
         with self._lock:
@@ -404,6 +435,8 @@ class CollectionWorkerSet:
                 self.workers.kill(worker)
             self._retiring.clear()
             self.workers.close()
+            if self.evaluator is not None:
+                self.evaluator.close()
 
 
 def merge_collection_info(infos: list[dict[str, Any]], *, current_version: int) -> dict[str, Any]:

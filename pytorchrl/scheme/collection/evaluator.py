@@ -1,0 +1,155 @@
+"""The evaluation worker beside training (``run.eval_parallel``): a Ray actor that plays the
+evaluation episodes of a snapshot of the weights while the learner goes on training."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytorchrl.scheme.base.ray_runtime import ensure_ray
+from pytorchrl.scheme.base.worker_set import _WorkerHost, actor_options, failure_reason
+from pytorchrl.utils.errors import WorkerFailure
+from pytorchrl.utils.runtime import cap_threads
+
+#: an evaluation worker runs in bursts: it reserves no CPU, so that it never waits for one that
+#: collection workers hold (Ray would queue it without a word on a full cluster)
+EVALUATOR_RESOURCES: dict[str, Any] = {"num_cpus": 0}
+
+
+@dataclass
+class EvaluationRequest:
+    """What one evaluation plays: the weights of policy ``version`` with the observation
+    statistics ``normalization``, for ``num_episodes`` episodes (``deterministic``: the mode)."""
+
+    weights: dict[str, Any]
+    version: int
+    normalization: dict[str, Any] | None
+    num_episodes: int
+    deterministic: bool
+    #: the actor call under way (a Ray object ref)
+    ref: Any = field(default=None, repr=False)
+
+
+class Evaluator:
+    """One remote evaluation worker, built by ``worker_factory(index, local=True)`` (the recipe of
+    the driver's own non-collecting worker, so its test envs are seeded as the driver's are, and
+    the same weights score the same in either place) and one evaluation under way at most.
+
+    A worker that dies during an evaluation is replaced once per evaluation and the evaluation is
+    played again from the start by the new one (its test envs start afresh); a second death
+    raises :class:`WorkerFailure`.
+
+    :param worker_factory: ``worker_factory(index, local=..., generation=...) -> CollectionWorker``; picklable.
+    """
+
+    def __init__(self, worker_factory: Callable[..., Any]) -> None:
+        self._factory = worker_factory
+        self._actor: Any = None
+        self._generation = 0
+        self.request: EvaluationRequest | None = None
+        #: replacements started over the evaluator's life
+        self.restarts = 0
+
+    def _host(self) -> Any:
+        if self._actor is None:
+            ray = ensure_ray()
+            cls = ray.remote(**actor_options(EVALUATOR_RESOURCES))(_LocalRecipeHost)
+            self._actor = cls.remote(self._factory, self._generation)
+        return self._actor
+
+    def start(self, request: EvaluationRequest) -> None:
+        """Start ``request`` (the previous one must be finished: :meth:`result`)."""
+        if self.request is not None:
+            raise RuntimeError("an evaluation is already under way: take its result first")
+        self.request = request
+        self._send(request)
+
+    def _send(self, request: EvaluationRequest) -> None:
+        request.ref = self._host().evaluation.remote(request.weights, request.version, request.normalization, request.num_episodes, request.deterministic)
+
+    @property
+    def pending(self) -> bool:
+        return self.request is not None
+
+    def ready(self) -> bool:
+        """Whether the evaluation under way has finished (or failed: :meth:`result` says which)."""
+        if self.request is None:
+            return False
+        ray = ensure_ray()
+        done, _ = ray.wait([self.request.ref], timeout=0)
+        return bool(done)
+
+    def result(self) -> dict[str, Any]:
+        """The evaluation's ``returns``, ``successes`` and ``duration_s``, waiting for it.
+
+        :raises WorkerFailure: when the worker died twice during it.
+        """
+        request = self.request
+        if request is None:
+            raise RuntimeError("no evaluation is under way")
+        ray = ensure_ray()
+        failures = (ray.exceptions.RayActorError, ray.exceptions.RayTaskError)
+        for attempt in range(2):
+            try:
+                out = ray.get(request.ref)
+                break
+            except failures as error:
+                self._retire()
+                if attempt == 1:
+                    self.request = None
+                    raise WorkerFailure(f"the evaluation worker died twice during one evaluation (last: {failure_reason(error)})") from None
+                self.restarts += 1
+                warnings.warn(f"the evaluation worker died ({failure_reason(error)}); playing the evaluation again on a new one", stacklevel=2)
+                self._send(request)
+        self.request = None
+        return dict(out)
+
+    def _retire(self) -> None:
+        self.kill()
+        self._actor = None
+        self._generation += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        """The worker's test envs and evaluation stream (taken with no evaluation under way)."""
+        if self.request is not None:
+            raise RuntimeError("an evaluation is under way: take its result before the state")
+        # a deep copy: arrays from Ray's object store are read-only, and a checkpoint makes tensors of them
+        return dict(copy.deepcopy(ensure_ray().get(self._host().state.remote())))
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        ensure_ray().get(self._host().load_state.remote(state))
+
+    def kill(self) -> None:
+        """Stop the worker process now (a test's stand-in for a crash; :meth:`result` replaces it)."""
+        import ray
+
+        if self._actor is not None and ray.is_initialized():  # never start a Ray to stop a worker of one that is gone
+            ray.kill(self._actor, no_restart=True)
+
+    def close(self) -> None:
+        """Stop the worker and drop an evaluation under way."""
+        self.kill()
+        self._actor = None
+        self.request = None
+
+
+class _LocalRecipeHost(_WorkerHost):
+    """:class:`_WorkerHost` of a worker built as a scheme's local one (index 0, ``local=True``),
+    with its few methods called directly (their arguments and results are plain tensors)."""
+
+    def __init__(self, worker_factory: Callable[..., Any], generation: int) -> None:
+        cap_threads(1)  # it reserves no CPU: one thread, whatever run.torch_threads gives the learner
+        self.worker = worker_factory(0, local=True, generation=generation)
+        self.compress = False
+
+    def evaluation(self, *args: Any) -> dict[str, Any]:
+        return dict(self.worker.evaluation(*args))
+
+    def state(self) -> dict[str, Any]:
+        return dict(self.worker.state_dict())
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.worker.load_state_dict(state)

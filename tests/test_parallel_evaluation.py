@@ -1,0 +1,120 @@
+"""Evaluation beside training (``run.eval_parallel``): the same rows as the driver's own
+evaluation, exact resume, a dead evaluation worker replaced, the return target."""
+
+from __future__ import annotations
+
+import csv
+import json
+import warnings
+
+import gymnasium as gym
+import pytest
+
+from pytorchrl.config import from_dict
+from pytorchrl.config_applicability import inapplicable_keys
+from pytorchrl.learner import Learner
+from pytorchrl.utils import checkpoint as ckpt
+from tests.test_resume import assert_resumes_to_the_whole_run, copy_up_to, learning_rows
+
+# sampled evaluation (its own stream), evaluations every 3rd log row, one checkpoint at an
+# evaluation's steps (its evaluation starts after it) and one between two
+TINY = {
+    "env": {"env_id": "CartPole-v1", "num_envs": 2, "num_test_envs": 2},
+    "actor": {"hidden_sizes": [16]},
+    "storage": {"num_steps": 32},
+    "algorithm": {"name": "ppo", "num_epochs": 2, "minibatch_size": 32},
+    "run": {
+        "target_steps": 1_536, "log_every": 128, "eval_every": 384, "eval_episodes": 3, "eval_deterministic": False,
+        "checkpoint_every": 384, "keep_checkpoints": 5, "stop_at_return": None,
+    },
+}
+
+
+def _train(raw: dict, run_dir, **run: object) -> dict:
+    config = from_dict({**raw, "run": {**raw["run"], **run}})
+    learner = Learner.from_config(config, run_dir=run_dir, progress=False)
+    try:
+        return learner.train()
+    finally:
+        learner.close()
+
+
+def _eval_rows(path) -> list[tuple[str, str]]:
+    with open(path, newline="") as f:
+        return [(row["env_steps"], row["eval_return_mean"]) for row in csv.DictReader(f) if row["eval_return_mean"]]
+
+
+@pytest.mark.timeout(120)
+def test_parallel_evaluation_writes_the_rows_the_drivers_own_evaluation_writes(ray_session, tmp_path):
+    """The evaluation worker is seeded as the driver's own evaluating worker and evaluating
+    draws from a stream of its own, so the same run evaluated either way writes the same
+    progress.csv, sampled evaluation returns included (training is not moved by evaluating)."""
+    inline = _train(TINY, tmp_path / "inline")
+    parallel = _train(TINY, tmp_path / "parallel", eval_parallel=True)
+    rows = learning_rows(tmp_path / "parallel" / "progress.csv")
+    assert rows == learning_rows(tmp_path / "inline" / "progress.csv")
+    evaluated = _eval_rows(tmp_path / "parallel" / "progress.csv")
+    assert [steps for steps, _ in evaluated] == ["384", "768", "1152", "1536"]
+    assert len({value for _, value in evaluated}) > 1  # four evaluations, not one value copied
+    assert parallel["final_eval_return_mean"] == inline["final_eval_return_mean"]
+
+
+@pytest.mark.timeout(120)
+def test_a_parallel_evaluation_run_resumed_mid_way_equals_the_whole_run(ray_session, tmp_path):
+    """The checkpoint at 768 steps is taken before that round's evaluation starts; the resumed
+    run starts it again from the same weights and the evaluation worker's saved streams."""
+    _train(TINY, tmp_path / "whole", eval_parallel=True)
+    resumed_dir = copy_up_to(tmp_path / "whole", tmp_path / "resumed", "step_768")
+    saved = ckpt.load_checkpoint(resumed_dir / "checkpoints" / "step_768")[0]
+    assert saved["learner"]["next"]["eval"] == 768  # due, not yet started: the resumed run starts it
+    whole_final = assert_resumes_to_the_whole_run(resumed_dir, tmp_path / "whole", "step_1536")
+    assert "evaluator" in whole_final["scheme"]["local_gradient_worker"]["collection"]
+
+
+@pytest.mark.timeout(120)
+def test_a_dead_evaluation_worker_is_replaced_and_the_evaluation_played_again(ray_session):
+    """Killed in the middle of an evaluation, the worker is replaced with a warning and the
+    evaluation is played from its start by the new one: the returns the driver's own evaluation
+    of the same weights gives."""
+    config = from_dict({**TINY, "run": {**TINY["run"], "eval_deterministic": True}})
+    learner = Learner.from_config(config, progress=False)
+    try:
+        scheme = learner.scheme
+        expected = scheme.evaluate(4, deterministic=True)
+        scheme.start_evaluation(4, deterministic=True)
+        evaluator = scheme.collection_workers.evaluator
+        assert evaluator is not None
+        evaluator.kill()
+        with pytest.warns(UserWarning, match="evaluation worker died"):
+            result = scheme.evaluation_result()
+        assert evaluator.restarts == 1
+        assert result["returns"] == expected
+    finally:
+        learner.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_return_target_reached_by_a_parallel_evaluation_stops_the_run_and_keeps_that_evaluation(ray_session, tmp_path):
+    """``stop_at_return: -.inf`` stops after the first evaluation: the run trains on while it
+    plays, stops once it is in, and reports it, at the steps of the weights it played, as its
+    final evaluation (no second one of the newer weights)."""
+    summary = _train(TINY, tmp_path, eval_parallel=True, stop_at_return=float("-inf"), target_steps=100_000)
+    assert summary["stop_reason"] == "stop_at_return"
+    assert summary["solved_at_env_steps"] == 384
+    assert summary["env_steps"] >= 384
+    evaluated = _eval_rows(tmp_path / "progress.csv")
+    assert evaluated and evaluated[0][0] == "384" and len(evaluated) == 1
+    assert json.loads((tmp_path / "summary.json").read_text())["final_eval_return_mean"] == pytest.approx(float(evaluated[0][1]), rel=1e-4)
+
+
+def test_eval_parallel_is_named_as_unused_without_periodic_evaluations():
+    """Evaluating only at the end, there is nothing to overlap: the key is reported as ignored;
+    with evaluations, it applies, and it takes ``scheme.ray`` into use even without remote workers."""
+    space = gym.spaces.Box(-1, 1, (4,))
+    ignored = inapplicable_keys(from_dict({"run": {"eval_every": 0, "eval_parallel": True}}), space)
+    assert any(keys == ["run.eval_parallel"] for keys, _ in ignored)
+    used = inapplicable_keys(from_dict({"run": {"eval_parallel": True}, "scheme": {"ray": {"num_cpus": 2}}}), space)
+    assert not any("run.eval_parallel" in keys or "scheme.ray.num_cpus" in keys for keys, _ in used)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert from_dict({"run": {"eval_parallel": True}}).run.eval_parallel is True
