@@ -139,7 +139,8 @@ def evaluation_state(state: dict[str, Any]) -> dict[str, Any]:
     (the one-process layout has none to load them into) and so is a checkpointed replay buffer.
     When the driver's collection worker did not collect (remote collection workers did), it gets
     the first remote worker's observation statistics, the ones the full layout evaluates with
-    (:meth:`~pytorchrl.scheme.collection.collection_worker_set.CollectionWorkerSet.evaluate`)."""
+    (:meth:`~pytorchrl.scheme.collection.collection_worker_set.CollectionWorkerSet.evaluate`);
+    with ``run.eval_parallel``, the evaluation worker's test envs and evaluation stream."""
     scheme = state.get("scheme")
     if not isinstance(scheme, dict) or not isinstance(scheme.get("local_gradient_worker"), dict):
         return state  # not a scheme's state: load_state names what does not match
@@ -150,6 +151,9 @@ def evaluation_state(state: dict[str, Any]) -> dict[str, Any]:
         remote = [w for w in collection.get("remote", []) if isinstance(w, dict) and isinstance(w.get("envs"), dict)]
         if "envs" not in local and remote and "obs_rms" in remote[0]["envs"]:
             local["envs"] = {"obs_rms": remote[0]["envs"]["obs_rms"]}  # statistics only: the train envs start afresh
+        evaluator = collection.get("evaluator")
+        if isinstance(evaluator, dict):  # run.eval_parallel: its evaluation worker's test envs and stream are the run's
+            local.update({key: evaluator[key] for key in ("test_envs", "eval_rng") if key in evaluator})
         master["collection"] = {"local": local}
     return {**state, "scheme": {"local_gradient_worker": master}}
 

@@ -101,6 +101,9 @@ class Learner:
         #: rows written since it started, held back until its result goes into the first of them
         self._pending_eval: int | None = None
         self._held_rows: list[dict[str, Any]] = []
+        #: run.eval_parallel: the return target reached by an evaluation taken in between two of the
+        #: points where the run may stop on it (the next evaluation due, a checkpoint, the end)
+        self._reached_at: tuple[int, float] | None = None
         self._start: float | None = None
         self._log_mark = (0, 0.0)
         self._next = {"log": run.log_every, "eval": run.eval_every or math.inf, "checkpoint": run.checkpoint_every or math.inf}
@@ -253,7 +256,7 @@ class Learner:
         checkpoint can hold) and the round's evaluation starts after it, so that a resumed run
         starts it again from the same weights (``resumed``: called once more after loading)."""
         self._round_wall_time_s = self.wall_time_s
-        parallel = self.run.eval_parallel
+        parallel = self._parallel
         if parallel:
             self._settle_evaluation(block=False)
             if not resumed:
@@ -266,7 +269,7 @@ class Learner:
         final = log_due and reason is not None and reason != "stop_at_return" and self._eval_steps != self.env_steps
         if self.env_steps >= self._next["eval"] or final:
             if parallel and not final:
-                self._settle_evaluation(block=True)
+                self._settle_evaluation(block=True, commit=True)
                 if self.solved_at is None:  # else the run stops at this round's end, on the evaluation that reached the target
                     self._start_evaluation()
             else:
@@ -279,6 +282,12 @@ class Learner:
             self._checkpoint_if_due()
         if self._progress.due():
             self._progress.update(self.metrics())
+
+    @property
+    def _parallel(self) -> bool:
+        """Evaluations beside training: ``run.eval_parallel`` with periodic evaluations (the one at
+        the end alone would only be waited for)."""
+        return self.run.eval_parallel and self.run.eval_every > 0
 
     def _checkpoint_if_due(self) -> None:
         if self.env_steps >= self._next["checkpoint"]:
@@ -347,11 +356,13 @@ class Learner:
                 return self.finish()
             except KeyboardInterrupt:  # the second signal, in a round or in finish()
                 self.stop_reason = "interrupted"
+                self._write_held_rows()
                 self._write_summary()  # no checkpoint: the newest one is the last whole state
                 self._progress.close()
                 raise
             except TrainingDiverged:
                 self.stop_reason = "nonfinite_updates"
+                self._write_held_rows()
                 self._write_summary()  # no evaluation and no checkpoint: the newest one stays the good one
                 raise
 
@@ -372,7 +383,7 @@ class Learner:
         checkpoint keeps the log interval in progress, so that a resumed run writes the rows an
         uninterrupted one would."""
         interrupted = self.stop_reason == "interrupted"
-        self._settle_evaluation(block=True)
+        self._settle_evaluation(block=True, commit=True)
         reached = self.stop_reason == "stop_at_return"  # with run.eval_parallel, at steps before these: that evaluation stands
         if not interrupted and (self.last_eval is None or (self._eval_steps != self.env_steps and not reached)):
             self.evaluate()
@@ -426,9 +437,9 @@ class Learner:
         """Mean return over ``run.eval_episodes`` episodes (``run.eval_deterministic``) of the
         current weights; records solving. With ``run.eval_parallel`` the evaluation worker plays
         them (after any evaluation it has under way) and this waits for it."""
-        if self.run.eval_parallel:
+        if self._parallel:
             self._start_evaluation()
-            self._settle_evaluation(block=True)
+            self._settle_evaluation(block=True, commit=True)
             assert self.last_eval is not None
             return self.last_eval
         start = time.perf_counter()
@@ -444,16 +455,19 @@ class Learner:
         assert self.last_eval is not None
         return self.last_eval
 
-    def _record_evaluation(self, returns: list[float], successes: list[bool], steps: int) -> None:
+    def _record_evaluation(self, returns: list[float], successes: list[bool], steps: int, *, commit: bool = True) -> None:
         """Take an evaluation of the weights at ``steps`` env steps: the last evaluation, the
-        next row's evaluation columns, and the return target reached."""
+        next row's evaluation columns, and the return target reached (``commit`` False: kept in
+        :attr:`_reached_at` until a point where the run may stop on it)."""
         self.last_eval = sum(returns) / len(returns)
         self.last_eval_success = sum(successes) / len(successes) if successes else None
         self._eval_steps = steps
         self._eval_row = {"eval_return_mean": self.last_eval, "eval_return_std": _std(returns), "eval_success_rate": self.last_eval_success}
         target = self.run.stop_at_return
-        if target is not None and self.solved_at is None and self.last_eval >= target:
-            self.solved_at = (steps, self.wall_time_s)
+        if target is not None and self.solved_at is None and self._reached_at is None and self.last_eval >= target:
+            self._reached_at = (steps, self.wall_time_s)
+        if commit:
+            self.solved_at, self._reached_at = self.solved_at or self._reached_at, None
 
     def _start_evaluation(self) -> None:
         """``run.eval_parallel``: start an evaluation of the current weights on the evaluation
@@ -462,23 +476,33 @@ class Learner:
         self.scheme.start_evaluation(self.run.eval_episodes, self.run.eval_deterministic)
         self._pending_eval = self.env_steps
 
-    def _settle_evaluation(self, *, block: bool) -> None:
+    def _settle_evaluation(self, *, block: bool, commit: bool = False) -> None:
         """Take the result of the evaluation under way, if any, once it is in (``block``: wait
         for it; the time waited counts as ``eval_time_s``): it goes into the first row logged
-        since it started, and the rows held back behind it are written."""
-        if self._pending_eval is None or not (block or self.scheme.evaluation_ready()):
-            return
-        start = time.perf_counter()
-        result = self.scheme.evaluation_result()
-        self._interval.setdefault("eval_time_s", [0.0])[0] += time.perf_counter() - start
-        self._record_evaluation(result["returns"], result["successes"], self._pending_eval)
-        self._pending_eval = None
+        since it started, and the rows held back behind it are written. A return target it
+        reaches stops the run only from a ``commit`` point (the next evaluation due, a
+        checkpoint, the end), so that where a run stops does not depend on when a result came in."""
+        if self._pending_eval is not None and (block or self.scheme.evaluation_ready()):
+            start = time.perf_counter()
+            steps, self._pending_eval = self._pending_eval, None
+            result = self.scheme.evaluation_result()
+            self._interval.setdefault("eval_time_s", [0.0])[0] += time.perf_counter() - start
+            self._record_evaluation(result["returns"], result["successes"], steps, commit=False)
+            held, self._held_rows = self._held_rows, []
+            if held:
+                held[0].update(self._eval_row)
+                self._eval_row = {}
+                for row in held:
+                    self._write_row(row)
+        if commit and self._reached_at is not None:
+            self.solved_at, self._reached_at = self.solved_at or self._reached_at, None
+
+    def _write_held_rows(self) -> None:
+        """Write the rows held for an evaluation that will not come in (the run stops on an
+        error), without it."""
         held, self._held_rows = self._held_rows, []
-        if held:
-            held[0].update(self._eval_row)
-            self._eval_row = {}
-            for row in held:
-                self._write_row(row)
+        for row in held:
+            self._write_row(row)
 
     def metrics(self) -> dict[str, Any]:
         """The current log row (interval means since the last :meth:`log`)."""
@@ -545,6 +569,7 @@ class Learner:
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Continue from a checkpoint's state (counters, weights, optimizer, envs, RNG streams)."""
+        self._settle_evaluation(block=True)  # one under way is of weights about to be replaced: its rows are written first
         try:
             c = state["learner"]
             self.scheme.load_state_dict(state["scheme"])
@@ -576,7 +601,7 @@ class Learner:
 
     def checkpoint(self, path: str | Path | None = None) -> Path:
         """Write a checkpoint atomically (default ``run_dir/checkpoints/step_N``) and prune old ones."""
-        self._settle_evaluation(block=True)  # an evaluation under way is no state a checkpoint can hold
+        self._settle_evaluation(block=True, commit=True)  # an evaluation under way is no state a checkpoint can hold
         if path is None:
             if self.run_dir is None:
                 raise ValueError("checkpoint() needs a path when the learner has no run_dir")
@@ -599,7 +624,9 @@ class Learner:
         return out
 
     def close(self) -> None:
-        """Close the log writers and the scheme (its envs and remote workers)."""
+        """Close the log writers and the scheme (its envs and remote workers); rows held for an
+        evaluation still under way are written without it."""
+        self._write_held_rows()
         close_writers(self.writers)
         self.scheme.close()
 

@@ -93,7 +93,7 @@ RECORD_COLUMNS = ("env_steps", "wall_time_s", "eval_return_mean", "eval_return_s
 NEUTRAL_KEYS = (
     "run.seed", "run.torch_threads", "run.checkpoint_every", "run.keep_checkpoints", "run.prometheus_port", "run.device",
     "storage.checkpoint_buffer", "env.atari.num_threads", "env.vectorization", "scheme.ray.",
-    # the same rows as inline evaluation; a return target stops a few rounds later on the same evaluation and steps
+    # the same rows as inline evaluation; a return target stops up to eval_every later, on the same evaluation and steps
     "run.eval_parallel",
     # what the workers and servers reserve (the runs before 2026-11-26 saved the servers' num_gpus as 0.0, now null)
     "scheme.col_worker_resources.", "scheme.grad_worker_resources.", "scheme.inference_server.num_cpus", "scheme.inference_server.num_gpus",

@@ -167,6 +167,25 @@ def test_bfloat16_sac_update_moves_the_parameters_as_float32_does():
     assert torch.nn.functional.cosine_similarity(moves[0], moves[1], dim=0) > 0.9
 
 
+@pytest.mark.parametrize("weighted", [False, True], ids=["uniform", "prioritized"])
+def test_td3_loss_on_a_fixed_batch_is_the_sum_of_the_critics_mean_squared_errors(weighted):
+    """Fujimoto et al.'s and SB3's critic loss, ``mse(q1, y) + mse(q2, y)`` (no SAC-style 1/2),
+    plus the policy's ``-q1(s, pi(s))`` on a policy step; priority weights scale each row."""
+    actor = PolicyCriticActor(OBS, ACTIONS, policy="deterministic", encoder=EncoderSpec(hidden_sizes=(16,), activation="relu"))
+    algo = TD3(actor, policy_delay=1, target_policy_noise=0.0)
+    batch = _batch()
+    if not weighted:
+        del batch["weights"]
+    loss, _ = algo.compute_loss(batch)
+    with torch.no_grad():
+        y = batch["rewards"] + batch["discounts"] * actor.q_values(batch["next_obs"], actor.deterministic(batch["next_obs"], target=True), target=True).min(0).values
+    q1, q2 = actor.q_values(batch["obs"], batch["actions"] / 2.0)
+    w = batch.get("weights", torch.ones(B))
+    critic = (w * (q1 - y) ** 2).mean() + (w * (q2 - y) ** 2).mean()
+    policy = -actor.q_values(batch["obs"], actor.deterministic(batch["obs"]))[0].mean()
+    torch.testing.assert_close(loss, critic + policy)
+
+
 def test_the_policy_loss_never_moves_the_critics():
     actor = PolicyCriticActor(OBS, ACTIONS, policy="deterministic", encoder=EncoderSpec(hidden_sizes=(8,), activation="relu"))
     obs = torch.randn(5, 3)

@@ -99,6 +99,8 @@ class PolicyCritic(Algorithm):
     #: what the policy is over a bounded Box (``categorical`` over a Discrete space: discrete SAC)
     policy = "gaussian"
     num_critics = 2
+    #: each critic's loss is this times its mean squared TD error: SAC's 0.5 (SB3's SAC), TD3's 1
+    critic_loss_scale = 0.5
     tunable = (*Algorithm.tunable, "tau")
     metrics: tuple[str, ...] = ("value_loss", "policy_loss", "q_mean")
 
@@ -143,12 +145,12 @@ class PolicyCritic(Algorithm):
         self._td: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def _critic_loss(self, q: torch.Tensor, y: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
-        """The sum over critics of each one's (importance-weighted) mean ``0.5 (q - y)^2``; keeps
-        ``q`` and ``y`` for :meth:`pop_priorities`."""
+        """The sum over critics of each one's (importance-weighted) mean ``(q - y)^2`` times
+        :attr:`critic_loss_scale`; keeps ``q`` and ``y`` for :meth:`pop_priorities`."""
         self._td = (q.detach(), y)
         if weights is None:  # uniform replay: one fused op and one autograd node
-            return F.mse_loss(q, y.expand_as(q)) * (0.5 * q.shape[0])
-        return 0.5 * ((q - y).square() * weights).mean(-1).sum()
+            return F.mse_loss(q, y.expand_as(q)) * (self.critic_loss_scale * q.shape[0])
+        return self.critic_loss_scale * ((q - y).square() * weights).mean(-1).sum()
 
     def pop_priorities(self) -> torch.Tensor | None:
         """The last minibatch's absolute TD errors, averaged over critics (computed only when asked)."""
@@ -300,6 +302,10 @@ class TD3(PolicyCritic):
     config: TD3Config
     action_spaces = (gym.spaces.Box,)
     policy = "deterministic"
+    # Fujimoto et al.'s and SB3's sum of the critics' mean squared errors: under Adam only its
+    # epsilon tells the scale apart, and with it the critics' steps match SB3's to float precision
+    # (scripts/td3_sb3_update.py)
+    critic_loss_scale = 1.0
 
     def __init__(self, actor: Any, device: str | torch.device = "cpu", config: TD3Config | None = None, **overrides: Any) -> None:
         self._policy_params = [*actor.policy_torso.parameters(), *actor.policy_head.parameters()]

@@ -34,13 +34,16 @@ class EvaluationRequest:
 
 
 class Evaluator:
-    """One remote evaluation worker, built by ``worker_factory(index, local=True)`` (the recipe of
-    the driver's own non-collecting worker, so its test envs are seeded as the driver's are, and
-    the same weights score the same in either place) and one evaluation under way at most.
+    """One remote evaluation worker, built by ``worker_factory(0, local=True)`` (the recipe of the
+    driver's own non-collecting worker, so its test envs are seeded as the driver's are, and the
+    same weights score the same in either place) and one evaluation under way at most.
 
-    A worker that dies during an evaluation is replaced once per evaluation and the evaluation is
-    played again from the start by the new one (its test envs start afresh); a second death
-    raises :class:`WorkerFailure`.
+    The actor starts with the first evaluation (Ray too, where the scheme has no remote workers),
+    never earlier: a state loaded before then (a resumed run) is kept and handed to it when it
+    starts. A worker that dies is replaced by one built the same way (its test envs and stream
+    start afresh, from the same seeds: evaluating twice is harmless, unlike collecting twice): during
+    an evaluation, which the new one plays again from the start, once per evaluation (a second
+    death raises :class:`WorkerFailure`); between two, at the next evaluation or checkpoint.
 
     :param worker_factory: ``worker_factory(index, local=..., generation=...) -> CollectionWorker``; picklable.
     """
@@ -48,7 +51,7 @@ class Evaluator:
     def __init__(self, worker_factory: Callable[..., Any]) -> None:
         self._factory = worker_factory
         self._actor: Any = None
-        self._generation = 0
+        self._state: dict[str, Any] | None = None  # a loaded state for the actor to start from
         self.request: EvaluationRequest | None = None
         #: replacements started over the evaluator's life
         self.restarts = 0
@@ -57,7 +60,8 @@ class Evaluator:
         if self._actor is None:
             ray = ensure_ray()
             cls = ray.remote(**actor_options(EVALUATOR_RESOURCES))(_LocalRecipeHost)
-            self._actor = cls.remote(self._factory, self._generation)
+            self._actor = cls.remote(self._factory, self._state)
+            self._state = None
         return self._actor
 
     def start(self, request: EvaluationRequest) -> None:
@@ -72,13 +76,20 @@ class Evaluator:
 
     @property
     def pending(self) -> bool:
+        """Whether an evaluation is under way."""
         return self.request is not None
+
+    @property
+    def started(self) -> bool:
+        """Whether the worker's actor is up (it starts with the first evaluation)."""
+        return self._actor is not None
 
     def ready(self) -> bool:
         """Whether the evaluation under way has finished (or failed: :meth:`result` says which)."""
         if self.request is None:
             return False
-        ray = ensure_ray()
+        import ray  # started by the evaluation
+
         done, _ = ray.wait([self.request.ref], timeout=0)
         return bool(done)
 
@@ -90,37 +101,57 @@ class Evaluator:
         request = self.request
         if request is None:
             raise RuntimeError("no evaluation is under way")
-        ray = ensure_ray()
+        import ray
+
         failures = (ray.exceptions.RayActorError, ray.exceptions.RayTaskError)
-        for attempt in range(2):
+        try:
             try:
-                out = ray.get(request.ref)
-                break
+                return dict(ray.get(request.ref))
+            except failures as error:
+                self._replace(error, "playing the evaluation again on a new one")
+                self._send(request)
+            try:
+                return dict(ray.get(request.ref))
             except failures as error:
                 self._retire()
-                if attempt == 1:
-                    self.request = None
-                    raise WorkerFailure(f"the evaluation worker died twice during one evaluation (last: {failure_reason(error)})") from None
-                self.restarts += 1
-                warnings.warn(f"the evaluation worker died ({failure_reason(error)}); playing the evaluation again on a new one", stacklevel=2)
-                self._send(request)
-        self.request = None
-        return dict(out)
+                raise WorkerFailure(f"the evaluation worker died twice during one evaluation (last: {failure_reason(error)})") from None
+        finally:
+            self.request = None
+
+    def _replace(self, error: BaseException, then: str) -> None:
+        """Retire a worker that died (its replacement starts when next asked for), and say so."""
+        self._retire()
+        self.restarts += 1
+        warnings.warn(f"the evaluation worker died ({failure_reason(error)}); {then}", stacklevel=3)
 
     def _retire(self) -> None:
         self.kill()
         self._actor = None
-        self._generation += 1
 
     def state_dict(self) -> dict[str, Any]:
-        """The worker's test envs and evaluation stream (taken with no evaluation under way)."""
+        """The worker's test envs and evaluation stream (taken with no evaluation under way; a
+        worker that died since its last one leaves none: its replacement starts afresh)."""
         if self.request is not None:
             raise RuntimeError("an evaluation is under way: take its result before the state")
-        # a deep copy: arrays from Ray's object store are read-only, and a checkpoint makes tensors of them
-        return dict(copy.deepcopy(ensure_ray().get(self._host().state.remote())))
+        if self._actor is None:
+            return dict(self._state or {})
+        import ray
+
+        try:
+            # a deep copy: arrays from Ray's object store are read-only, and a checkpoint makes tensors of them
+            return dict(copy.deepcopy(ray.get(self._actor.state.remote())))
+        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as error:
+            self._replace(error, "a new one starts with the next evaluation")
+            return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        ensure_ray().get(self._host().load_state.remote(state))
+        """Start from ``state``: now if the worker is up, else when it starts."""
+        if self._actor is None:
+            self._state = dict(state)
+            return
+        import ray
+
+        ray.get(self._actor.load_state.remote(state))
 
     def kill(self) -> None:
         """Stop the worker process now (a test's stand-in for a crash; :meth:`result` replaces it)."""
@@ -140,10 +171,12 @@ class _LocalRecipeHost(_WorkerHost):
     """:class:`_WorkerHost` of a worker built as a scheme's local one (index 0, ``local=True``),
     with its few methods called directly (their arguments and results are plain tensors)."""
 
-    def __init__(self, worker_factory: Callable[..., Any], generation: int) -> None:
+    def __init__(self, worker_factory: Callable[..., Any], state: dict[str, Any] | None = None) -> None:
         cap_threads(1)  # it reserves no CPU: one thread, whatever run.torch_threads gives the learner
-        self.worker = worker_factory(0, local=True, generation=generation)
+        self.worker = worker_factory(0, local=True)
         self.compress = False
+        if state:
+            self.worker.load_state_dict(state)
 
     def evaluation(self, *args: Any) -> dict[str, Any]:
         return dict(self.worker.evaluation(*args))
