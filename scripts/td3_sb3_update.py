@@ -2,7 +2,8 @@
 the same minibatches (synthetic, Walker2d-shaped), no target smoothing noise (the one random
 draw in the update). Prints how far each side's critics and policy moved and how far apart
 they are, for SB3's own TD3 and for SB3 reordered as pytorchrl orders the update (the policy's
-gradient taken at the critics before their step, in one backward pass).
+gradient taken at the critics before their step, in one backward pass), and SB3's own against
+pytorchrl's ``algorithm.policy_update: after_critics`` (the reference's order).
 
     python scripts/td3_sb3_update.py [--steps 40] [--config configs/td3/walker2d.yaml]
 
@@ -38,12 +39,12 @@ def _linears(module: torch.nn.Module) -> list[torch.nn.Linear]:
 class Pair:
     """An SB3 TD3 and a pytorchrl TD3 with the same weights (SB3's copied into pytorchrl's)."""
 
-    def __init__(self, config_path: str, reorder: bool) -> None:
+    def __init__(self, config_path: str, reorder: bool, policy_update: str = "fused") -> None:
         from stable_baselines3 import TD3
         from stable_baselines3.common.logger import configure
 
         torch.manual_seed(0)  # SB3's initial weights, the same for both orders
-        config = load_config(config_path, ["algorithm.target_policy_noise=0"])
+        config = load_config(config_path, ["algorithm.target_policy_noise=0", f"algorithm.policy_update={policy_update}"])
         algo_config = config.algorithm
         env = gym.make(config.env.env_id)
         wiring = wire(ALGORITHMS["td3"], config, env.observation_space, env.action_space)
@@ -128,9 +129,9 @@ def _train_policy_gradient_first(self: Any, gradient_steps: int, batch_size: int
             polyak_update(self.actor.parameters(), self.actor_target.parameters(), self.tau)
 
 
-def compare(config: str, steps: int, reorder: bool, report: tuple[int, ...]) -> list[tuple[int, str, float, float]]:
+def compare(config: str, steps: int, reorder: bool, report: tuple[int, ...], policy_update: str = "fused") -> list[tuple[int, str, float, float]]:
     """``(step, part, SB3's movement, |SB3 - pytorchrl|)`` at the ``report`` steps."""
-    pair = Pair(config, reorder)
+    pair = Pair(config, reorder, policy_update)
     obs_dim = int(np.prod(pair.actor.observation_space.shape))
     action_dim = pair.actor.action_dim
     start = {part: pair.flat("sb3", part).clone() for part in ("critic", "policy")}
@@ -161,9 +162,13 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     report = tuple(s for s in (1, 2, 4, 10, 20, 40, 100, 200) if s <= args.steps) + ((args.steps,) if args.steps not in (1, 2, 4, 10, 20, 40, 100, 200) else ())
-    for reorder, title in ((False, "SB3's TD3"), (True, "SB3's TD3 reordered as pytorchrl's (the policy's gradient before the critics' step)")):
-        print(f"--- {title} against pytorchrl's")
-        for step, part, moved, apart in compare(args.config, args.steps, reorder, report):
+    for reorder, update, title in (
+        (False, "fused", "SB3's TD3 against pytorchrl's (algorithm.policy_update: fused, the default)"),
+        (True, "fused", "SB3's TD3 reordered as pytorchrl's default (the policy's gradient before the critics' step) against it"),
+        (False, "after_critics", "SB3's TD3 against pytorchrl's with algorithm.policy_update: after_critics"),
+    ):
+        print(f"--- {title}")
+        for step, part, moved, apart in compare(args.config, args.steps, reorder, report, update):
             print(f"step {step:4d} {part:6s}: SB3 moved {moved:.4e}, |SB3 - pytorchrl| {apart:.4e} ({apart / max(moved, 1e-12):6.2%} of the move)")
 
 

@@ -186,6 +186,56 @@ def test_td3_loss_on_a_fixed_batch_is_the_sum_of_the_critics_mean_squared_errors
     torch.testing.assert_close(loss, critic + policy)
 
 
+def test_td3_after_critics_steps_the_critics_then_the_policy_at_them_as_the_reference_does():
+    """``policy_update: after_critics`` is Fujimoto et al.'s (and SB3's) update: a critic step with
+    its own Adam, then, every ``policy_delay`` steps, the policy's Adam step on ``-q1(s, pi(s))``
+    at the stepped critics, then the targets' polyak step; ``fused`` (the default) takes the
+    policy's gradient before the critics' step and differs."""
+    import copy
+
+    def make(update: str) -> TD3:
+        torch.manual_seed(3)
+        actor = PolicyCriticActor(OBS, ACTIONS, policy="deterministic", encoder=EncoderSpec(hidden_sizes=(16,), activation="relu"))
+        return TD3(actor, policy_delay=2, target_policy_noise=0.0, policy_update=update)
+
+    algo, fused = make("after_critics"), make("fused")
+    ref = copy.deepcopy(algo.actor)  # plain tensors: stepped by torch's own Adam below
+    policy_params = [*ref.policy_torso.parameters(), *ref.policy_head.parameters()]
+    critic_opt, policy_opt = torch.optim.Adam(ref.critics.parameters(), lr=1e-3), torch.optim.Adam(policy_params, lr=1e-3)
+    batches = [dict(_batch(), rewards=torch.randn(B, generator=torch.Generator().manual_seed(i))) for i in range(4)]
+    for step, batch in enumerate(batches, start=1):
+        batch = {k: v for k, v in batch.items() if k != "weights"}
+        for a in (algo, fused):
+            a.compute_gradients(batch)
+            a.apply_gradients()
+        with torch.no_grad():
+            y = batch["rewards"] + batch["discounts"] * ref.q_values(batch["next_obs"], ref.deterministic(batch["next_obs"], target=True), target=True).min(0).values
+        q = ref.q_values(batch["obs"], batch["actions"] / 2.0)
+        critic_opt.zero_grad()
+        sum(torch.nn.functional.mse_loss(qk, y) for qk in q).backward()
+        critic_opt.step()
+        if step % 2 == 0:
+            policy_opt.zero_grad()
+            (-ref.q_values(batch["obs"], ref.deterministic(batch["obs"]), critics=1, frozen=True).mean()).backward()
+            policy_opt.step()
+            ref.update_target(0.005)
+    for ours, theirs in zip(algo.actor.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    assert algo.version == 4
+    def policy_gap(actor: PolicyCriticActor) -> float:
+        return max((a - b).abs().max().item() for a, b in zip(actor.policy_torso.parameters(), ref.policy_torso.parameters(), strict=True))
+
+    # the default order's policy (its gradient at the critics before their step) is further off by far
+    assert policy_gap(fused.actor) > 100 * max(policy_gap(algo.actor), 1e-9)
+
+
+def test_td3_after_critics_is_refused_with_remote_gradient_workers():
+    from pytorchrl.config import ConfigError, checked, from_dict
+
+    with pytest.raises(ConfigError, match="algorithm.policy_update"):
+        checked(from_dict({"env": {"env_id": "Pendulum-v1"}, "algorithm": {"name": "td3", "policy_update": "after_critics"}, "scheme": {"num_grad_workers": 1}}))
+
+
 def test_the_policy_loss_never_moves_the_critics():
     actor = PolicyCriticActor(OBS, ACTIONS, policy="deterministic", encoder=EncoderSpec(hidden_sizes=(8,), activation="relu"))
     obs = torch.randn(5, 3)

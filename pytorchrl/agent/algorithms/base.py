@@ -263,6 +263,15 @@ class Algorithm:
         """
         if gradients is not None:
             self.flat_grad.copy_(gradients)
+        if not self._clip_gradient():
+            return False
+        self._adam_step()
+        self.version += 1
+        return True
+
+    def _clip_gradient(self) -> bool:
+        """Clip the gradient's global norm to ``max_grad_norm``; False (and the gradient zeroed)
+        when it is not finite."""
         norm = torch.linalg.vector_norm(self.flat_grad)
         if not bool(torch.isfinite(norm)):
             self.flat_grad.zero_()
@@ -270,8 +279,6 @@ class Algorithm:
         max_norm = self.max_grad_norm
         if max_norm is not None:
             self.flat_grad.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
-        self._adam_step()
-        self.version += 1
         return True
 
     def _adam_step(self) -> None:

@@ -10,7 +10,9 @@ bootstrap discount in ``discounts`` (see :class:`~pytorchrl.agent.storages.off_p
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +26,7 @@ from pytorchrl.agent.algorithms.base import Algorithm
 from pytorchrl.agent.algorithms.families import ReplayConfig, replay_storage_factory
 from pytorchrl.agent.algorithms.sequences import Window
 from pytorchrl.agent.algorithms.wiring import Wiring, encoder_spec, recurrent_spec
-from pytorchrl.config import Config, param
+from pytorchrl.config import Config, ConfigError, param
 from pytorchrl.utils.errors import InputError
 
 
@@ -72,6 +74,22 @@ class TD3Config(ReplayConfig):
     exploration_noise_type: str = param("gaussian", "Exploration noise: independent Gaussian per step, or an Ornstein-Uhlenbeck process per env.", choices=("gaussian", "ou"))
     ou_theta: float = param(0.15, "Ornstein-Uhlenbeck mean reversion rate.", min=0, min_exclusive=True)
     ou_dt: float = param(1e-2, "Ornstein-Uhlenbeck time step.", min=0, min_exclusive=True)
+    policy_update: str = param(
+        "fused",
+        "fused: the policy's gradient at the critics before their step, in one gradient with theirs (what gradient workers compute); "
+        "after_critics: the critics step first and the policy's gradient is taken at them (Fujimoto et al.'s and SB3's order; "
+        "no remote gradient workers).",
+        choices=("fused", "after_critics"),
+    )
+
+    def check(self, config: Config) -> None:
+        if self.policy_update == "after_critics" and config.scheme.num_grad_workers > 0:
+            raise ConfigError(
+                f"config key 'algorithm.policy_update' = 'after_critics' with scheme.num_grad_workers = {config.scheme.num_grad_workers}: "
+                "the policy's gradient needs the critics' step applied first, which remote gradient workers do not see; "
+                "use policy_update 'fused' or scheme.num_grad_workers = 0"
+            )
+        super().check(config)
 
     def switched_off(self, config: Config) -> list[tuple[bool, list[str], str]]:
         return [
@@ -310,6 +328,9 @@ class TD3(PolicyCritic):
     def __init__(self, actor: Any, device: str | torch.device = "cpu", config: TD3Config | None = None, **overrides: Any) -> None:
         self._policy_params = [*actor.policy_torso.parameters(), *actor.policy_head.parameters()]
         super().__init__(actor, device, config, **overrides)
+        #: policy_update after_critics: the observations the policy's step after the critics' uses
+        self._policy_obs: torch.Tensor | None = None
+        self._policy_loss = math.nan  # after_critics: the last policy step's loss (reported by the next one)
 
     def param_groups(self) -> list[list[torch.Tensor]]:
         """The policy, and the critics: a critic-only step leaves the policy's Adam alone."""
@@ -332,26 +353,60 @@ class TD3(PolicyCritic):
         loss = critic_loss = self._critic_loss(q, y, batch.get("weights"))
         info = {"value_loss": float(critic_loss.detach()), "q_mean": float(q.detach().mean())}
         if self._policy_step():
-            policy_loss = -actor.q_values(obs, actor.deterministic(obs), critics=1, frozen=True).mean()
-            loss = loss + policy_loss
-            info["policy_loss"] = float(policy_loss.detach())
+            if self.config.policy_update == "after_critics":  # apply_gradients takes it once the critics have stepped
+                self._policy_obs = obs
+                if not math.isnan(self._policy_loss):  # none before the first policy step
+                    info["policy_loss"] = self._policy_loss
+            else:
+                policy_loss = self._policy_loss_of(obs)
+                loss = loss + policy_loss
+                info["policy_loss"] = float(policy_loss.detach())
         return loss, info
+
+    def _policy_loss_of(self, obs: torch.Tensor) -> torch.Tensor:
+        """``-q1(s, pi(s))``, the critics frozen."""
+        actor = self.actor
+        return -actor.q_values(obs, actor.deterministic(obs), critics=1, frozen=True).mean()
 
     def apply_gradients(self, gradients: torch.Tensor | None = None) -> bool:
         policy_step = self._policy_step()
-        if policy_step:
+        after = self._policy_obs
+        if policy_step and after is None:
             applied = super().apply_gradients(gradients)
             if applied:
                 self.update_targets(self.config.tau)
             return applied
-        # a critic-only step: Adam skips a segment without a gradient, so the policy (and its
-        # moment estimates and step count) stay as they are, as with a policy optimizer that is not stepped
-        policy = self.segments[0]
-        view, policy.grad = policy.grad, None
+        with self._only(self.segments[1:]):  # the critics alone
+            applied = super().apply_gradients(gradients)
+        if policy_step and after is not None:  # after_critics: the policy's gradient at the stepped critics
+            self._policy_obs = None
+            if gradients is not None:
+                raise RuntimeError("algorithm.policy_update 'after_critics' needs the minibatch here; it cannot apply a gradient computed elsewhere")
+            if applied:
+                self.flat_grad.zero_()
+                policy_loss = self._policy_loss_of(after)
+                policy_loss.backward()
+                self._policy_loss = float(policy_loss.detach())
+                if self._clip_gradient():
+                    with self._only(self.segments[:1]):
+                        self._adam_step()  # the version is the critics' step's: one update
+                    self.update_targets(self.config.tau)
+        return applied
+
+    @contextlib.contextmanager
+    def _only(self, keep: list[torch.Tensor]) -> Iterator[None]:
+        """Steps inside it move the ``keep`` segments alone: Adam skips a segment without a
+        gradient, so the others (their moment estimates and step counts too) stay as they are, as
+        with an optimizer that is not stepped."""
+        others = [s for s in self.segments if all(s is not k for k in keep)]
+        views = [s.grad for s in others]
+        for segment in others:
+            segment.grad = None
         try:
-            return super().apply_gradients(gradients)
+            yield
         finally:
-            policy.grad = view
+            for segment, view in zip(others, views, strict=True):
+                segment.grad = view
 
 
 class DDPG(TD3):
