@@ -151,7 +151,7 @@ def test_a_return_target_reached_by_a_parallel_evaluation_stops_the_run_and_keep
 def test_eval_parallel_without_periodic_evaluations_evaluates_inline(tmp_path):
     """Only the final evaluation, which the run would wait for: no evaluation worker is made."""
     config = from_dict({**TINY, "run": {**TINY["run"], "eval_every": 0, "eval_parallel": True, "target_steps": 256}})
-    with pytest.warns(IgnoredConfigKeysWarning, match="run.eval_parallel"):
+    with pytest.warns(IgnoredConfigKeysWarning, match=r"run\.eval_parallel"):
         learner = Learner.from_config(config, run_dir=tmp_path, progress=False)
     try:
         summary = learner.train()

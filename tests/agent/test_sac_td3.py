@@ -232,7 +232,7 @@ def test_td3_after_critics_steps_the_critics_then_the_policy_at_them_as_the_refe
 def test_td3_after_critics_is_refused_with_remote_gradient_workers():
     from pytorchrl.config import ConfigError, checked, from_dict
 
-    with pytest.raises(ConfigError, match="algorithm.policy_update"):
+    with pytest.raises(ConfigError, match=r"algorithm\.policy_update"):
         checked(from_dict({"env": {"env_id": "Pendulum-v1"}, "algorithm": {"name": "td3", "policy_update": "after_critics"}, "scheme": {"num_grad_workers": 1}}))
 
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import torch
 
+from pytorchrl.scheme.base.evaluator import EvaluationRequest, Evaluator
 from pytorchrl.scheme.base.inference_servers import InferenceServers
 from pytorchrl.scheme.base.worker_set import FaultTolerance, WorkerSet, replica_ordinal
 from pytorchrl.scheme.collection.collection_worker import CollectionWorker
-from pytorchrl.scheme.collection.evaluator import EvaluationRequest, Evaluator
 from pytorchrl.scheme.collection.thin_worker import Deferred, generation_kwargs, make_collection_worker, thin_recorder_factory
 from pytorchrl.utils.arrays import to_arrays, to_tensors
 
