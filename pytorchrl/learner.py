@@ -467,7 +467,11 @@ class Learner:
         if target is not None and self.solved_at is None and self._reached_at is None and self.last_eval >= target:
             self._reached_at = (steps, self.wall_time_s)
         if commit:
-            self.solved_at, self._reached_at = self.solved_at or self._reached_at, None
+            self._commit_reached()
+
+    def _commit_reached(self) -> None:
+        """The return target an evaluation reached becomes the run's (it stops at this round's end)."""
+        self.solved_at, self._reached_at = self.solved_at or self._reached_at, None
 
     def _start_evaluation(self) -> None:
         """``run.eval_parallel``: start an evaluation of the current weights on the evaluation
@@ -488,18 +492,16 @@ class Learner:
             result = self.scheme.evaluation_result()
             self._interval.setdefault("eval_time_s", [0.0])[0] += time.perf_counter() - start
             self._record_evaluation(result["returns"], result["successes"], steps, commit=False)
-            held, self._held_rows = self._held_rows, []
-            if held:
-                held[0].update(self._eval_row)
+            if self._held_rows:
+                self._held_rows[0].update(self._eval_row)
                 self._eval_row = {}
-                for row in held:
-                    self._write_row(row)
-        if commit and self._reached_at is not None:
-            self.solved_at, self._reached_at = self.solved_at or self._reached_at, None
+                self._write_held_rows()
+        if commit:
+            self._commit_reached()
 
     def _write_held_rows(self) -> None:
-        """Write the rows held for an evaluation that will not come in (the run stops on an
-        error), without it."""
+        """Write the rows held back for an evaluation (without it where it will not come in: the
+        run stops on an error)."""
         held, self._held_rows = self._held_rows, []
         for row in held:
             self._write_row(row)

@@ -161,7 +161,7 @@ def main() -> None:
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
-    report = tuple(s for s in (1, 2, 4, 10, 20, 40, 100, 200) if s <= args.steps) + ((args.steps,) if args.steps not in (1, 2, 4, 10, 20, 40, 100, 200) else ())
+    report = tuple(sorted({s for s in (1, 2, 4, 10, 20, 40, 100, 200) if s <= args.steps} | {args.steps}))
     for reorder, update, title in (
         (False, "fused", "SB3's TD3 against pytorchrl's (algorithm.policy_update: fused, the default)"),
         (True, "fused", "SB3's TD3 reordered as pytorchrl's default (the policy's gradient before the critics' step) against it"),

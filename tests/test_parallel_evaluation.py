@@ -102,7 +102,7 @@ def test_a_parallel_runs_checkpoint_starts_no_evaluation_worker_until_one_is_ask
     learner = Learner.resume(tmp_path / "whole", ["run.eval_parallel=false", "run.target_steps=1152"], progress=False)
     try:
         evaluator = learner.scheme.collection_workers.evaluator
-        assert evaluator is not None and evaluator.state_dict()["eval_rng"] is not None
+        assert evaluator.in_use and evaluator.state_dict()["eval_rng"] is not None
         learner.train()
         assert not evaluator.started
     finally:
@@ -122,7 +122,7 @@ def test_a_dead_evaluation_worker_is_replaced_and_the_evaluation_played_again(ra
         expected = scheme.evaluate(4, deterministic=True)
         scheme.start_evaluation(4, deterministic=True)
         evaluator = scheme.collection_workers.evaluator
-        assert evaluator is not None
+        assert evaluator.started
         evaluator.kill()
         with pytest.warns(UserWarning, match="evaluation worker died"):
             result = scheme.evaluation_result()
@@ -155,7 +155,7 @@ def test_eval_parallel_without_periodic_evaluations_evaluates_inline(tmp_path):
         learner = Learner.from_config(config, run_dir=tmp_path, progress=False)
     try:
         summary = learner.train()
-        assert learner.scheme.collection_workers.evaluator is None
+        assert not learner.scheme.collection_workers.evaluator.started
     finally:
         learner.close()
     assert summary["final_eval_return_mean"] is not None

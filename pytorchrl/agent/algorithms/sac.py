@@ -376,7 +376,7 @@ class TD3(PolicyCritic):
             if applied:
                 self.update_targets(self.config.tau)
             return applied
-        with self._only(self.segments[1:]):  # the critics alone
+        with self._hidden(self.segments[:1]):  # the critics alone
             applied = super().apply_gradients(gradients)
         if policy_step and after is not None:  # after_critics: the policy's gradient at the stepped critics
             self._policy_obs = None
@@ -388,24 +388,23 @@ class TD3(PolicyCritic):
                 policy_loss.backward()
                 self._policy_loss = float(policy_loss.detach())
                 if self._clip_gradient():
-                    with self._only(self.segments[:1]):
+                    with self._hidden(self.segments[1:]):
                         self._adam_step()  # the version is the critics' step's: one update
                     self.update_targets(self.config.tau)
         return applied
 
     @contextlib.contextmanager
-    def _only(self, keep: list[torch.Tensor]) -> Iterator[None]:
-        """Steps inside it move the ``keep`` segments alone: Adam skips a segment without a
-        gradient, so the others (their moment estimates and step counts too) stay as they are, as
-        with an optimizer that is not stepped."""
-        others = [s for s in self.segments if all(s is not k for k in keep)]
-        views = [s.grad for s in others]
-        for segment in others:
+    def _hidden(self, segments: list[torch.Tensor]) -> Iterator[None]:
+        """Steps inside it leave ``segments`` alone: Adam skips a segment without a gradient, so
+        they (their moment estimates and step counts too) stay as they are, as with an optimizer
+        that is not stepped."""
+        views = [s.grad for s in segments]
+        for segment in segments:
             segment.grad = None
         try:
             yield
         finally:
-            for segment, view in zip(others, views, strict=True):
+            for segment, view in zip(segments, views, strict=True):
                 segment.grad = view
 
 

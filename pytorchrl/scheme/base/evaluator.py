@@ -84,6 +84,11 @@ class Evaluator:
         """Whether the worker's actor is up (it starts with the first evaluation)."""
         return self._actor is not None
 
+    @property
+    def in_use(self) -> bool:
+        """Whether it has a state a checkpoint keeps: its actor is up, or a loaded state waits for it."""
+        return self._actor is not None or self._state is not None
+
     def ready(self) -> bool:
         """Whether the evaluation under way has finished (or failed: :meth:`result` says which)."""
         if self.request is None:
@@ -155,9 +160,11 @@ class Evaluator:
 
     def kill(self) -> None:
         """Stop the worker process now (a test's stand-in for a crash; :meth:`result` replaces it)."""
+        if self._actor is None:  # never started: nothing to stop, and no need to import Ray
+            return
         import ray
 
-        if self._actor is not None and ray.is_initialized():  # never start a Ray to stop a worker of one that is gone
+        if ray.is_initialized():  # never start a Ray to stop a worker of one that is gone
             ray.kill(self._actor, no_restart=True)
 
     def close(self) -> None:

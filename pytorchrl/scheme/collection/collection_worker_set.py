@@ -116,7 +116,7 @@ class CollectionWorkerSet:
         self._evaluator_factory = functools.partial(
             _make_collection_worker, worker_kwargs=worker_kwargs, offset=index_offset, local_collects=False, set_generation=seed_generation
         )
-        self.evaluator: Evaluator | None = None  # made by the first start_evaluation()
+        self.evaluator = Evaluator(self._evaluator_factory)  # its actor starts with the first start_evaluation()
         self._weights: tuple[int, Any] | None = None  # (version, object ref) of the newest weights
         self._pending: dict[Any, tuple[Any, float]] = {}  # asynchronous: rollout ref -> (worker, deadline)
         self._idle: list[Any] = []  # asynchronous: workers to restart at the next collect()
@@ -349,18 +349,14 @@ class CollectionWorkerSet:
         made on first use) and return at once: :meth:`evaluation_ready`, :meth:`evaluation_result`."""
         with self._lock:
             normalization = self._ask_any("normalization_state") if self.remote else self.local_worker.normalization_state()
-        if self.evaluator is None:
-            self.evaluator = Evaluator(self._evaluator_factory)
         self.evaluator.start(EvaluationRequest(weights, version, normalization, num_episodes, deterministic))
 
     def evaluation_ready(self) -> bool:
         """Whether the evaluation :meth:`start_evaluation` started has finished."""
-        return self.evaluator is not None and self.evaluator.ready()
+        return self.evaluator.ready()
 
     def evaluation_result(self) -> dict[str, Any]:
         """The started evaluation's ``returns``, ``successes`` and ``duration_s``, waiting for it."""
-        if self.evaluator is None:
-            raise RuntimeError("no evaluation was started")
         return self.evaluator.result()
 
     def acting_envs(self) -> Any:
@@ -415,7 +411,7 @@ class CollectionWorkerSet:
             if self.remote:
                 answers = [self._ask(w, "state_dict") for w in list(self.workers.remote_workers)]
                 state["remote"] = [value for ok, value in answers if ok]
-            if self.evaluator is not None:
+            if self.evaluator.in_use:
                 state["evaluator"] = self.evaluator.state_dict()
             return state
 
@@ -425,8 +421,6 @@ class CollectionWorkerSet:
             for worker, worker_state in zip(self.workers.remote_workers, state.get("remote", []), strict=False):
                 self.workers.get(self.workers.call(worker, "load_state_dict", to_arrays(worker_state) if self.thin else worker_state))
             if "evaluator" in state:
-                if self.evaluator is None:
-                    self.evaluator = Evaluator(self._evaluator_factory)
                 self.evaluator.load_state_dict(state["evaluator"])
 
     def close(self) -> None:
@@ -435,8 +429,7 @@ class CollectionWorkerSet:
                 self.workers.kill(worker)
             self._retiring.clear()
             self.workers.close()
-            if self.evaluator is not None:
-                self.evaluator.close()
+            self.evaluator.close()
 
 
 def merge_collection_info(infos: list[dict[str, Any]], *, current_version: int) -> dict[str, Any]:
