@@ -404,12 +404,15 @@ def test_a_relabelling_buffer_refuses_n_step_returns():
 
 @pytest.mark.learning
 @pytest.mark.timeout(300)
-def test_dqn_with_her_flips_bits_to_their_goal(tmp_path):
-    """7 bits: DQN + HER ('future', k = 4) reaches a 0.9 success rate within 8k env steps."""
+@pytest.mark.parametrize(("algo", "n_bits", "budget"), [("dqn", 7, 8000), ("sac", 10, 10000)])
+def test_her_flips_bits_to_their_goal(tmp_path, algo, n_bits, budget):
+    """DQN + HER ('future', k = 4) on 7 bits reaches a 0.9 success rate within 8k env steps;
+    discrete SAC + HER with configs/sac/her_bitflip.yaml's settings on 10 bits within 10k (7k,
+    seeds 0 and 1; 15 s)."""
     from pytorchrl.learner import Learner
 
-    cfg = load_config(CONFIGS / "dqn" / "her_bitflip.yaml", [
-        "env.env_kwargs={n_bits: 7}", "run.target_steps=8000", "run.eval_every=1000", "run.log_every=1000", "storage.capacity=10000",
+    cfg = load_config(CONFIGS / algo / "her_bitflip.yaml", [
+        f"env.env_kwargs={{n_bits: {n_bits}}}", f"run.target_steps={budget}", "run.eval_every=1000", "run.log_every=1000", "storage.capacity=20000",
         "run.eval_episodes=30", "run.checkpoint_every=0",
     ])
     learner = Learner.from_config(cfg, run_dir=tmp_path / "run", progress=False)
