@@ -8,7 +8,8 @@
 #   row     configs/appo/atari_pong_gpu.yaml to its 10M frames (seed ROW_SEED, default 0) for at most
 #           ROW_SECONDS, the run directory without checkpoints packed as
 #           OUT_DIR/appo-atari_pong_gpu-seedN.tar.gz; where /tmp already holds that run stopped with a
-#           checkpoint (an earlier call on the same warm machine), it is resumed instead
+#           checkpoint (an earlier call on the same warm machine), it is resumed instead; ROW_SET adds
+#           overrides to a fresh run (e.g. ROW_SET=run.eval_parallel=true: evaluation beside training)
 # On a machine without network, wheels left in .whl/ by scripts/gpu_wheels.sh (ray stripped of
 # its jars and dashboard as .whl/ray_site.tar.xz) are installed into /tmp/site first.
 set -u
@@ -28,7 +29,7 @@ for step in $steps; do
     server) echo "== server"; timeout 60 python3 scripts/central_gpu.py server 2>&1 | grep '^{' | tee "$OUT/server.jsonl" ;;
     pong) echo "== pong"; timeout 540 python3 scripts/central_gpu.py pong --workers ${PONG_WORKERS:-8 12} --seconds ${PONG_SECONDS:-60} --run-root /tmp/pong 2>&1 | grep -E '^\{|rror' | tee "$OUT/pong.jsonl" ;;
     row) seed=${ROW_SEED:-0}; name=appo-atari_pong_gpu-seed$seed; echo "== row $name"
-         if [ -d /tmp/$name/checkpoints ]; then what="--resume /tmp/$name"; else what="configs/appo/atari_pong_gpu.yaml run.seed=$seed --run-dir /tmp/$name"; fi
+         if [ -d /tmp/$name/checkpoints ]; then what="--resume /tmp/$name"; else what="configs/appo/atari_pong_gpu.yaml run.seed=$seed ${ROW_SET:-} --run-dir /tmp/$name"; fi
          timeout ${ROW_SECONDS:-560} python3 -m pytorchrl.cli train $what --quiet 2>&1 | tail -3
          tar czf "$OUT/$name.tar.gz" -C /tmp --exclude=checkpoints "$name" && ls -la "$OUT/$name.tar.gz" ;;
     *) echo "unknown step $step (tests, server, pong, row)"; exit 2 ;;
