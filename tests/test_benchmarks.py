@@ -131,3 +131,20 @@ def test_the_sb3_reference_maps_a_configs_settings_onto_sb3s_and_refuses_what_it
     for override, named in [("algorithm.n_step=3", "n_step"), ("algorithm.max_grad_norm=10", "max_grad_norm"), ("actor.mlp_precision=bfloat16", "mlp_precision")]:
         with pytest.raises(SystemExit, match=named):
             script.sb3_settings(load_config(root / "configs/sac/ant.yaml", [override]))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_ppos_update_is_sb3s_to_float_precision():
+    """``scripts/ppo_sb3_update.py``: from SB3's weights, on the same minibatches in the same
+    order, pytorchrl's PPO update (clipped surrogate, value loss, entropy bonus, per-minibatch
+    advantage normalisation, global gradient clipping, Adam) moves the networks as SB3's does, to
+    float precision. Any difference in a loss term's formula or scale shows as percents."""
+    pytest.importorskip("stable_baselines3")
+    pytest.importorskip("mujoco")
+    script = load_script("ppo_sb3_update")
+    root = Path(__file__).resolve().parent.parent
+    rows = script.compare(str(root / "configs/ppo/ant.yaml"), ["algorithm.num_epochs=3"], rounds=1)
+    assert [(epoch, part) for _, epoch, part, _, _ in rows] == [(e, p) for e in (1, 2, 3) for p in ("policy", "value")]
+    for _, _, _, moved, apart in rows:
+        assert moved > 1e-2 and apart < 1e-5 * moved, (moved, apart)
