@@ -36,6 +36,29 @@ def _linears(module: torch.nn.Module) -> list[torch.nn.Linear]:
     return [m for m in module.modules() if isinstance(m, torch.nn.Linear)]
 
 
+def flat_linears(layers: list[torch.nn.Linear]) -> torch.Tensor:
+    """The weights and biases of ``layers``, flat, in order."""
+    return torch.cat([p.detach().flatten() for m in layers for p in (m.weight, m.bias)])
+
+
+def copy_critics(policy: Any, actor: Any) -> None:
+    """SB3's critics and target critics (``policy.critic``, ``policy.critic_target``) into
+    pytorchrl's critic ensembles (``actor.critics``, ``actor.target_critics``), under no_grad."""
+    for critic, ensemble in ((policy.critic, actor.critics), (policy.critic_target, actor.target_critics)):
+        for k, q in enumerate(critic.q_networks):
+            for i, layer in enumerate(_linears(q)):
+                ensemble.weights[i][k].copy_(layer.weight.T)
+                ensemble.biases[i][k, 0].copy_(layer.bias)
+
+
+def flat_critics(critics: Any) -> torch.Tensor:
+    """A pytorchrl critic ensemble's parameters, flat, in SB3's layout (critic by critic, layer by layer)."""
+    return torch.cat([
+        p.detach().flatten() for k in range(len(critics.weights[0])) for i in range(len(critics.weights))
+        for p in (critics.weights[i][k].T, critics.biases[i][k, 0])
+    ])
+
+
 class Pair:
     """An SB3 TD3 and a pytorchrl TD3 with the same weights (SB3's copied into pytorchrl's)."""
 
@@ -68,26 +91,15 @@ class Pair:
                 for src, dst in zip(_linears(source), [*_linears(torso), head], strict=True):
                     dst.weight.copy_(src.weight)
                     dst.bias.copy_(src.bias)
-            for critic, ensemble in ((policy.critic, actor.critics), (policy.critic_target, actor.target_critics)):
-                for k, q in enumerate(critic.q_networks):
-                    for i, layer in enumerate(_linears(q)):
-                        ensemble.weights[i][k].copy_(layer.weight.T)
-                        ensemble.biases[i][k, 0].copy_(layer.bias)
+            copy_critics(policy, actor)
 
     def flat(self, side: str, part: str) -> torch.Tensor:
         """One side's (``sb3`` or ``ours``) policy or critic parameters, flat, in SB3's layout."""
         if side == "sb3":
             policy = self.sb3.policy
-            layers = _linears(policy.actor.mu) if part == "policy" else [m for q in policy.critic.q_networks for m in _linears(q)]
-            return torch.cat([p.flatten() for m in layers for p in (m.weight, m.bias)])
+            return flat_linears(_linears(policy.actor.mu)) if part == "policy" else flat_linears([m for q in policy.critic.q_networks for m in _linears(q)])
         actor = self.actor
-        if part == "policy":
-            return torch.cat([p.flatten() for m in [*_linears(actor.policy_torso), actor.policy_head] for p in (m.weight, m.bias)])
-        critics = actor.critics
-        return torch.cat([
-            p.flatten() for k in range(len(critics.weights[0])) for i in range(len(critics.weights))
-            for p in (critics.weights[i][k].T, critics.biases[i][k, 0])
-        ])
+        return flat_linears([*_linears(actor.policy_torso), actor.policy_head]) if part == "policy" else flat_critics(actor.critics)
 
     def step(self, obs: np.ndarray, actions: np.ndarray, next_obs: np.ndarray, rewards: np.ndarray, dones: np.ndarray) -> None:
         """One gradient step of each on the same minibatch."""

@@ -148,3 +148,20 @@ def test_ppos_update_is_sb3s_to_float_precision():
     assert [(epoch, part) for _, epoch, part, _, _ in rows] == [(e, p) for e in (1, 2, 3) for p in ("policy", "value")]
     for _, _, _, moved, apart in rows:
         assert moved > 1e-2 and apart < 1e-5 * moved, (moved, apart)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_sacs_update_is_sb3s_reordered_to_float_precision():
+    """``scripts/sac_sb3_update.py``: from SB3's weights, on the same minibatches and noise, with
+    SB3's update in pytorchrl's order (every gradient before any step) and its tanh correction
+    exact, pytorchrl's SAC update (critics, squashed-Gaussian policy, entropy coefficient, polyak
+    targets) moves every part as SB3's does, to float precision."""
+    pytest.importorskip("stable_baselines3")
+    pytest.importorskip("mujoco")
+    script = load_script("sac_sb3_update")
+    root = Path(__file__).resolve().parent.parent
+    rows = script.compare(str(root / "configs/sac/walker2d.yaml"), [], 10, True, (1, 10), sb3_epsilon=0.0)
+    assert [(step, part) for step, part, _, _ in rows] == [(s, p) for s in (1, 10) for p in ("critic", "policy", "ent_coef")]
+    for _, _, moved, apart in rows:
+        assert moved > 1e-4 and apart < 1e-5 * moved, (moved, apart)
