@@ -33,7 +33,7 @@ if str(ROOT) not in sys.path:  # run from a checkout
 
 from pytorchrl.agent.algorithms import ALGORITHMS, wire  # noqa: E402
 from pytorchrl.config import load_config  # noqa: E402
-from scripts.sb3_reference import sb3_settings  # noqa: E402
+from scripts.sb3_reference import _build, sb3_settings  # noqa: E402
 
 
 def _linears(module: torch.nn.Module) -> list[torch.nn.Linear]:
@@ -44,7 +44,6 @@ class Pair:
     """An SB3 PPO and a pytorchrl PPO with the same weights, on a memoryless Box-action config."""
 
     def __init__(self, config_path: str, overrides: list[str]) -> None:
-        from stable_baselines3 import PPO
         from stable_baselines3.common.logger import configure
 
         config = load_config(config_path, overrides)
@@ -54,15 +53,7 @@ class Pair:
         env = gym.make(config.env.env_id)
         if not isinstance(env.action_space, gym.spaces.Box):
             raise SystemExit(f"ppo_sb3_update: {config.env.env_id} has {env.action_space}; this script compares Gaussian policies")
-        torch.manual_seed(0)
-        kwargs = dict(settings["policy_kwargs"])
-        kwargs["activation_fn"] = getattr(torch.nn, kwargs["activation_fn"])
-        self.sb3 = PPO(
-            "MlpPolicy", env, learning_rate=settings["learning_rate"], n_steps=settings["n_steps"], batch_size=settings["batch_size"],
-            n_epochs=settings["n_epochs"], gamma=settings["gamma"], gae_lambda=settings["gae_lambda"], clip_range=settings["clip_range"],
-            clip_range_vf=settings["clip_range_vf"], normalize_advantage=settings["normalize_advantage"], ent_coef=settings["ent_coef"],
-            vf_coef=settings["vf_coef"], max_grad_norm=settings["max_grad_norm"], policy_kwargs=kwargs, device="cpu",
-        )
+        self.sb3 = _build(settings, env, seed=0)  # one env, unnormalised: the rollout is made here
         self.sb3.set_logger(configure(None, []))
         wiring = wire(ALGORITHMS["ppo"], config, env.observation_space, env.action_space)
         self.actor = wiring.actor(torch.device("cpu"))
