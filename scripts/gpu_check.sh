@@ -9,7 +9,8 @@
 #           ROW_SECONDS, the run directory without checkpoints packed as
 #           OUT_DIR/appo-atari_pong_gpu-seedN.tar.gz; where /tmp already holds that run stopped with a
 #           checkpoint (an earlier call on the same warm machine), it is resumed instead; ROW_SET adds
-#           overrides to a fresh run (e.g. ROW_SET=run.eval_parallel=true: evaluation beside training)
+#           overrides to a fresh run, each without spaces (e.g. ROW_SET=run.eval_parallel=true: evaluation
+#           beside training)
 # On a machine without network, wheels left in .whl/ by scripts/gpu_wheels.sh (ray stripped of
 # its jars and dashboard as .whl/ray_site.tar.xz) are installed into /tmp/site first.
 set -u

@@ -3,7 +3,7 @@ weights (SB3's copied into pytorchrl's actor), the same rollout (synthetic obser
 config's env, actions sampled by the policy, their log-probabilities and values, random
 advantages and returns), the same minibatches in the same order, for the config's epochs.
 Prints how far SB3's policy and value networks moved and how far apart the two are after each
-epoch, with both sides' first-minibatch losses.
+epoch.
 
     python scripts/ppo_sb3_update.py [--config configs/ppo/halfcheetah.yaml] [--rounds 3]
 
@@ -100,9 +100,8 @@ class Pair:
             "advantages": advantages, "returns": values.flatten() + advantages,
         }
 
-    def epoch(self, data: dict[str, torch.Tensor], rng: np.random.Generator) -> tuple[dict[str, float], dict[str, float]]:
-        """One pass of both over ``data`` in the same shuffled minibatches; the first minibatch's
-        losses of each side."""
+    def epoch(self, data: dict[str, torch.Tensor], rng: np.random.Generator) -> None:
+        """One pass of both over ``data`` in the same shuffled minibatches."""
         from stable_baselines3.common.type_aliases import RolloutBufferSamples
 
         order = torch.as_tensor(rng.permutation(len(data["obs"])))
@@ -115,13 +114,9 @@ class Pair:
         self.sb3.rollout_buffer.get = minibatches  # type: ignore[method-assign]
         self.sb3.n_epochs = 1
         self.sb3.train()
-        sb3_first = {k: float(self.sb3.logger.name_to_value.get(f"train/{k}", np.nan)) for k in ("policy_gradient_loss", "value_loss")}
-        ours_first: dict[str, float] = {}
         for b in batches:
-            info = self.algo.compute_gradients(b)
+            self.algo.compute_gradients(b)
             self.algo.apply_gradients()
-            ours_first = ours_first or {"policy_gradient_loss": info["policy_loss"], "value_loss": info["value_loss"]}
-        return sb3_first, ours_first
 
 
 def compare(config: str, overrides: list[str], rounds: int) -> list[tuple[int, int, str, float, float]]:

@@ -38,7 +38,7 @@ if str(ROOT) not in sys.path:  # run from a checkout
 from pytorchrl.agent.algorithms import ALGORITHMS, wire  # noqa: E402
 from pytorchrl.config import load_config  # noqa: E402
 from scripts.sb3_reference import _build, sb3_settings  # noqa: E402
-from scripts.td3_sb3_update import _linears, copy_critics, flat_critics, flat_linears  # noqa: E402
+from scripts.td3_sb3_update import _linears, copy_critics, flat_critics, flat_linears, unit_box  # noqa: E402
 
 PARTS = ("critic", "policy", "ent_coef")
 
@@ -66,7 +66,8 @@ def _noise(draws: list[torch.Tensor], sb3: bool) -> Iterator[None]:
             yield
         finally:
             torch.randn_like = original_like
-    assert not queue, "a side drew fewer samples than expected"
+    if queue:
+        raise RuntimeError(f"a side drew {len(draws) - len(queue)} of its {len(draws)} noise samples")
 
 
 class Pair:
@@ -78,10 +79,11 @@ class Pair:
 
         config = load_config(config_path, overrides)
         settings = sb3_settings(config)
-        if settings.get("use_sde"):
-            raise SystemExit("sac_sb3_update: compare without gSDE (its noise matrix is drawn per rollout)")
+        if settings.get("use_sde") or not config.algorithm.learn_ent_coef:
+            raise SystemExit("sac_sb3_update: compare with a learned entropy coefficient and without gSDE (its noise matrix is drawn per rollout)")
         settings.update(learning_starts=0, buffer_size=1_000)
         env = gym.make(config.env.env_id)
+        unit_box(env, "sac_sb3_update")
         self.sb3 = _build(settings, env, seed=0)
         self.sb3.set_logger(configure(None, []))
         if reorder:

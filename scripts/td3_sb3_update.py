@@ -43,12 +43,21 @@ def flat_linears(layers: list[torch.nn.Linear]) -> torch.Tensor:
 
 def copy_critics(policy: Any, actor: Any) -> None:
     """SB3's critics and target critics (``policy.critic``, ``policy.critic_target``) into
-    pytorchrl's critic ensembles (``actor.critics``, ``actor.target_critics``), under no_grad."""
-    for critic, ensemble in ((policy.critic, actor.critics), (policy.critic_target, actor.target_critics)):
-        for k, q in enumerate(critic.q_networks):
-            for i, layer in enumerate(_linears(q)):
-                ensemble.weights[i][k].copy_(layer.weight.T)
-                ensemble.biases[i][k, 0].copy_(layer.bias)
+    pytorchrl's critic ensembles (``actor.critics``, ``actor.target_critics``)."""
+    with torch.no_grad():
+        for critic, ensemble in ((policy.critic, actor.critics), (policy.critic_target, actor.target_critics)):
+            for k, q in enumerate(critic.q_networks):
+                for i, layer in enumerate(_linears(q)):
+                    ensemble.weights[i][k].copy_(layer.weight.T)
+                    ensemble.biases[i][k, 0].copy_(layer.bias)
+
+
+def unit_box(env: gym.Env, script: str) -> None:
+    """Refuse an env whose actions are not bounded by [-1, 1]: the minibatches' actions are drawn
+    there, which SB3's critics read as they are and pytorchrl's rescale from the env's bounds."""
+    space = env.action_space
+    if not (isinstance(space, gym.spaces.Box) and np.all(space.low == -1) and np.all(space.high == 1)):
+        raise SystemExit(f"{script}: {env.spec.id if env.spec else env} has actions {space}; compare on an env whose actions are bounded by [-1, 1]")
 
 
 def flat_critics(critics: Any) -> torch.Tensor:
@@ -70,6 +79,7 @@ class Pair:
         config = load_config(config_path, ["algorithm.target_policy_noise=0", f"algorithm.policy_update={policy_update}"])
         algo_config = config.algorithm
         env = gym.make(config.env.env_id)
+        unit_box(env, "td3_sb3_update")
         wiring = wire(ALGORITHMS["td3"], config, env.observation_space, env.action_space)
         self.actor = wiring.actor(torch.device("cpu"))
         self.algo = wiring.algorithm(self.actor, "cpu")
