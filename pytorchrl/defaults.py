@@ -448,22 +448,55 @@ def is_short_classic_control(env_id: str, max_episode_steps: int | None = None) 
 
 def shipped_config(algo: str, env_id: str, configs: Path | None = CONFIGS, env_kwargs: dict[str, Any] | None = None) -> Path | None:
     """The plainest shipped config (``configs/*/*.yaml``) whose ``env.env_id`` is ``env_id``,
-    whose ``env.env_kwargs`` are ``env_kwargs`` (none: none; so LunarLander-v3 with
-    ``continuous: true`` is another env) and whose ``algorithm.name`` is ``algo``; None if there is none."""
+    whose ``env.env_kwargs`` make the same env as ``env_kwargs`` (the same values, up to those
+    equal to the env's own defaults: so LunarLander-v3 with ``continuous: true`` is another env,
+    and the bit-flipping env with ``n_bits: 15``, its default, the same one) and whose
+    ``algorithm.name`` is ``algo``; None if there is none."""
     if configs is None:
         return None
+    defaults = _env_kwarg_defaults(env_id)
+    wanted = _without_defaults(env_kwargs or {}, defaults)
     matches = [
         (rank, path)
         for (found_env, found_algo, found_kwargs, rank, path) in _shipped_index(configs.resolve())
-        if (found_env, found_algo) == (env_id, algo) and found_kwargs == repr(sorted((env_kwargs or {}).items()))
+        if (found_env, found_algo) == (env_id, algo) and _without_defaults(found_kwargs, defaults) == wanted
     ]
     return min(matches)[1] if matches else None
 
 
+def _without_defaults(kwargs: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` less the entries whose value is the env's default for that keyword."""
+    missing = object()
+    return {k: v for k, v in kwargs.items() if defaults.get(k, missing) != v}
+
+
+def _env_kwarg_defaults(env_id: str) -> dict[str, Any]:
+    """The keyword values ``gym.make(env_id)`` passes when given none: the defaults of its entry
+    point's signature, then the registration's ``kwargs`` over them (empty where the entry point
+    cannot be read, as for an id that is not registered)."""
+    import inspect
+
+    import gymnasium as gym
+
+    spec = gym.registry.get(env_id)
+    if spec is None:
+        return {}
+    defaults: dict[str, Any] = {}
+    try:
+        creator = gym.envs.registration.load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
+        if creator is not None:
+            parameters = inspect.signature(creator).parameters.values()
+            defaults = {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+    except (ImportError, AttributeError, TypeError, ValueError, gym.error.Error):  # an entry point that cannot be loaded or read: its registration only
+        pass
+    return {**defaults, **(spec.kwargs or {})}
+
+
 @functools.lru_cache(maxsize=4)
-def _shipped_index(configs: Path) -> tuple[tuple[str, str, str, tuple[int, int], Path], ...]:
-    """``(env_id, algorithm name, env kwargs (sorted items' repr), plainness, path)`` of every
-    config under ``configs`` (files that are not run configs, such as search spaces, are skipped)."""
+def _shipped_index(configs: Path) -> tuple[tuple[str, str, dict[str, Any], tuple[int, int], Path], ...]:
+    """``(env_id, algorithm name, env kwargs, plainness, path)`` of every config under ``configs``
+    (files that are not run configs, such as search spaces, are skipped; the cached dicts are not
+    to be changed)."""
     index = []
     for path in sorted(configs.glob("*/*.yaml")):
         try:
@@ -473,7 +506,7 @@ def _shipped_index(configs: Path) -> tuple[tuple[str, str, str, tuple[int, int],
         env = _section(raw, "env")
         env_id, algo, kwargs = env.get("env_id"), _section(raw, "algorithm").get("name", "ppo"), env.get("env_kwargs") or {}
         if isinstance(env_id, str) and isinstance(algo, str) and isinstance(kwargs, dict):
-            index.append((env_id, algo, repr(sorted(kwargs.items())), _plainness(raw), path))
+            index.append((env_id, algo, dict(kwargs), _plainness(raw), path))
     return tuple(index)
 
 

@@ -243,6 +243,19 @@ def test_a_shipped_config_matches_on_env_kwargs_too():
     assert choose_config("sac", "LunarLander-v3", ["env.env_kwargs={continuous: true}"]).path == CONFIGS / "sac" / "lunarlander_continuous.yaml"
     assert choose_config("sac", "LunarLander-v3").path is None
     assert choose_config("dqn", "LunarLander-v3").path == CONFIGS / "dqn" / "lunarlander.yaml"
+    # keywords at the env's own defaults make the same env: continuous=false is LunarLander-v3 itself
+    assert choose_config("dqn", "LunarLander-v3", ["env.env_kwargs={continuous: false}"]).path == CONFIGS / "dqn" / "lunarlander.yaml"
+
+
+@pytest.mark.timeout(30)
+def test_a_shipped_config_whose_env_kwargs_are_the_envs_defaults_serves_the_bare_id():
+    """configs/sac/her_bitflip.yaml names n_bits 15, the bit-flipping env's default: it is the
+    shipped config of the bare id too, and not of another width."""
+    her = CONFIGS / "sac" / "her_bitflip.yaml"
+    assert choose_config("sac", "pytorchrl/BitFlipping-v0").path == her
+    assert choose_config("sac", "pytorchrl/BitFlipping-v0", ["env.env_kwargs={n_bits: 15}"]).path == her
+    assert shipped_config("sac", "pytorchrl/BitFlipping-v0", env_kwargs={"n_bits": 10}) is None
+    assert shipped_config("sac", "pytorchrl/BitFlipping-v0", env_kwargs={"continuous": True}) is None
 
 
 @pytest.mark.timeout(30)
