@@ -5,12 +5,15 @@
 #   server  one inference server's batches on the GPU (pinned and pageable copies) and on the CPU
 #   pong    APPO Pong, the learner on the GPU, central (the server on the GPU) against local
 #           inference, with PONG_WORKERS (default 8 12) workers x 8 envs, PONG_SECONDS each
-#   row     configs/appo/atari_pong_gpu.yaml to its 10M frames (seed ROW_SEED, default 0) for at most
-#           ROW_SECONDS, the run directory without checkpoints packed as
-#           OUT_DIR/appo-atari_pong_gpu-seedN.tar.gz; where /tmp already holds that run stopped with a
-#           checkpoint (an earlier call on the same warm machine), it is resumed instead; ROW_SET adds
-#           overrides to a fresh run, each without spaces (e.g. ROW_SET=run.eval_parallel=true: evaluation
-#           beside training)
+#   row     a results-table row's run: ROW_CONFIG (default configs/appo/atari_pong_gpu.yaml) to its
+#           budget (seed ROW_SEED, default 0) for at most ROW_SECONDS, the run directory without
+#           checkpoints packed as OUT_DIR/ALGO-STEM-seedN.tar.gz (the table's run name: the config's
+#           folder and file stem); where /tmp already holds that run stopped with a checkpoint (an
+#           earlier call on the same warm machine), it is resumed instead; ROW_SET adds overrides to a
+#           fresh run, separated by spaces (e.g. ROW_SET=run.eval_parallel=true: evaluation beside
+#           training; the PPO Breakout row on a GPU: ROW_CONFIG=configs/ppo/atari_breakout.yaml
+#           ROW_SET="run.device=cuda env.atari.num_threads=8 run.torch_threads=4 run.eval_parallel=true",
+#           keys the table counts as neutral)
 # On a machine without network, wheels left in .whl/ by scripts/gpu_wheels.sh (ray stripped of
 # its jars and dashboard as .whl/ray_site.tar.xz) are installed into /tmp/site first.
 set -u
@@ -29,8 +32,9 @@ for step in $steps; do
     tests) echo "== tests"; timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/agent/test_noise.py -rs 2>&1 | tee "$OUT/pytest.txt" | tail -25 ;;
     server) echo "== server"; timeout 60 python3 scripts/central_gpu.py server 2>&1 | grep '^{' | tee "$OUT/server.jsonl" ;;
     pong) echo "== pong"; timeout 540 python3 scripts/central_gpu.py pong --workers ${PONG_WORKERS:-8 12} --seconds ${PONG_SECONDS:-60} --run-root /tmp/pong 2>&1 | grep -E '^\{|rror' | tee "$OUT/pong.jsonl" ;;
-    row) seed=${ROW_SEED:-0}; name=appo-atari_pong_gpu-seed$seed; echo "== row $name"
-         if [ -d /tmp/$name/checkpoints ]; then what="--resume /tmp/$name"; else what="configs/appo/atari_pong_gpu.yaml run.seed=$seed ${ROW_SET:-} --run-dir /tmp/$name"; fi
+    row) seed=${ROW_SEED:-0}; config=${ROW_CONFIG:-configs/appo/atari_pong_gpu.yaml}
+         name=$(basename "$(dirname "$config")")-$(basename "$config" .yaml)-seed$seed; echo "== row $name"
+         if [ -d /tmp/$name/checkpoints ]; then what="--resume /tmp/$name"; else what="$config run.seed=$seed ${ROW_SET:-} --run-dir /tmp/$name"; fi
          timeout ${ROW_SECONDS:-560} python3 -m pytorchrl.cli train $what --quiet 2>&1 | tail -3
          tar czf "$OUT/$name.tar.gz" -C /tmp --exclude=checkpoints "$name" && ls -la "$OUT/$name.tar.gz" ;;
     *) echo "unknown step $step (tests, server, pong, row)"; exit 2 ;;
