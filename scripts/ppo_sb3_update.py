@@ -34,10 +34,7 @@ if str(ROOT) not in sys.path:  # run from a checkout
 from pytorchrl.agent.algorithms import ALGORITHMS, wire  # noqa: E402
 from pytorchrl.config import load_config  # noqa: E402
 from scripts.sb3_reference import _build, sb3_settings  # noqa: E402
-
-
-def _linears(module: torch.nn.Module) -> list[torch.nn.Linear]:
-    return [m for m in module.modules() if isinstance(m, torch.nn.Linear)]
+from scripts.td3_sb3_update import _linears  # noqa: E402
 
 
 class Pair:
