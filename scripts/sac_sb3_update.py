@@ -38,7 +38,17 @@ if str(ROOT) not in sys.path:  # run from a checkout
 from pytorchrl.agent.algorithms import ALGORITHMS, wire  # noqa: E402
 from pytorchrl.config import load_config  # noqa: E402
 from scripts.sb3_reference import _build, sb3_settings  # noqa: E402
-from scripts.td3_sb3_update import _linears, copy_critics, flat_critics, flat_linears, unit_box  # noqa: E402
+from scripts.td3_sb3_update import (  # noqa: E402
+    _linears,
+    copy_critics,
+    flat_critics,
+    flat_linears,
+    our_batch,
+    report_steps,
+    sb3_samples,
+    step_pair,
+    unit_box,
+)
 
 PARTS = ("critic", "policy", "ent_coef")
 
@@ -129,24 +139,17 @@ class Pair:
             ])
         return actor.log_alpha.detach().flatten()
 
-    def step(self, batch: dict[str, np.ndarray], noise: tuple[torch.Tensor, torch.Tensor]) -> None:
-        """One gradient step of each on the same minibatch, with the same noise for the current
-        observations' and the next observations' samples (SB3 draws them in that order, pytorchrl
-        the next ones first)."""
-        from stable_baselines3.common.type_aliases import ReplayBufferSamples
-
-        t = torch.as_tensor
-        now, later = noise
-        sample = ReplayBufferSamples(t(batch["obs"]), t(batch["actions"]), t(batch["next_obs"]), t(batch["dones"])[:, None], t(batch["rewards"])[:, None])
-        self.sb3.replay_buffer.sample = lambda batch_size, env=None: sample  # type: ignore[method-assign]
+    def step(self, batch: dict[str, np.ndarray], rng: np.random.Generator) -> None:
+        """One gradient step of each on the same minibatch, with the same noise (drawn from ``rng``)
+        for the current observations' and the next observations' samples (SB3 draws them in that
+        order, pytorchrl the next ones first)."""
+        shape = (len(batch["obs"]), self.actor.action_dim)
+        now, later = (torch.as_tensor(rng.normal(size=shape), dtype=torch.float32) for _ in range(2))
+        sb3_samples(self.sb3, batch)
         with _noise([now, later], sb3=True):
             self.sb3.train(gradient_steps=1, batch_size=len(batch["obs"]))
-        ours = {
-            "obs": t(batch["obs"]), "actions": t(batch["actions"]), "next_obs": t(batch["next_obs"]), "rewards": t(batch["rewards"]),
-            "discounts": self.gamma * (1 - t(batch["dones"])),
-        }
         with _noise([later, now], sb3=False):
-            self.algo.compute_gradients(ours)
+            self.algo.compute_gradients(our_batch(batch, self.gamma))
             self.algo.apply_gradients()
 
 
@@ -187,29 +190,7 @@ def compare(
     config: str, overrides: list[str], steps: int, reorder: bool, report: tuple[int, ...], sb3_epsilon: float | None = None,
 ) -> list[tuple[int, str, float, float]]:
     """``(step, part, SB3's movement, |SB3 - pytorchrl|)`` at the ``report`` steps."""
-    pair = Pair(config, overrides, reorder, sb3_epsilon)
-    obs_dim = int(np.prod(pair.actor.observation_space.shape))
-    action_dim = pair.actor.action_dim
-    start = {part: pair.flat("sb3", part).clone() for part in PARTS}
-    for part in start:
-        assert torch.allclose(start[part], pair.flat("ours", part)), f"the {part} weights were not copied"
-    rng = np.random.default_rng(0)
-    size = pair.sb3.batch_size
-    rows = []
-    for step in range(1, steps + 1):
-        obs = rng.normal(size=(size, obs_dim)).astype(np.float32)
-        batch = {
-            "obs": obs, "next_obs": (obs + 0.1 * rng.normal(size=obs.shape)).astype(np.float32),
-            "actions": rng.uniform(-1, 1, size=(size, action_dim)).astype(np.float32),
-            "rewards": (rng.normal(size=size) + 1.0).astype(np.float32), "dones": (rng.uniform(size=size) < 0.05).astype(np.float32),
-        }
-        noise = (torch.as_tensor(rng.normal(size=(size, action_dim)), dtype=torch.float32), torch.as_tensor(rng.normal(size=(size, action_dim)), dtype=torch.float32))
-        pair.step(batch, noise)
-        if step in report:
-            for part in PARTS:
-                sb3 = pair.flat("sb3", part)
-                rows.append((step, part, float((sb3 - start[part]).norm()), float((sb3 - pair.flat("ours", part)).norm())))
-    return rows
+    return step_pair(Pair(config, overrides, reorder, sb3_epsilon), PARTS, steps, report)
 
 
 def main() -> None:
@@ -220,7 +201,7 @@ def main() -> None:
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
-    report = tuple(sorted({s for s in (1, 2, 4, 10, 20, 40, 100, 200) if s <= args.steps} | {args.steps}))
+    report = report_steps(args.steps)
     for reorder, epsilon, title in (
         (False, None, "SB3's SAC against pytorchrl's"),
         (True, None, "SB3's SAC reordered as pytorchrl's (every gradient before any step) against it"),

@@ -111,17 +111,63 @@ class Pair:
         actor = self.actor
         return flat_linears([*_linears(actor.policy_torso), actor.policy_head]) if part == "policy" else flat_critics(actor.critics)
 
-    def step(self, obs: np.ndarray, actions: np.ndarray, next_obs: np.ndarray, rewards: np.ndarray, dones: np.ndarray) -> None:
-        """One gradient step of each on the same minibatch."""
-        from stable_baselines3.common.type_aliases import ReplayBufferSamples
-
-        t = torch.as_tensor
-        sample = ReplayBufferSamples(t(obs), t(actions), t(next_obs), t(dones)[:, None], t(rewards)[:, None])
-        self.sb3.replay_buffer.sample = lambda batch_size, env=None: sample  # type: ignore[method-assign]
-        self.sb3.train(gradient_steps=1, batch_size=len(obs))
-        batch = {"obs": t(obs), "actions": t(actions), "next_obs": t(next_obs), "rewards": t(rewards), "discounts": self.gamma * (1 - t(dones))}
-        self.algo.compute_gradients(batch)
+    def step(self, batch: dict[str, np.ndarray], rng: np.random.Generator) -> None:
+        """One gradient step of each on the same minibatch (``rng``: unused, TD3's update draws nothing here)."""
+        sb3_samples(self.sb3, batch)
+        self.sb3.train(gradient_steps=1, batch_size=len(batch["obs"]))
+        self.algo.compute_gradients(our_batch(batch, self.gamma))
         self.algo.apply_gradients()
+
+
+def random_minibatch(rng: np.random.Generator, size: int, obs_dim: int, action_dim: int) -> dict[str, np.ndarray]:
+    """``size`` random transitions: observations, nearby next observations, actions in [-1, 1],
+    rewards around 1 and 5% of episode ends."""
+    obs = rng.normal(size=(size, obs_dim)).astype(np.float32)
+    return {
+        "obs": obs, "next_obs": (obs + 0.1 * rng.normal(size=obs.shape)).astype(np.float32),
+        "actions": rng.uniform(-1, 1, size=(size, action_dim)).astype(np.float32),
+        "rewards": (rng.normal(size=size) + 1.0).astype(np.float32), "dones": (rng.uniform(size=size) < 0.05).astype(np.float32),
+    }
+
+
+def sb3_samples(sb3: Any, batch: dict[str, np.ndarray]) -> None:
+    """Make ``batch`` what ``sb3``'s replay buffer samples next."""
+    from stable_baselines3.common.type_aliases import ReplayBufferSamples
+
+    t = torch.as_tensor
+    sample = ReplayBufferSamples(t(batch["obs"]), t(batch["actions"]), t(batch["next_obs"]), t(batch["dones"])[:, None], t(batch["rewards"])[:, None])
+    sb3.replay_buffer.sample = lambda batch_size, env=None: sample
+
+
+def our_batch(batch: dict[str, np.ndarray], gamma: float) -> dict[str, torch.Tensor]:
+    """``batch`` as pytorchrl's replay minibatch (discounts in place of episode ends)."""
+    t = torch.as_tensor
+    return {"obs": t(batch["obs"]), "actions": t(batch["actions"]), "next_obs": t(batch["next_obs"]), "rewards": t(batch["rewards"]), "discounts": gamma * (1 - t(batch["dones"]))}
+
+
+def step_pair(pair: Any, parts: tuple[str, ...], steps: int, report: tuple[int, ...]) -> list[tuple[int, str, float, float]]:
+    """``steps`` gradient steps of ``pair`` (a ``flat(side, part)`` and a ``step(batch, rng)``) on
+    random minibatches of SB3's batch size: ``(step, part, SB3's movement, |SB3 - pytorchrl|)`` at
+    the ``report`` steps."""
+    start = {part: pair.flat("sb3", part).clone() for part in parts}
+    for part in start:
+        if not torch.allclose(start[part], pair.flat("ours", part)):
+            raise RuntimeError(f"the {part} weights were not copied")
+    rng = np.random.default_rng(0)
+    obs_dim, action_dim = int(np.prod(pair.actor.observation_space.shape)), pair.actor.action_dim
+    rows = []
+    for step in range(1, steps + 1):
+        pair.step(random_minibatch(rng, pair.sb3.batch_size, obs_dim, action_dim), rng)
+        if step in report:
+            for part in parts:
+                sb3 = pair.flat("sb3", part)
+                rows.append((step, part, float((sb3 - start[part]).norm()), float((sb3 - pair.flat("ours", part)).norm())))
+    return rows
+
+
+def report_steps(steps: int) -> tuple[int, ...]:
+    """The steps a comparison of ``steps`` steps reports: 1, 2, 4, 10, 20, ... up to it, and the last."""
+    return tuple(sorted({s for s in (1, 2, 4, 10, 20, 40, 100, 200) if s <= steps} | {steps}))
 
 
 def _train_policy_gradient_first(self: Any, gradient_steps: int, batch_size: int = 100) -> None:
@@ -153,27 +199,7 @@ def _train_policy_gradient_first(self: Any, gradient_steps: int, batch_size: int
 
 def compare(config: str, steps: int, reorder: bool, report: tuple[int, ...], policy_update: str = "fused") -> list[tuple[int, str, float, float]]:
     """``(step, part, SB3's movement, |SB3 - pytorchrl|)`` at the ``report`` steps."""
-    pair = Pair(config, reorder, policy_update)
-    obs_dim = int(np.prod(pair.actor.observation_space.shape))
-    action_dim = pair.actor.action_dim
-    start = {part: pair.flat("sb3", part).clone() for part in ("critic", "policy")}
-    for part in start:
-        assert torch.allclose(start[part], pair.flat("ours", part)), f"the {part} weights were not copied"
-    rng = np.random.default_rng(0)
-    size = pair.sb3.batch_size
-    rows = []
-    for step in range(1, steps + 1):
-        obs = rng.normal(size=(size, obs_dim)).astype(np.float32)
-        next_obs = (obs + 0.1 * rng.normal(size=obs.shape)).astype(np.float32)
-        actions = rng.uniform(-1, 1, size=(size, action_dim)).astype(np.float32)
-        rewards = (rng.normal(size=size) + 1.0).astype(np.float32)
-        dones = (rng.uniform(size=size) < 0.05).astype(np.float32)
-        pair.step(obs, actions, next_obs, rewards, dones)
-        if step in report:
-            for part in ("critic", "policy"):
-                sb3 = pair.flat("sb3", part)
-                rows.append((step, part, float((sb3 - start[part]).norm()), float((sb3 - pair.flat("ours", part)).norm())))
-    return rows
+    return step_pair(Pair(config, reorder, policy_update), ("critic", "policy"), steps, report)
 
 
 def main() -> None:
@@ -183,7 +209,7 @@ def main() -> None:
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
-    report = tuple(sorted({s for s in (1, 2, 4, 10, 20, 40, 100, 200) if s <= args.steps} | {args.steps}))
+    report = report_steps(args.steps)
     for reorder, update, title in (
         (False, "fused", "SB3's TD3 against pytorchrl's (algorithm.policy_update: fused, the default)"),
         (True, "fused", "SB3's TD3 reordered as pytorchrl's default (the policy's gradient before the critics' step) against it"),
