@@ -389,7 +389,7 @@ def _family_choice(algo: str, env_id: str, env_section: dict[str, Any], configs:
             f"{_describe(action_space)}; the families are {covered}; write a CONFIG.yaml for it (see configs/)"
         )
     fitting = _fitting_algorithms(action_space)
-    working = [a for a in fitting if a in family["algorithms"] or shipped_config(a, env_id, configs) is not None]
+    working = [a for a in fitting if a in family["algorithms"] or shipped_config(a, env_id, configs, env_kwargs if isinstance(env_kwargs, dict) else None) is not None]
     if algo not in fitting:
         need = ALGORITHMS[algo].check_action_space(action_space)
         kind = type(action_space).__name__
@@ -454,42 +454,66 @@ def shipped_config(algo: str, env_id: str, configs: Path | None = CONFIGS, env_k
     ``algorithm.name`` is ``algo``; None if there is none."""
     if configs is None:
         return None
+    candidates = [(kwargs, rank, path) for (found_env, found_algo, kwargs, rank, path) in _shipped_index(configs.resolve()) if (found_env, found_algo) == (env_id, algo)]
+    if not candidates:  # the env's defaults are read (its entry point imported) only when a config could match
+        return None
     defaults = _env_kwarg_defaults(env_id)
     wanted = _without_defaults(env_kwargs or {}, defaults)
-    matches = [
-        (rank, path)
-        for (found_env, found_algo, found_kwargs, rank, path) in _shipped_index(configs.resolve())
-        if (found_env, found_algo) == (env_id, algo) and _without_defaults(found_kwargs, defaults) == wanted
-    ]
+    matches = [(rank, path) for kwargs, rank, path in candidates if _same(_without_defaults(kwargs, defaults), wanted)]
     return min(matches)[1] if matches else None
 
 
 def _without_defaults(kwargs: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
     """``kwargs`` less the entries whose value is the env's default for that keyword."""
     missing = object()
-    return {k: v for k, v in kwargs.items() if defaults.get(k, missing) != v}
+    return {k: v for k, v in kwargs.items() if not _same(defaults.get(k, missing), v)}
+
+
+def _same(a: Any, b: Any) -> bool:
+    """``a == b`` as one bool; False where the comparison is not one (a numpy array default
+    against a YAML list raises on ``bool``)."""
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
 
 
 def _env_kwarg_defaults(env_id: str) -> dict[str, Any]:
     """The keyword values ``gym.make(env_id)`` passes when given none: the defaults of its entry
     point's signature, then the registration's ``kwargs`` over them (empty where the entry point
     cannot be read, as for an id that is not registered)."""
-    import inspect
-
     import gymnasium as gym
 
     spec = gym.registry.get(env_id)
     if spec is None:
         return {}
-    defaults: dict[str, Any] = {}
-    try:
-        creator = gym.envs.registration.load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
-        if creator is not None:
-            parameters = inspect.signature(creator).parameters.values()
-            defaults = {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
-    except (ImportError, AttributeError, TypeError, ValueError, gym.error.Error):  # an entry point that cannot be loaded or read: its registration only
-        pass
+    entry = spec.entry_point
+    defaults = _imported_defaults(entry) if isinstance(entry, str) else _signature_defaults(entry)
     return {**defaults, **(spec.kwargs or {})}
+
+
+@functools.lru_cache(maxsize=64)
+def _imported_defaults(entry_point: str) -> dict[str, Any]:
+    """:func:`_signature_defaults` of a ``"module:attr"`` entry point, imported once (the cached
+    dicts are not to be changed)."""
+    import gymnasium as gym
+
+    try:
+        creator = gym.envs.registration.load_env_creator(entry_point)
+    except Exception:  # any error its import raises: the registration's kwargs only
+        return {}
+    return _signature_defaults(creator)
+
+
+def _signature_defaults(creator: Any) -> dict[str, Any]:
+    """The keyword defaults of an env's creator (empty where its signature cannot be read)."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(creator).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
 
 
 @functools.lru_cache(maxsize=4)

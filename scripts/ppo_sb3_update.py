@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:  # run from a checkout
 from pytorchrl.agent.algorithms import ALGORITHMS, wire  # noqa: E402
 from pytorchrl.config import load_config  # noqa: E402
 from scripts.sb3_reference import _build, sb3_settings  # noqa: E402
-from scripts.td3_sb3_update import _linears  # noqa: E402
+from scripts.td3_sb3_update import _linears, config_env  # noqa: E402
 
 
 class Pair:
@@ -47,7 +47,7 @@ class Pair:
         settings = sb3_settings(config)
         if settings["anneal"] or settings["target_kl"] is not None:
             raise SystemExit("ppo_sb3_update: compare without schedules or target_kl (they move with the run's progress)")
-        env = gym.make(config.env.env_id)
+        env = config_env(config)
         if not isinstance(env.action_space, gym.spaces.Box):
             raise SystemExit(f"ppo_sb3_update: {config.env.env_id} has {env.action_space}; this script compares Gaussian policies")
         self.sb3 = _build(settings, env, seed=0)  # one env, unnormalised: the rollout is made here
@@ -121,7 +121,8 @@ def compare(config: str, overrides: list[str], rounds: int) -> list[tuple[int, i
     pair = Pair(config, overrides)
     start = {part: pair.flat("sb3", part).clone() for part in ("policy", "value")}
     for part in start:
-        assert torch.allclose(start[part], pair.flat("ours", part)), f"the {part} weights were not copied"
+        if not torch.allclose(start[part], pair.flat("ours", part)):
+            raise RuntimeError(f"ppo_sb3_update: the {part} weights were not copied")
     rng = np.random.default_rng(0)
     rows = []
     for r in range(1, rounds + 1):
@@ -136,7 +137,7 @@ def compare(config: str, overrides: list[str], rounds: int) -> list[tuple[int, i
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", default="configs/ppo/halfcheetah.yaml")
+    parser.add_argument("--config", default=str(ROOT / "configs/ppo/halfcheetah.yaml"))
     parser.add_argument("--rounds", type=int, default=3, help="rollouts, each trained on for the config's epochs")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     args = parser.parse_args()

@@ -12,6 +12,10 @@ The manifest (YAML) lists, per config, where its runs are and what it is compare
       plot: ppo-cartpole                # optional: the figure's file name (default: from config)
       metric: train                     # optional: what the row reports (default: eval)
 
+The anchor's ``protocol`` is its own, in words; the row's "our protocol" column is not typed but
+made from the config (:func:`our_protocol`): steps or frames, sticky actions, how evaluation
+acts and over how many episodes.
+
 ``metric`` says which return a row reports, so that it compares with its anchor on the anchor's
 protocol: ``eval`` (the default), the run's last evaluation (``summary.json``'s
 ``final_eval_return_mean``; deterministic, ``run.eval_episodes`` episodes), its steps to threshold
@@ -101,7 +105,7 @@ NEUTRAL_KEYS = (
 
 COLUMNS = (
     "env", "algorithm", "config", "seeds", "final return (median)", "spread (min to max)", "steps to threshold",
-    "wall-clock (median)", "CPU", "anchor", "protocol",
+    "wall-clock (median)", "CPU", "our protocol", "anchor", "anchor's protocol",
 )
 
 
@@ -219,7 +223,7 @@ def table_row(entry: dict[str, Any], runs: Sequence[Run], labels: tuple[str, str
     anchor_text = f"{_number(anchor.get('return'))} in {_number(anchor.get('budget'))} steps ({anchor.get('source', 'no source')})" if anchor else "none"
     anchor_text += reference_text(entry, references)
     row = dict.fromkeys(COLUMNS, "")
-    row.update(config=entry["config"], anchor=anchor_text, protocol=str(anchor.get("protocol", "")))
+    row.update({"config": entry["config"], "anchor": anchor_text, "anchor's protocol": str(anchor.get("protocol", ""))})
     if not runs:
         row.update(env=labels[0], algorithm=labels[1], seeds="no runs yet")
         return row
@@ -259,8 +263,18 @@ def rows_and_runs(manifest: Path, root: Roots, repo: Path = REPO) -> list[tuple[
         accepted = accepted_run_dirs(entry, root, repo)
         references = reference_run_dirs(entry, root, repo)
         row = table_row(entry, [read_run(p, entry.get("threshold"), entry["metric"]) for p in accepted], _labels(entry, repo), [read_reference(p) for p in references])
+        row["our protocol"] = our_protocol(entry, repo)
         out.append((row, accepted, references))
     return out
+
+
+def our_protocol(entry: dict[str, Any], repo: Path = REPO) -> str:
+    """The protocol of ``entry``'s runs in words (:func:`pytorchrl.protocol.describe_protocol` of
+    its config with its overrides), made from the config, so the column cannot drift from it."""
+    from pytorchrl.config import from_dict
+    from pytorchrl.protocol import describe_protocol
+
+    return describe_protocol(from_dict(expected_config(entry, 0, repo)))
 
 
 def accepted_run_dirs(entry: dict[str, Any], root: Roots, repo: Path = REPO) -> list[Path]:

@@ -26,7 +26,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -40,6 +39,7 @@ from pytorchrl.config import load_config  # noqa: E402
 from scripts.sb3_reference import _build, sb3_settings  # noqa: E402
 from scripts.td3_sb3_update import (  # noqa: E402
     _linears,
+    config_env,
     copy_critics,
     flat_critics,
     flat_linears,
@@ -92,7 +92,7 @@ class Pair:
         if settings.get("use_sde") or not config.algorithm.learn_ent_coef:
             raise SystemExit("sac_sb3_update: compare with a learned entropy coefficient and without gSDE (its noise matrix is drawn per rollout)")
         settings.update(learning_starts=0, buffer_size=1_000)
-        env = gym.make(config.env.env_id)
+        env = config_env(config)
         unit_box(env, "sac_sb3_update")
         self.sb3 = _build(settings, env, seed=0)
         self.sb3.set_logger(configure(None, []))
@@ -195,7 +195,7 @@ def compare(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", default="configs/sac/walker2d.yaml")
+    parser.add_argument("--config", default=str(ROOT / "configs/sac/walker2d.yaml"))
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     args = parser.parse_args()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import types
 import warnings
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -29,7 +30,16 @@ import torch
 import torch.nn.functional as F
 
 from pytorchrl.agent.algorithms import ALGORITHMS, wire
-from pytorchrl.config import load_config
+from pytorchrl.config import Config, load_config
+
+#: the checkout: the scripts' default configs are found from any working directory
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def config_env(config: Config) -> gym.Env:
+    """One env of ``config``, made with its ``env.env_kwargs`` (LunarLander-v3's continuous
+    actions are a keyword, not an id)."""
+    return gym.make(config.env.env_id, **config.env.env_kwargs)
 
 
 def _linears(module: torch.nn.Module) -> list[torch.nn.Linear]:
@@ -78,7 +88,7 @@ class Pair:
         torch.manual_seed(0)  # SB3's initial weights, the same for both orders
         config = load_config(config_path, ["algorithm.target_policy_noise=0", f"algorithm.policy_update={policy_update}"])
         algo_config = config.algorithm
-        env = gym.make(config.env.env_id)
+        env = config_env(config)
         unit_box(env, "td3_sb3_update")
         wiring = wire(ALGORITHMS["td3"], config, env.observation_space, env.action_space)
         self.actor = wiring.actor(torch.device("cpu"))
@@ -204,7 +214,7 @@ def compare(config: str, steps: int, reorder: bool, report: tuple[int, ...], pol
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", default="configs/td3/walker2d.yaml")
+    parser.add_argument("--config", default=str(ROOT / "configs/td3/walker2d.yaml"))
     parser.add_argument("--steps", type=int, default=40)
     args = parser.parse_args()
     warnings.filterwarnings("ignore")

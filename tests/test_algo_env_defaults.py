@@ -21,6 +21,8 @@ from pytorchrl.defaults import (
     BOX_VECTOR,
     DISCRETE_VECTOR,
     FAMILIES,
+    _env_kwarg_defaults,
+    _without_defaults,
     choose_config,
     family_config,
     family_for,
@@ -256,6 +258,36 @@ def test_a_shipped_config_whose_env_kwargs_are_the_envs_defaults_serves_the_bare
     assert choose_config("sac", "pytorchrl/BitFlipping-v0", ["env.env_kwargs={n_bits: 15}"]).path == her
     assert shipped_config("sac", "pytorchrl/BitFlipping-v0", env_kwargs={"n_bits": 10}) is None
     assert shipped_config("sac", "pytorchrl/BitFlipping-v0", env_kwargs={"continuous": True}) is None
+
+
+_ARRAY_DEFAULT = np.zeros(2)
+
+
+class _WithDefaults(gym.Env):
+    def __init__(self, size: int = 3, arr: Any = _ARRAY_DEFAULT) -> None:
+        self.size, self.arr = size, arr
+
+
+def test_an_envs_keyword_defaults_come_from_any_entry_point_and_its_registration():
+    """Class and callable entry points give their signature's defaults, the registration's kwargs
+    win over them, an entry point that cannot be imported gives its registration's only, and an
+    array default never breaks the comparison with a config's list (it is just not equal)."""
+    ids = {"Defaults-class-v0": _WithDefaults, "Defaults-lambda-v0": lambda size=5: _WithDefaults(size)}
+    try:
+        for env_id, entry_point in ids.items():
+            gym.register(env_id, entry_point=entry_point)
+        gym.register("Defaults-registered-v0", entry_point=_WithDefaults, kwargs={"size": 7})
+        gym.register("Defaults-missing-v0", entry_point="no_such_module_anywhere:Env", kwargs={"size": 9})
+        assert _env_kwarg_defaults("Defaults-class-v0")["size"] == 3
+        assert _env_kwarg_defaults("Defaults-lambda-v0") == {"size": 5}
+        assert _env_kwarg_defaults("Defaults-registered-v0")["size"] == 7
+        assert _env_kwarg_defaults("Defaults-missing-v0") == {"size": 9}
+        assert _env_kwarg_defaults("Never-registered-v0") == {}
+        defaults = _env_kwarg_defaults("Defaults-class-v0")
+        assert _without_defaults({"size": 3, "arr": [0, 0], "other": 1}, defaults) == {"arr": [0, 0], "other": 1}
+    finally:
+        for env_id in [*ids, "Defaults-registered-v0", "Defaults-missing-v0"]:
+            gym.registry.pop(env_id, None)
 
 
 @pytest.mark.timeout(30)

@@ -6,6 +6,7 @@ import pytest
 
 from pytorchrl.agent.algorithms import A2CConfig, PPOConfig
 from pytorchrl.config import ConfigError, config_to_dict, from_dict, load_config
+from pytorchrl.protocol import describe_protocol
 from tests.conftest import CONFIGS
 
 
@@ -16,6 +17,24 @@ def test_shipped_configs_load(path):
     config = load_config(path)
     assert config.run.target_steps > 0
     assert config_to_dict(config)["env"]["env_id"] == config.env.env_id
+    # its header says where its settings come from, and its protocol as the config itself makes it (issue 38)
+    header = " ".join(line.lstrip("#").strip() for line in _header_lines(path))
+    assert "Source: " in header, f"{path}: no 'Source:' in its header"
+    assert f"Protocol: {describe_protocol(config)}" in header, f"{path}: its header's protocol is not {describe_protocol(config)!r}"
+
+
+def _header_lines(path):
+    lines = path.read_text().splitlines()
+    return lines[: next(i for i, line in enumerate(lines) if not line.startswith("#"))]
+
+
+def test_the_protocol_says_frames_sticky_actions_and_how_evaluation_samples():
+    pong = from_dict({"env": {"env_id": "ALE/Pong-v5", "atari": {"repeat_action_probability": 0.0}}, "run": {"eval_deterministic": False, "eval_episodes": 8, "eval_every": 0}})
+    text = describe_protocol(pong)
+    assert text.startswith("agent steps of 4 frames; no sticky actions, up to 30 no-ops")
+    assert text.endswith("sampled-action evaluation, 8 whole games (raw scores) at the end")
+    cartpole = from_dict({"env": {"max_episode_steps": 200}, "run": {"eval_episodes": 1, "eval_every": 4096}})
+    assert describe_protocol(cartpole) == "agent steps, episodes cut at 200 steps; deterministic evaluation, 1 episode every 4,096 steps"
 
 
 def test_defaults_and_algorithm_section_is_picked_by_name():

@@ -54,7 +54,8 @@ def test_two_run_directories_make_exact_rows_and_a_config_without_runs_says_so(t
     assert rows[0] == {
         "env": "CartPole-v1", "algorithm": "ppo", "config": "configs/ppo/cartpole.yaml", "seeds": "0, 1",
         "final return (median)": "400", "spread (min to max)": "301 to 500", "steps to threshold": "1/2 reached 475, median 3,000",
-        "wall-clock (median)": "16 s", "CPU": "CPU X, 2 cores", "anchor": "500 in 100,000 steps (zoo)", "protocol": "agent steps",
+        "wall-clock (median)": "16 s", "CPU": "CPU X, 2 cores", "anchor": "500 in 100,000 steps (zoo)", "anchor's protocol": "agent steps",
+        "our protocol": "agent steps; deterministic evaluation, 10 episodes every 4,096 steps",  # from the config's run section
     }
     assert rows[1]["seeds"] == "no runs yet" and rows[1]["anchor"] == "none" and rows[1]["config"] == "configs/ppo/acrobot.yaml"
     assert (rows[1]["env"], rows[1]["algorithm"]) == ("Acrobot-v1", "ppo")  # named from the config
