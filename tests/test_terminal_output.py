@@ -56,7 +56,7 @@ def _lines(stream: io.StringIO) -> list[str]:
 # ------------------------------------------------------------------ the progress line
 
 
-def test_the_progress_line_counts_evaluation_games_in_place_of_the_eta(clock):
+def test_the_progress_line_counts_evaluation_episodes_in_place_of_the_eta(clock):
     out = Terminal()
     line = ProgressLine(10_000, stream=out)
     row = {"env_steps": 10_000, "fps": 812.0, "wall_time_s": 125.0, "train_return_mean": 3.0, "eval_return_mean": None}
@@ -67,8 +67,8 @@ def test_the_progress_line_counts_evaluation_games_in_place_of_the_eta(clock):
     line.evaluating(3, 10, {**row, "wall_time_s": 170.0})
     shown = _lines(out)
     assert len(shown) == 2
-    assert shown[0].endswith("| evaluating 0/10 games") and "eta" not in shown[0]
-    assert "evaluating 3/10 games" in shown[1] and "elapsed 2:50" in shown[1] and "fps      812" in shown[1]
+    assert shown[0].endswith("| evaluating 0/10 episodes") and "eta" not in shown[0]
+    assert "evaluating 3/10 episodes" in shown[1] and "elapsed 2:50" in shown[1] and "fps      812" in shown[1]
 
 
 def test_the_last_line_shows_the_runs_fps_and_done(clock):
@@ -91,7 +91,7 @@ def test_off_a_terminal_evaluation_writes_a_line_every_few_seconds_only(clock):
     line.evaluating(1, 4, row)
     clock[0] += ProgressLine.LOG_EVALUATION_EVERY
     line.evaluating(2, 4, row)
-    assert [text.rsplit("| ", 1)[1] for text in out.getvalue().splitlines()] == ["eta 0:00", "evaluating 2/4 games"]
+    assert [text.rsplit("| ", 1)[1] for text in out.getvalue().splitlines()] == ["eta 0:00", "evaluating 2/4 episodes"]
 
 
 def test_a_run_shows_its_evaluations_and_ends_on_done_with_a_nonzero_fps():
@@ -103,8 +103,8 @@ def test_a_run_shows_its_evaluations_and_ends_on_done_with_a_nonzero_fps():
     finally:
         learner.close()
     shown = _lines(out)
-    assert any(text.endswith("evaluating 0/3 games") for text in shown)
-    assert any(text.endswith("evaluating 3/3 games") for text in shown)
+    assert any(text.endswith("evaluating 0/3 episodes") for text in shown)
+    assert any(text.endswith("evaluating 3/3 episodes") for text in shown)
     fps = float(re.search(r"fps\s+([\d,]+)", shown[-1]).group(1).replace(",", ""))
     assert shown[-1].endswith("| done") and fps > 0 and "steps       128/128" in shown[-1]
 

@@ -88,7 +88,7 @@ class ProgressLine:
     """One live line (env steps, FPS, train/eval return, ETA) on a terminal; a line per log
     interval otherwise, so that CI logs and ``ray job logs`` stay readable.
 
-    While the learner evaluates, the ETA gives way to ``evaluating 3/10 games`` (an Atari
+    While the learner evaluates, the ETA gives way to ``evaluating 3/10 episodes`` (an Atari
     evaluation can take minutes: the line must show that it is alive); the last line, written by
     :meth:`close`, shows the run's overall figures and ``done``.
     """
@@ -109,7 +109,7 @@ class ProgressLine:
         return self.enabled and self.live and time.monotonic() - self._last >= 0.25
 
     def format(self, m: dict[str, Any], status: str | None = None) -> str:
-        """The line for the log row ``m``; ``status`` (e.g. ``evaluating 3/10 games``, ``done``)
+        """The line for the log row ``m``; ``status`` (e.g. ``evaluating 3/10 episodes``, ``done``)
         replaces the ETA."""
         steps, fps = m.get("env_steps", 0), m.get("fps") or 0.0
         if status is None:
@@ -141,7 +141,7 @@ class ProgressLine:
             show = done > 0 and since >= self.LOG_EVALUATION_EVERY
         if not show:
             return
-        self._write(self.format(m, f"evaluating {done}/{asked} games"))
+        self._write(self.format(m, f"evaluating {done}/{asked} episodes"))
 
     def _write(self, text: str) -> None:
         self._last = time.monotonic()
