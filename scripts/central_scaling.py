@@ -94,7 +94,16 @@ def _pids(handles: list[Any]) -> list[int]:
     return ray.get([h.pid.remote() for h in handles])
 
 
-def measure(scheme: Any, seconds: float, envs_per_worker: int, worker_nice: int | None = None) -> dict[str, Any]:
+def pin_threads(pid: int, cpus: set[int]) -> None:
+    """Every thread of process ``pid`` (threads started later inherit their creator's) on ``cpus``."""
+    for tid in thread_ids(pid):
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except OSError:  # a thread that ended meanwhile
+            pass
+
+
+def measure(scheme: Any, seconds: float, envs_per_worker: int, worker_nice: int | None = None, pin: bool = False) -> dict[str, Any]:
     """Collect for ``seconds`` (after one rollout per worker of warm-up); the figures of one count."""
     cws = scheme.collection_workers
     weights = scheme.algorithm.get_weights()
@@ -120,6 +129,12 @@ def measure(scheme: Any, seconds: float, envs_per_worker: int, worker_nice: int 
     if worker_nice is not None:
         for pid in col_pids:
             renice_threads(worker_nice, pid)
+    if pin:  # the servers on the first core, the collection workers on the others (Sample Factory pins its workers)
+        cores = sorted(os.sched_getaffinity(0))
+        for pid in srv_pids:
+            pin_threads(pid, {cores[0]})
+        for pid in col_pids:
+            pin_threads(pid, set(cores[1:]))
     driver = os.getpid()
     before = {pid: _proc(pid) for pid in [*col_pids, *srv_pids, driver]}
     busy_before = _machine_busy_s()
@@ -200,7 +215,7 @@ def run_mode(inference: str, counts: list[int], args: argparse.Namespace, addres
                 break
             if count > have:
                 scheme.add_collection_workers(count - have)
-            row = {**label, **measure(scheme, args.seconds, args.envs, args.worker_nice)}
+            row = {**label, **measure(scheme, args.seconds, args.envs, args.worker_nice, args.pin)}
             if rows:
                 first = rows[0]
                 row["linear"] = round(row["steps_per_s"] / (first["steps_per_s"] / first["workers"] * row["workers"]), 3)
@@ -226,6 +241,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--server-cpus", type=float, default=1.0)
     parser.add_argument("--worker-nice", type=int, help="the collection workers' niceness (Ray starts them at 15)")
+    parser.add_argument("--pin", action="store_true", help="the servers' threads on the first core, the collection workers' on the others")
     parser.add_argument("--min-free-gb", type=float, default=3.0, help="add no workers once less memory than this is available")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="further config overrides, as on pytorchrl train")
     parser.add_argument("--ceiling", action="store_true", help="envs that do not sleep: one server's most requests/s")
