@@ -35,7 +35,7 @@ from pytorchrl.utils.checkpoint import (
 )
 from pytorchrl.utils.errors import CheckpointError, InputError, TrainingDiverged
 from pytorchrl.utils.paths import check_run_dir, make_dir
-from pytorchrl.utils.runtime import cpu_model
+from pytorchrl.utils.runtime import code_version, cpu_model
 from pytorchrl.utils.seeding import get_rng_state, seed_everything, set_rng_state
 
 #: interval means of these per-update diagnostics go into each log row
@@ -87,6 +87,8 @@ class Learner:
         #: share of the last evaluation's episodes that ended with ``info["is_success"]`` (goal envs; None: not reported)
         self.last_eval_success: float | None = None
         self.stop_reason: str | None = None
+        #: the code of each stretch of the run, in order (one entry unless resumed on other code)
+        self.code: list[str] = [code_version()]
         self._stop_requested = False  # request_stop(): stop at the end of the round
         self._returns: deque[float] = deque(maxlen=100)
         self._lengths: deque[float] = deque(maxlen=100)
@@ -419,6 +421,7 @@ class Learner:
             "env_restarts": self.env_restarts,
             "nonfinite_updates": self.nonfinite_updates,
             "machine": cpu_model(),
+            "code": self.code,
         }
         if self.run_dir is not None:
             (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -566,6 +569,7 @@ class Learner:
             # the log interval in progress, so that a resumed run writes the rows this one would
             "interval": self._interval, "eval_row": self._eval_row, "eval_steps": self._eval_steps,
             "log_mark_steps": self._log_mark[0], "log_mark_wall_s": self._log_mark[1],
+            "code": list(self.code),
         }
         return {"learner": counters, "scheme": self.scheme.state_dict(), "rng": get_rng_state()}
 
@@ -586,6 +590,8 @@ class Learner:
             self.solved_at = tuple(c["solved_at"]) if c["solved_at"] else None  # type: ignore[assignment]
             self.last_eval = c["last_eval"]
             self.last_eval_success = c.get("last_eval_success")
+            before = [str(v) for v in c.get("code", [])]  # older checkpoints: unknown
+            self.code = before + [code_version()] if before[-1:] != [code_version()] else before
             self._interval = {k: list(v) for k, v in c.get("interval", {}).items()}
             self._eval_row = dict(c.get("eval_row", {}))
             self._eval_steps = int(c.get("eval_steps", -1))

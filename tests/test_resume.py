@@ -23,6 +23,7 @@ from pytorchrl.config import from_dict
 from pytorchrl.envs.snapshot import restore, snapshot
 from pytorchrl.learner import Learner, StopSignals
 from pytorchrl.utils import checkpoint as ckpt
+from pytorchrl.utils.runtime import code_version
 from tests.conftest import CONFIGS
 
 #: columns that measure time, not learning (they differ between any two runs)
@@ -239,10 +240,11 @@ def test_stop_signals_install_their_handlers_only_when_enabled_and_hand_them_bac
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_a_run_stopped_by_a_signal_mid_round_resumes_to_the_whole_run(tmp_path):
+def test_a_run_stopped_by_a_signal_mid_round_resumes_to_the_whole_run(tmp_path, monkeypatch):
     """TINY's rounds are 128 env steps and 4 updates: a SIGTERM after the 18th update lets the
     fifth round finish (20 updates, 640 steps: no log row falls there), checkpoints it, and the
-    resumed run writes the rows and ends with the weights of the run that was never stopped."""
+    resumed run writes the rows and ends with the weights of the run that was never stopped. Its
+    summary names the code of each stretch (here the resumed one ran "other" code)."""
     whole_rows, whole_state = _run(tmp_path, "whole", {})
     previous = signal.getsignal(signal.SIGTERM)
     learner = Learner.from_config(from_dict({**TINY, "scheme": {}}), run_dir=tmp_path / "stopped", progress=False)
@@ -253,14 +255,17 @@ def test_a_run_stopped_by_a_signal_mid_round_resumes_to_the_whole_run(tmp_path):
         learner.close()
     assert signal.getsignal(signal.SIGTERM) is previous  # handed back
     assert summary["stop_reason"] == "interrupted" and (summary["env_steps"], summary["updates"]) == (640, 20)
+    assert summary["code"] == [code_version()] and code_version().startswith("pytorchrl ")
     _, _, meta = ckpt.load_newest_checkpoint(tmp_path / "stopped" / "checkpoints")
     assert (meta["env_steps"], meta["updates"]) == (640, 20)
     assert [row["env_steps"] for row in learning_rows(tmp_path / "stopped" / "progress.csv")] == ["256", "512"]  # no extra row
+    monkeypatch.setattr("pytorchrl.learner.code_version", lambda: "pytorchrl other")
     again = Learner.resume(tmp_path / "stopped", progress=False)
     try:
-        assert again.train()["stop_reason"] == "target_steps"
+        resumed = again.train()
     finally:
         again.close()
+    assert resumed["stop_reason"] == "target_steps" and resumed["code"] == [code_version(), "pytorchrl other"]
     assert learning_rows(tmp_path / "stopped" / "progress.csv") == whole_rows
     assert_same_state(whole_state["scheme"], ckpt.load_newest_checkpoint(tmp_path / "stopped" / "checkpoints")[1]["scheme"])
 

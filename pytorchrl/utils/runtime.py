@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 # glibc mallopt parameters
 _M_TRIM_THRESHOLD = -1
@@ -36,6 +39,29 @@ def cpu_model() -> str:
         pass
     isa = "AVX-512 BF16" if "avx512_bf16" in flags else "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else None
     return ", ".join(part for part in (name, f"{os.cpu_count()} cores", isa) if part)
+
+
+@functools.cache
+def code_version() -> str:
+    """The code this process runs, e.g. ``pytorchrl 0.1.0 (git 6c65fae1b2c3, modified)``: the
+    package's version, and where it runs from a git checkout its commit and whether tracked files
+    differ from it. Every run's summary.json records it, so that runs of different code are told
+    apart (a results-table row should not mix them)."""
+    from pytorchrl.version import __version__
+
+    text = f"pytorchrl {__version__}"
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return text
+    try:
+        def git(*args: str) -> str:
+            return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+
+        commit = git("rev-parse", "--short=12", "HEAD")
+        modified = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):  # no git, or not a repository after all
+        return text
+    return f"{text} (git {commit}{', modified' if modified else ''})"
 
 
 def cap_threads(most: int) -> None:
