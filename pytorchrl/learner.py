@@ -591,7 +591,7 @@ class Learner:
             self.last_eval = c["last_eval"]
             self.last_eval_success = c.get("last_eval_success")
             before = [str(v) for v in c.get("code", [])]  # older checkpoints: unknown
-            self.code = before + [code_version()] if before[-1:] != [code_version()] else before
+            self.code = [*before, code_version()] if before[-1:] != [code_version()] else before
             self._interval = {k: list(v) for k, v in c.get("interval", {}).items()}
             self._eval_row = dict(c.get("eval_row", {}))
             self._eval_steps = int(c.get("eval_steps", -1))
