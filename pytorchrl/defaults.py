@@ -379,8 +379,9 @@ def choose_config(algo: str, env_id: str, overrides: Sequence[str] = (), *, conf
 
 def _family_choice(algo: str, env_id: str, env_section: dict[str, Any], configs: Path | None) -> Choice:
     """The family default of ``algo`` for ``env_id`` (which has no shipped config for it)."""
-    env_kwargs = env_section.get("env_kwargs")
-    observation_space, action_space = env_spaces(env_id, env_kwargs if isinstance(env_kwargs, dict) else None)
+    given = env_section.get("env_kwargs")
+    env_kwargs = given if isinstance(given, dict) else None
+    observation_space, action_space = env_spaces(env_id, env_kwargs)
     family = family_for(env_id, observation_space, action_space)
     if family is None:
         covered = ", ".join(f"{f['name']} for {f['applies']}" for f in FAMILIES)
@@ -389,7 +390,7 @@ def _family_choice(algo: str, env_id: str, env_section: dict[str, Any], configs:
             f"{_describe(action_space)}; the families are {covered}; write a CONFIG.yaml for it (see configs/)"
         )
     fitting = _fitting_algorithms(action_space)
-    working = [a for a in fitting if a in family["algorithms"] or shipped_config(a, env_id, configs, env_kwargs if isinstance(env_kwargs, dict) else None) is not None]
+    working = [a for a in fitting if a in family["algorithms"] or shipped_config(a, env_id, configs, env_kwargs) is not None]
     if algo not in fitting:
         need = ALGORITHMS[algo].check_action_space(action_space)
         kind = type(action_space).__name__

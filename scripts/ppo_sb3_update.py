@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:  # run from a checkout
 from pytorchrl.agent.algorithms import ALGORITHMS, wire  # noqa: E402
 from pytorchrl.config import load_config  # noqa: E402
 from scripts.sb3_reference import _build, sb3_settings  # noqa: E402
-from scripts.td3_sb3_update import _linears, config_env  # noqa: E402
+from scripts.td3_sb3_update import _linears, config_env, copied_weights  # noqa: E402
 
 
 class Pair:
@@ -119,10 +119,7 @@ class Pair:
 def compare(config: str, overrides: list[str], rounds: int) -> list[tuple[int, int, str, float, float]]:
     """``(round, epoch, part, SB3's movement, |SB3 - pytorchrl|)`` after each epoch."""
     pair = Pair(config, overrides)
-    start = {part: pair.flat("sb3", part).clone() for part in ("policy", "value")}
-    for part in start:
-        if not torch.allclose(start[part], pair.flat("ours", part)):
-            raise RuntimeError(f"ppo_sb3_update: the {part} weights were not copied")
+    start = copied_weights(pair, ("policy", "value"))
     rng = np.random.default_rng(0)
     rows = []
     for r in range(1, rounds + 1):

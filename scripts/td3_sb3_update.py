@@ -155,14 +155,20 @@ def our_batch(batch: dict[str, np.ndarray], gamma: float) -> dict[str, torch.Ten
     return {"obs": t(batch["obs"]), "actions": t(batch["actions"]), "next_obs": t(batch["next_obs"]), "rewards": t(batch["rewards"]), "discounts": gamma * (1 - t(batch["dones"]))}
 
 
+def copied_weights(pair: Any, parts: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """SB3's starting weights of each of ``parts`` (flat), checked to be pytorchrl's too."""
+    start = {part: pair.flat("sb3", part).clone() for part in parts}
+    for part, weights in start.items():
+        if not torch.allclose(weights, pair.flat("ours", part)):
+            raise RuntimeError(f"the {part} weights were not copied")
+    return start
+
+
 def step_pair(pair: Any, parts: tuple[str, ...], steps: int, report: tuple[int, ...]) -> list[tuple[int, str, float, float]]:
     """``steps`` gradient steps of ``pair`` (a ``flat(side, part)`` and a ``step(batch, rng)``) on
     random minibatches of SB3's batch size: ``(step, part, SB3's movement, |SB3 - pytorchrl|)`` at
     the ``report`` steps."""
-    start = {part: pair.flat("sb3", part).clone() for part in parts}
-    for part in start:
-        if not torch.allclose(start[part], pair.flat("ours", part)):
-            raise RuntimeError(f"the {part} weights were not copied")
+    start = copied_weights(pair, parts)
     rng = np.random.default_rng(0)
     obs_dim, action_dim = int(np.prod(pair.actor.observation_space.shape)), pair.actor.action_dim
     rows = []
