@@ -296,3 +296,23 @@ def test_a_same_protocol_reference_goes_into_the_anchor_cell_only_when_it_ran_th
         "pytorchrl train configs/ppo/cartpole.yaml run.seed=2 --run-dir runs/ppo-cartpole-seed2",
         "python scripts/sb3_reference.py configs/ppo/cartpole.yaml --seed 2 --out runs/sb3-ppo-cartpole-seed2",
     ]
+
+
+def _github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation but hyphens dropped, spaces
+    to hyphens."""
+    return "".join(c for c in heading.lower() if c.isalnum() or c in "-_ ").replace(" ", "-")
+
+
+def test_benchmarks_md_contents_lists_every_section_with_its_link():
+    """BENCHMARKS.md's contents list is its ``##`` sections, in order, each linked to its
+    anchor: a section added without an entry (or an entry left after its section moved) fails."""
+    sections, contents, fenced = [], [], False
+    for line in (REPO / "BENCHMARKS.md").read_text().splitlines():
+        fenced ^= line.startswith("```")
+        if not fenced and line.startswith("## "):
+            sections.append(line[3:].strip())
+        if line.startswith("- [") and "](#" in line and not sections:
+            title, _, link = line[3:].partition("](#")
+            contents.append((title, link.rstrip(")")))
+    assert contents == [(title, _github_anchor(title)) for title in sections]
