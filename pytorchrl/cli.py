@@ -84,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
         "family (an algorithm name, e.g. ppo, dqn or sac; the choice is printed on stderr)",
     )
     train.add_argument("--env", metavar="ENV_ID", help="with --algo: the env to train on, e.g. CartPole-v1, LunarLander-v3, ALE/Breakout-v5")
-    train.add_argument("--run-dir", help="run directory (default runs/<config name>-<timestamp>; a family default's: runs/<algo>-<env id>-<timestamp>)")
+    train.add_argument("--run-dir", help="run directory (default runs/<config folder>-<config name>-<timestamp>, e.g. runs/ppo-cartpole-...; a family default's: runs/<algo>-<env id>-<timestamp>)")
     train.add_argument("--quiet", action="store_true", help="no progress line")
     train.add_argument(
         "--address", metavar="ADDR",
@@ -93,7 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     train.set_defaults(func=_train)
 
     evaluate = sub.add_parser("evaluate", help="run episodes of a trained policy (deterministic unless its config sets run.eval_deterministic: false)")
-    evaluate.add_argument("path", metavar="RUN_DIR|CHECKPOINT")
+    evaluate.add_argument("path", metavar="RUN_DIR|CHECKPOINT", help="a run directory (its newest readable checkpoint) or one of its checkpoints/step_N")
     evaluate.add_argument(
         "overrides", nargs="*", metavar="KEY=VALUE",
         help="changes to the run's config, e.g. env.atari.repeat_action_probability=0.25, run.eval_deterministic=true, "
@@ -132,7 +132,7 @@ def _parser() -> argparse.ArgumentParser:
     tune.set_defaults(func=_tune)
 
     bench = sub.add_parser("benchmark", help="print the figures of BENCHMARKS.md")
-    bench.add_argument("names", nargs="*", metavar="NAME", help="benchmarks to run (default: all); see --list")
+    bench.add_argument("names", nargs="*", metavar="NAME", help="benchmarks to run (see --list), or all (hours: Pong and MuJoCo included)")
     bench.add_argument("--list", action="store_true", help="list the benchmarks")
     bench.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of the learning benchmarks")
     bench.add_argument("--json", metavar="FILE", help="also write the results as JSON")
@@ -181,6 +181,8 @@ def _run_training(args: argparse.Namespace) -> dict[str, Any]:
     from pytorchrl.learner import Learner, check_new_run_dir
 
     picking = _check_algo_env(args)
+    if args.resume and args.config is not None and "=" not in args.config:
+        raise InputError(f"--resume RUN_DIR continues the run with its own config.yaml: drop {args.config!r} (change keys with KEY=VALUE overrides)")
     if (args.resume or picking) and args.config is not None:  # `train --resume DIR k=v`, `--algo A --env E k=v`: the first override lands in `config`
         args.overrides, args.config = [args.config, *args.overrides], None
     _check_overrides(args.overrides)
@@ -324,10 +326,13 @@ def _benchmark(args: argparse.Namespace) -> int:
         for name, bench in BENCHMARKS.items():
             print(f"{name:{width}s}  {first_sentence(bench.__doc__ or '')}")
         return EXIT_OK
-    unknown = [n for n in args.names if n not in BENCHMARKS]
+    if not args.names:  # all of them take hours: only when asked for by name
+        raise InputError(f"benchmark needs the names of the benchmarks to run (pytorchrl benchmark --list), or all ({len(BENCHMARKS)}, hours: Pong and MuJoCo included)")
+    names = list(BENCHMARKS) if args.names == ["all"] else args.names
+    unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
-        raise InputError(f"unknown benchmark {unknown[0]!r}; allowed: {', '.join(BENCHMARKS)}")
-    results = run_benchmarks(args.names or list(BENCHMARKS), seeds=args.seeds)
+        raise InputError(f"unknown benchmark {unknown[0]!r}; allowed: {', '.join(BENCHMARKS)}, or all")
+    results = run_benchmarks(names, seeds=args.seeds)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str))
     return EXIT_OK

@@ -513,7 +513,31 @@ def _set_dotted(out: dict, key: str, value: Any, what: str) -> None:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
             raise ConfigError(f"override {what!r}: {part!r} is not a section")
-    node[parts[-1]] = value
+    node[parts[-1]] = _merged(node.get(parts[-1]), value, parts)
+
+
+def _merged(old: Any, new: Any, path: list[str]) -> Any:
+    """What a key at ``path`` holds after an override sets it to ``new``: a mapping given for a
+    config section (``algorithm={lr: 1}``) changes the keys it names and keeps the others, as
+    dotted overrides of each would; any other value (a dict-valued key such as
+    ``env.env_kwargs`` included) replaces the old. An ``algorithm`` mapping naming another
+    algorithm starts from that algorithm's defaults."""
+    if not (isinstance(old, dict) and isinstance(new, dict) and _is_section(path)):
+        return new
+    if path == ["algorithm"] and new.get("name", old.get("name")) != old.get("name"):
+        return new
+    return {**old, **{k: _merged(old.get(k), v, [*path, str(k)]) for k, v in new.items()}}
+
+
+def _is_section(path: list[str]) -> bool:
+    """Whether the dotted ``path`` names a config section (a dataclass), not a value."""
+    cls: Any = Config
+    for part in path:
+        typ = AlgorithmConfig if cls is Config and part == "algorithm" else _type_hints(cls).get(part)
+        if not (isinstance(typ, type) and dataclasses.is_dataclass(typ)):
+            return False
+        cls = typ
+    return True
 
 
 def canonical_encoder(raw: dict) -> dict:
@@ -704,12 +728,26 @@ def _coerce(key: str, value: Any, typ: Any) -> Any:
             return float(value)
         except ValueError:
             pass
+    if typ is int and isinstance(value, (float, str)) and not isinstance(value, bool):  # 1e6 or 1.0e+6 steps: a whole number
+        whole = _whole_number(value)
+        if whole is not None:
+            return whole
     if typ is dict and isinstance(value, dict):
         return dict(value)
     if isinstance(typ, type) and isinstance(value, typ) and not (typ is int and isinstance(value, bool)):
         return value
     name = getattr(typ, "__name__", str(typ))
     raise ConfigError(f"config key {key!r} = {value!r} has the wrong type: expected {name}")
+
+
+def _whole_number(value: float | str) -> int | None:
+    """``value`` as an int when it is a whole number written as a float (``5e3``, ``1.0e+6``,
+    ``2000.0``), else None."""
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return int(number) if math.isfinite(number) and number.is_integer() else None
 
 
 def _bad_choice(key: str, value: Any, choices: tuple[Any, ...]) -> str:

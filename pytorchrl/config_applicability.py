@@ -218,7 +218,7 @@ def _changed_message(changed: list[tuple[str, Any, Any]], overrides: Sequence[st
         parts.append(f"{what} changes {key} to {_show(after)} (trained with {_show(before)})")
     return (
         f"{'; '.join(parts)}, in {where}: a checkpoint fixes its network, algorithm and observations; only evaluation and "
-        "training settings may change (see `pytorchrl evaluate --help`)"
+        "training settings may change (`pytorchrl evaluate --help` lists the keys it fixes)"
     )
 
 

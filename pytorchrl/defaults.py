@@ -10,7 +10,9 @@ from the env's id and spaces:
   families;
 - a family (:data:`FAMILIES`) is data: the envs it applies to, where its hyper-parameters come
   from (``source``), its budget (``run.target_steps``), and per algorithm a config written with
-  the keys of the YAML configs (``env.env_id`` and ``run.target_steps`` are filled in here).
+  the keys of the YAML configs (``env.env_id`` and ``run.target_steps`` are filled in here);
+  an env whose reset gives its legal actions in ``info["action_mask"]`` gets
+  ``env.action_mask: info`` too, and algorithms that take no masks are refused for it.
 
 Either way the result is a nested dict that goes through the same
 :func:`~pytorchrl.config.apply_overrides` and :func:`~pytorchrl.config.from_dict` as a YAML
@@ -33,7 +35,7 @@ import gymnasium as gym
 from pytorchrl.agent.algorithms import ALGORITHMS
 from pytorchrl.config import apply_overrides, read_mapping, set_values
 from pytorchrl.envs.atari import is_atari_id
-from pytorchrl.envs.vec_env import check_env_id, env_spaces
+from pytorchrl.envs.vec_env import check_env_id, probe_env
 from pytorchrl.utils.checkout import package_checkout
 from pytorchrl.utils.errors import ConfigError, InputError
 
@@ -381,7 +383,7 @@ def _family_choice(algo: str, env_id: str, env_section: dict[str, Any], configs:
     """The family default of ``algo`` for ``env_id`` (which has no shipped config for it)."""
     given = env_section.get("env_kwargs")
     env_kwargs = given if isinstance(given, dict) else None
-    observation_space, action_space = env_spaces(env_id, env_kwargs)
+    observation_space, action_space, info_masks = probe_env(env_id, env_kwargs)
     family = family_for(env_id, observation_space, action_space)
     if family is None:
         covered = ", ".join(f"{f['name']} for {f['applies']}" for f in FAMILIES)
@@ -403,6 +405,9 @@ def _family_choice(algo: str, env_id: str, env_section: dict[str, Any], configs:
             f"no shipped config for {algo} on {env_id!r} and no {algo} default for {family['applies']}; "
             f"with a default for {env_id!r}: {', '.join(working)} (or write a CONFIG.yaml for {algo})"
         )
+    if info_masks and not ALGORITHMS[algo].action_masks:
+        takes = ", ".join(a for a in working if ALGORITHMS[a].action_masks)
+        raise InputError(f"--env {env_id!r} gives its legal actions in info['action_mask'], and {algo} takes no action masks; these do: {takes}")
     max_steps = env_section.get("max_episode_steps")
     short = is_short_classic_control(env_id, max_steps if isinstance(max_steps, int) else None)
     raw = family_config(family, algo, env_id, classic_control=short)
@@ -410,6 +415,9 @@ def _family_choice(algo: str, env_id: str, env_section: dict[str, Any], configs:
     adjusted = family["classic_control"].get(algo, {}) if short else {}
     if adjusted:
         source += "; " + ", ".join(f"{key} {value}" for key, value in adjusted.items()) + " on a short classic-control env"
+    if info_masks:  # the env says which actions are legal: the policy must hear it (env.action_mask: info)
+        raw = set_values(raw, {"env.action_mask": "info"})
+        source += "; legal actions from info['action_mask'] (env.action_mask: info)"
     message = f"no shipped config for {algo} on {env_id}; using the {algo} family default for {family['applies']} ({source})"
     return Choice(raw, message, f"{algo}-{_safe_name(env_id)}", family=family["name"])
 

@@ -71,8 +71,9 @@ def evaluate_checkpoint(
         deterministic = config.run.eval_deterministic
         if on_episode is not None:
             on_episode([])
+        render = _render_env(learner) if video_dir is not None else None  # an env that cannot render fails before the episodes
         returns = learner.scheme.evaluate(episodes, deterministic, on_episode, recorder)
-        video = _record_gif(learner, Path(video_dir), deterministic) if video_dir is not None else None
+        video = _record_gif(learner, render, Path(video_dir), deterministic) if render is not None and video_dir is not None else None
     finally:
         learner.close()
     mean = sum(returns) / len(returns)
@@ -163,31 +164,40 @@ def _pillow() -> Any:
     try:
         from PIL import Image
     except ImportError:
-        raise InputError("--video needs Pillow: pip install pillow pygame (pygame renders classic control)") from None
+        raise InputError("--video needs Pillow: pip install pillow pygame (pygame renders classic control; in a checkout: pip install -e '.[video]')") from None
     return Image
 
 
-def _record_gif(learner: Learner, video_dir: Path, deterministic: bool = True) -> Path:
-    """One episode (``deterministic``: the policy's mode; else sampled) (at most :data:`MAX_VIDEO_FRAMES` frames) rendered to
-    ``video_dir/episode.gif`` (needs the env's rgb_array render), preprocessed as in evaluation."""
+def _render_env(learner: Learner) -> tuple[Any, Any, Any]:
+    """An env of the run's that renders rgb_array frames, reset (seed 0): the env, its first
+    observation and its first frame. Rendering fails here, as one line, or not at all."""
     import gymnasium as gym
 
-    Image = _pillow()
     # frames are drawn off screen: pygame's dummy video driver needs no display (without one,
     # SDL's default prints "XDG_RUNTIME_DIR is invalid" on stderr, though rendering works)
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    worker = learner.scheme.collection_workers.local_worker
-    envs = worker.envs
+    envs = learner.scheme.collection_workers.local_worker.envs
     assert envs is not None
     try:
         env = envs.make_render_env()
         obs, _ = env.reset(seed=0)
-        frames = [env.render()]
+        return env, obs, env.render()
     except (gym.error.DependencyNotInstalled, ImportError) as exc:
-        raise InputError(f"--video: env {envs.env_id!r} cannot render ({exc}); try pip install pygame pillow") from None
+        raise InputError(f"--video: env {envs.env_id!r} cannot render ({exc}); try pip install pygame pillow (in a checkout: pip install -e '.[video]')") from None
     except Exception as exc:  # OpenGL failing in the first render: mujoco.FatalError, PyOpenGL errors, a missing libOSMesa
         reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         raise InputError(f"--video: env {envs.env_id!r} cannot render ({reason}); {opengl_hint()}") from None
+
+
+def _record_gif(learner: Learner, render: tuple[Any, Any, Any], video_dir: Path, deterministic: bool = True) -> Path:
+    """One episode (``deterministic``: the policy's mode; else sampled) (at most :data:`MAX_VIDEO_FRAMES` frames) of the
+    :func:`_render_env` ``render`` written to ``video_dir/episode.gif``, preprocessed as in evaluation."""
+    Image = _pillow()
+    worker = learner.scheme.collection_workers.local_worker
+    envs = worker.envs
+    assert envs is not None
+    env, obs, first = render
+    frames = [first]
     done, rhs = False, None  # rhs: a recurrent actor's state, carried through the episode
     while not done and len(frames) <= MAX_VIDEO_FRAMES:
         action, rhs = worker.policy.evaluation_step(envs.single_obs(obs), rhs, None, deterministic)

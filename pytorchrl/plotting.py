@@ -22,8 +22,9 @@ import numpy as np
 from pytorchrl.utils.errors import InputError
 from pytorchrl.utils.strict_yaml import load_yaml
 
-#: keys that differ between runs of one experiment without making it another
-RUN_KEYS = ("seed", "max_time_s", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints", "stop_at_return", "target_steps")
+#: keys that differ between runs of one experiment without making it another (not
+#: ``target_steps``: annealed learning rates, clip ranges and epsilons are fractions of it)
+RUN_KEYS = ("seed", "max_time_s", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints", "stop_at_return")
 X_AXES = ("env_steps", "wall_time_s")
 #: a curve of at most this many points gets a marker on each (a one-point line draws nothing)
 MARKERS_UP_TO = 10
@@ -67,6 +68,8 @@ def load_run(path: str | Path) -> Run:
     """
     path = Path(path)
     csv_path = path / "progress.csv"
+    if not path.is_dir():
+        raise InputError(f"run directory {str(path)!r} does not exist" if not path.exists() else f"{str(path)!r} is a file, not a run directory")
     if not csv_path.is_file():
         raise InputError(f"run directory {str(path)!r} has no progress.csv (is it a run directory of pytorchrl train?)")
     with csv_path.open(newline="") as f:

@@ -144,6 +144,21 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def import_ray_tune() -> Any:
+    """``ray.tune``; where Tune's own dependencies (pandas, pyarrow: plain ``ray`` lacks them) are
+    missing, one line saying how to install them.
+
+    :raises InputError: when ``ray.tune`` cannot be imported.
+    """
+    import importlib
+
+    try:
+        return importlib.import_module("ray.tune")
+    except ImportError as exc:
+        cause = exc.__cause__ or exc.__context__ or exc
+        raise InputError(f"tune needs Ray Tune's dependencies ({cause}): pip install 'ray[tune]' (in a checkout: pip install -e '.[tune]')") from None
+
+
 def tune_domains(parsed: dict[str, tuple[str, Any]]) -> dict[str, Any]:
     """The parsed space as Ray Tune search domains."""
     from ray import tune as ray_tune
@@ -312,9 +327,8 @@ def tune(
     if metric == "eval_return_mean" and run.eval_every == 0 and scheduler != "fifo":
         raise InputError(f"--scheduler {scheduler} needs evaluations during the run: run.eval_every = 0 evaluates only at the end")
     where = "--dir" if directory else "tune directory"
+    ray_tune = import_ray_tune()  # before the directory is made
     root = check_output_dir(directory or _default_directory(config), where).resolve()  # before Ray starts or a trial writes
-    from ray import tune as ray_tune
-
     from pytorchrl.scheme.base.ray_runtime import configure_ray, ensure_ray
 
     if verbose:  # Ray takes seconds to start: say what is coming

@@ -88,6 +88,8 @@ def test_algo_env_beside_a_config_or_resume_is_refused(capsys, tmp_path):
     assert "--resume RUN_DIR continues the run with its own config.yaml: drop --algo and --env" in err
     err = _bad(capsys, ["train", "--resume", str(tmp_path), "--env", "CartPole-v1"])
     assert "drop --env " in err
+    err = _bad(capsys, ["train", str(CONFIGS / "ppo" / "cartpole.yaml"), "--resume", str(tmp_path)])
+    assert "--resume RUN_DIR continues the run with its own config.yaml: drop " in err and "cartpole.yaml" in err
 
 
 @pytest.mark.timeout(30)
@@ -131,6 +133,18 @@ def test_an_algorithm_that_does_not_fit_the_actions_names_those_that_do(capsys):
         "--algo td3 needs a bounded Box action space" in err
         and "fit Discrete actions are ppo, a2c, impala, appo, dqn, sac" in err
     )
+
+
+@pytest.mark.timeout(30)
+def test_an_env_with_legal_actions_in_info_gets_masks_or_a_line_naming_who_takes_them(capsys):
+    """The family default of an env whose reset gives ``info["action_mask"]`` reads the masks
+    (``env.action_mask: info``, said in the choice); an algorithm that takes none is refused."""
+    choice = choose_config("a2c", "pytorchrl/LegalMoves-v0")
+    assert choice.raw["env"]["action_mask"] == "info" and "legal actions from info['action_mask']" in choice.message
+    assert from_dict(choice.raw).env.action_mask == "info"
+    assert choose_config("a2c", "CartPole-v1").raw["env"].get("action_mask", "none") == "none"  # no mask in CartPole's info
+    err = _bad(capsys, ["train", "--algo", "sac", "--env", "pytorchrl/LegalMoves-v0"])
+    assert "gives its legal actions in info['action_mask'], and sac takes no action masks; these do: ppo, a2c, dqn" in err
 
 
 @pytest.mark.timeout(30)

@@ -135,7 +135,7 @@ def run_dir(tmp_path) -> Path:
     ("actor.hidden_sizes=[4]", r"override 'actor.hidden_sizes=\[4\]' changes actor.hidden_sizes to \[4\] \(trained with \[8\]\)"),
     ("env.normalize_obs=true", r"override 'env.normalize_obs=true' changes env.normalize_obs to true \(trained with false\)"),
     ("algorithm.name=dqn", r"^override 'algorithm.name=dqn' changes algorithm.name to 'dqn' \(trained with 'ppo'\)"),
-    ("actor={encoder: mlp}", r"override 'actor=\{encoder: mlp\}' changes actor.hidden_sizes to \[64, 64\] \(trained with \[8\]\)"),
+    ("actor={hidden_sizes: [4]}", r"override 'actor=\{hidden_sizes: \[4\]\}' changes actor.hidden_sizes to \[4\] \(trained with \[8\]\)"),
 ])
 def test_overrides_of_what_the_checkpoint_fixes_are_refused(run_dir, override, message):
     with pytest.raises(ConfigError, match=message):

@@ -53,10 +53,39 @@ def test_overrides_are_parsed_as_yaml(tmp_path):
     assert config.run.stop_at_return is None
 
 
+def test_a_mapping_override_of_a_section_changes_only_the_keys_it_names():
+    """``algorithm={lr: 1}`` is ``algorithm.lr=1``: the config's other keys stay (they were reset
+    to the library's defaults once); a dict-valued key (``env.env_kwargs``) is replaced whole, and
+    an ``algorithm`` mapping naming another algorithm starts from that one's defaults."""
+    path = CONFIGS / "ppo" / "cartpole.yaml"
+    given = load_config(path)
+    merged = load_config(path, ["algorithm={lr: 1}", "actor={activation: relu}"])
+    assert merged.algorithm.lr == 1.0 and merged.algorithm.gamma == given.algorithm.gamma == 0.98
+    assert merged.algorithm.num_epochs == given.algorithm.num_epochs and merged.actor.activation == "relu"
+    assert merged.actor.hidden_sizes == given.actor.hidden_sizes and merged.actor.encoder == given.actor.encoder
+    assert merged == load_config(path, ["algorithm.lr=1", "actor.activation=relu"])
+    lander = CONFIGS / "sac" / "lunarlander_continuous.yaml"
+    assert load_config(lander, ["env={env_kwargs: {enable_wind: true}}"]).env.env_kwargs == {"enable_wind": True}
+    assert load_config(lander, ["env.env_kwargs={enable_wind: true}"]).env.env_kwargs == {"enable_wind": True}
+    other = load_config(path, ["algorithm={name: dqn, lr: 0.01}"]).algorithm
+    assert other.name == "dqn" and other.lr == 0.01 and other.gamma == 0.99  # DQN's own default, not the PPO config's 0.98
+
+
 def test_int_accepted_for_float_but_not_bool_for_int():
     assert from_dict({"algorithm": {"lr": 1}}).algorithm.lr == 1.0
     with pytest.raises(ConfigError, match=r"'env.num_envs' = True has the wrong type: expected int"):
         from_dict({"env": {"num_envs": True}})
+
+
+@pytest.mark.parametrize("text", ["5e3", "5.0e+3", "5000.0"])
+def test_a_whole_number_written_as_a_float_is_an_int(text):
+    """``run.target_steps=1e6`` as practitioners write budgets; a fraction is still refused."""
+    steps = load_config(CONFIGS / "ppo" / "cartpole.yaml", [f"run.target_steps={text}"]).run.target_steps
+    assert steps == 5000 and type(steps) is int
+    with pytest.raises(ConfigError, match=r"'env.num_envs' = 2.5 has the wrong type: expected int"):
+        from_dict({"env": {"num_envs": 2.5}})
+    with pytest.raises(ConfigError, match=r"'env.num_envs' = 'inf' has the wrong type: expected int"):
+        from_dict({"env": {"num_envs": "inf"}})
 
 
 @pytest.mark.parametrize(

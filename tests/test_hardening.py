@@ -96,6 +96,28 @@ def test_env_construction_errors_are_config_errors(kwargs, message):
         VecEnv.create_factory("CartPole-v1", num_envs=1, **kwargs)
 
 
+@pytest.mark.parametrize(
+    ("env_id", "cls", "kwargs", "needs"),
+    [
+        ("LunarLander-v3", "gymnasium.envs.box2d.lunar_lander.LunarLander", {"continuous": True}, "needs Box2D, which is not installed: pip install Box2D"),
+        ("HalfCheetah-v5", "gymnasium.envs.mujoco.half_cheetah_v5.HalfCheetahEnv", {}, "needs MuJoCo, which is not installed: pip install 'gymnasium[mujoco]'"),
+    ],
+)
+def test_a_missing_env_dependency_names_the_extra_not_the_kwargs(monkeypatch, env_id, cls, kwargs, needs):
+    """An env whose package is missing: the extra to install, never its kwargs blamed (nor
+    gymnasium's own hint, which builds Box2D from source)."""
+    module, name = cls.rsplit(".", 1)
+
+    def missing(self, *args, **kw):
+        raise gym.error.DependencyNotInstalled(f"{name} is not installed, run `pip install swig`")
+
+    monkeypatch.setattr(f"{module}.{name}.__init__", missing)
+    with pytest.raises(InputError) as error:
+        VecEnv.create_factory(env_id, num_envs=1, env_kwargs=kwargs)
+    message = str(error.value)
+    assert message.startswith(f"env.env_id = {env_id!r} {needs}") and "env_kwargs" not in message and "swig" not in message
+
+
 @pytest.mark.parametrize("override", ["run.device=tpu", "env.env_kwargs={no_such_kwarg: 1}", "algorithm.lr=.nan"])
 def test_the_cli_says_one_line_and_writes_nothing(override, tmp_path, capsys):
     code = main(["train", str(CARTPOLE), override, "--run-dir", str(tmp_path / "run"), "--quiet"])

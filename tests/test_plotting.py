@@ -13,7 +13,7 @@ from pytorchrl.cli import main
 from pytorchrl.plotting import plot_runs
 
 
-def _run_dir(root: Path, name: str, seed: int, rows: list[tuple[int, float, str]], lr: float = 1e-3) -> Path:
+def _run_dir(root: Path, name: str, seed: int, rows: list[tuple[int, float, str]], lr: float = 1e-3, **run: int) -> Path:
     path = root / name
     path.mkdir()
     with (path / "progress.csv").open("w", newline="") as f:
@@ -21,7 +21,7 @@ def _run_dir(root: Path, name: str, seed: int, rows: list[tuple[int, float, str]
         writer.writerow(["env_steps", "wall_time_s", "train_return_mean", "eval_return_mean"])
         for steps, wall, value in rows:
             writer.writerow([steps, wall, 1.0, value])
-    config = {"env": {"env_id": "CartPole-v1"}, "algorithm": {"name": "ppo", "lr": lr}, "run": {"seed": seed}}
+    config = {"env": {"env_id": "CartPole-v1"}, "algorithm": {"name": "ppo", "lr": lr}, "run": {"seed": seed, **run}}
     (path / "config.yaml").write_text(yaml.safe_dump(config))
     return path
 
@@ -52,10 +52,23 @@ def test_seeds_of_one_config_are_a_mean_with_a_band_and_configs_get_their_own_li
     assert len(fig.axes) == 2 and fig.axes[1].get_ylabel() == "train_return_mean"
 
 
+def test_runs_of_other_budgets_are_other_lines_and_bookkeeping_keys_are_one(tmp_path):
+    """A budget is part of the experiment (annealing schedules are fractions of it); seeds,
+    checkpoints and evaluation cadence are not."""
+    rows = [(100, 1.0, "1"), (200, 2.0, "2")]
+    a = _run_dir(tmp_path, "a", 0, rows, target_steps=200, checkpoint_every=100)
+    b = _run_dir(tmp_path, "b", 1, rows, target_steps=200, eval_every=50)
+    longer = _run_dir(tmp_path, "c", 0, rows, target_steps=400)
+    lines = plot_runs([a, b, longer]).axes[0].lines
+    assert [line.get_label() for line in lines] == ["ppo CartPole-v1 (2 seeds)", "ppo CartPole-v1 (c)"]
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["nowhere"], "run directory 'nowhere' has no progress.csv"),
+        (["nowhere"], "run directory 'nowhere' does not exist"),
+        (["RUN/progress.csv"], "progress.csv' is a file, not a run directory"),
+        (["RUN/tb"], "tb' has no progress.csv"),
         (["RUN", "--metric", "eval_retrun_mean"], "--metric = 'eval_retrun_mean' is not a progress.csv column (did you mean 'eval_return_mean'?)"),
         (["RUN", "--x", "updates"], "--x = 'updates' is not allowed; allowed: env_steps, wall_time_s"),
         (["RUN", "-o", "OUT/x.jpgx"], "'jpgx' is not an image format matplotlib writes; allowed: "),
@@ -63,7 +76,8 @@ def test_seeds_of_one_config_are_a_mean_with_a_band_and_configs_get_their_own_li
 )
 def test_bad_plot_input_is_one_line_and_exit_2(tmp_path, capsys, args, needle):
     run = _run_dir(tmp_path, "a", 0, [(100, 1.0, "1")])
-    args = [str(run) if a == "RUN" else a.replace("OUT", str(tmp_path)) for a in args]
+    (run / "tb").mkdir()  # a directory without progress.csv
+    args = [a.replace("RUN", str(run)).replace("OUT", str(tmp_path)) for a in args]
     code = main(["plot", *args, *([] if "-o" in args else ["-o", str(tmp_path / "x.png")])])
     err = capsys.readouterr().err
     assert code == 2 and needle in err and err.count("\n") == 1

@@ -8,6 +8,7 @@ import argparse
 import csv
 import io
 import json
+import math
 import os
 import re
 import subprocess
@@ -79,6 +80,20 @@ def test_the_last_line_shows_the_runs_fps_and_done(clock):
     last = _lines(out)[-1]
     assert last.endswith("| done") and "fps       50" in last and "eval    21.0" in last and "eta" not in last
     assert out.getvalue().endswith("\n")
+
+
+def test_the_last_evaluation_stays_on_the_line_and_a_stopped_run_does_not_say_done(clock):
+    """Rows between evaluations keep showing the last evaluation's return (not ``-``); a run
+    stopped by a signal ends on ``stopped, resumable``."""
+    out = io.StringIO()
+    line = ProgressLine(1_000, stream=out)
+    line.update({"env_steps": 100, "fps": 10.0, "wall_time_s": 5.0}, force=True)  # before any evaluation
+    line.update({"env_steps": 200, "fps": 10.0, "wall_time_s": 6.0, "eval_return_mean": 61.1}, force=True)
+    line.update({"env_steps": 300, "fps": 10.0, "wall_time_s": 7.0, "eval_return_mean": math.nan}, force=True)
+    line.close({"env_steps": 300, "fps": 10.0, "wall_time_s": 7.0}, "stopped, resumable")
+    shown = out.getvalue().splitlines()
+    assert [text.split("| eval ")[1].split(" |")[0].strip() for text in shown] == ["-", "61.1", "61.1", "61.1"]
+    assert shown[-1].endswith("| stopped, resumable")
 
 
 def test_off_a_terminal_evaluation_writes_a_line_every_few_seconds_only(clock):
@@ -184,6 +199,20 @@ def test_benchmark_list_gives_one_complete_sentence_each(capsys):
     assert described["sac_step"].startswith("Milliseconds per SAC step (one Pendulum-v1 env step and one gradient step, configs/sac/pendulum.yaml)")
 
 
+def test_benchmark_runs_what_is_named_and_all_only_when_asked(capsys, monkeypatch):
+    """No name is one line (all of them take hours); ``all`` runs every one, in the list's order."""
+    import benchmarks.suite as suite
+
+    ran: list[list[str]] = []
+    monkeypatch.setattr(suite, "run_benchmarks", lambda names, seeds: ran.append(names) or {})
+    assert main(["benchmark"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pytorchrl benchmark --list" in err[0] and "or all" in err[0] and not ran
+    assert main(["benchmark", "ppo_cartpole", "nope"]) == 2 and "unknown benchmark 'nope'" in capsys.readouterr().err and not ran
+    assert main(["benchmark", "all"]) == 0 and main(["benchmark", "compression"]) == 0
+    assert ran == [list(suite.BENCHMARKS), ["compression"]]
+
+
 # ---------------------------------------------------------------------------- plot
 
 
@@ -275,7 +304,7 @@ def test_without_a_display_mujoco_gets_a_headless_backend(environ, monkeypatch):
 
 
 def test_a_failed_render_is_one_line_naming_mujoco_gl(monkeypatch):
-    from pytorchrl.evaluation import _record_gif
+    from pytorchrl.evaluation import _render_env
 
     class Broken:
         def reset(self, seed=None):
@@ -289,11 +318,39 @@ def test_a_failed_render_is_one_line_naming_mujoco_gl(monkeypatch):
         envs = learner.scheme.collection_workers.local_worker.envs
         monkeypatch.setattr(envs, "make_render_env", lambda: Broken())
         with pytest.raises(InputError) as error:
-            _record_gif(learner, Path("unused"))
+            _render_env(learner)
     finally:
         learner.close()
     message = str(error.value)
     assert "\n" not in message and "MUJOCO_GL" in message and "OpenGL platform library has not been loaded" in message
+
+
+def test_an_env_that_cannot_render_fails_evaluate_video_before_any_episode(monkeypatch, tmp_path):
+    """``evaluate --video`` on an env that cannot render: one line naming the extra, before the
+    episodes are played (an Atari evaluation would otherwise run its games first)."""
+    import gymnasium as gym
+
+    from pytorchrl import evaluation
+    from pytorchrl.envs.vec_env import VecEnv
+    from pytorchrl.scheme.scheme import Scheme
+
+    run = tmp_path / "run"
+    learner = Learner.from_config(from_dict({**TINY, "run": {"target_steps": 64}}), run_dir=run, progress=False)
+    learner.train()
+    learner.close()
+
+    def no_pygame(self):
+        raise gym.error.DependencyNotInstalled("pygame is not installed")
+
+    def played(*args, **kwargs):
+        raise AssertionError("episodes were played before the render check")
+
+    monkeypatch.setattr(VecEnv, "make_render_env", no_pygame)
+    monkeypatch.setattr(Scheme, "evaluate", played)
+    with pytest.raises(InputError) as error:
+        evaluation.evaluate_checkpoint(run, episodes=3, video_dir=tmp_path / "video")
+    message = str(error.value)
+    assert "\n" not in message and "cannot render (pygame is not installed)" in message and "pip install -e '.[video]'" in message
 
 
 def test_opengl_failures_are_told_apart_by_where_they_were_raised():

@@ -5,6 +5,7 @@ budget writes trial runs, trials.csv and a ready best config."""
 from __future__ import annotations
 
 import csv
+import sys
 
 import pytest
 import torch
@@ -88,6 +89,18 @@ def test_bad_tune_input_is_exit_2_with_one_line(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1 and text in err[0], err
     assert not (tmp_path / "t").exists()  # checked before anything is written or Ray starts
+
+
+def test_tune_without_ray_tunes_dependencies_is_one_line_naming_the_extra(tmp_path, capsys, monkeypatch):
+    """Plain ``ray`` lacks Tune's dependencies (pandas): one line saying what to install, before
+    the directory is made."""
+    space = tmp_path / "space.yaml"
+    space.write_text("algorithm.lr: {loguniform: [1.0e-4, 1.0e-3]}\n")
+    monkeypatch.setitem(sys.modules, "ray.tune", None)  # the import fails as it does without pandas
+    code = main(["tune", str(CONFIGS / "ppo" / "cartpole.yaml"), "--space", str(space), "--dir", str(tmp_path / "t")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "tune needs Ray Tune's dependencies" in err[0] and "pip install -e '.[tune]'" in err[0], err
+    assert not (tmp_path / "t").exists()
 
 
 @pytest.mark.slow

@@ -23,6 +23,7 @@ import functools
 import importlib
 import os
 import signal
+import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,7 @@ from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode
 
 from pytorchrl.envs.atari import atari_spaces, is_atari_id, make_atari_env, make_atari_vector_env, register_atari
-from pytorchrl.envs.masking import InfoActionMask
+from pytorchrl.envs.masking import MASK_KEY, InfoActionMask
 from pytorchrl.envs.normalization import ObservationNormalizer, RewardScaler
 from pytorchrl.envs.rendering import is_opengl_failure, opengl_hint, show_mujoco_warnings_once, use_headless_gl
 from pytorchrl.envs.snapshot import restore, snapshot, snapshot_gaps
@@ -82,10 +83,11 @@ def check_env_id(env_id: str) -> None:
     raise InputError(f"env.env_id = {env_id!r} is not a registered gymnasium id nor 'module:function'{hint}")
 
 
-def env_spaces(env_id: str, env_kwargs: dict | None = None) -> tuple[gym.Space, gym.Space]:
+def probe_env(env_id: str, env_kwargs: dict | None = None) -> tuple[gym.Space, gym.Space, bool]:
     """The observation and action spaces of one env of ``env_id`` as made, before any check of
-    them (:meth:`VecEnv.create_factory` checks them): what ``train --algo/--env`` picks its
-    default from. ALE ids give the raw game's spaces, not the preprocessed frames.
+    them (:meth:`VecEnv.create_factory` checks them), and whether it gives its legal actions in
+    a reset's ``info["action_mask"]``: what ``train --algo/--env`` picks its default from. ALE
+    ids give the raw game's spaces, not the preprocessed frames.
 
     :raises InputError: for an unknown env id, or an env that cannot be made (one line).
     """
@@ -94,8 +96,17 @@ def env_spaces(env_id: str, env_kwargs: dict | None = None) -> tuple[gym.Space, 
     with _env_errors(env_id, "env.env_kwargs", kwargs):
         env = _make_single_env(env_id, kwargs, None)
         spaces = env.observation_space, env.action_space
+        masked = _info_masks(env)
         env.close()
-    return spaces
+    return (*spaces, masked)
+
+
+def _info_masks(env: gym.Env) -> bool:
+    """Whether ``env`` (of Discrete actions, unwrapped by :class:`InfoActionMask`) gives legal
+    actions in its reset's info; it is reset once to see (seed 0)."""
+    if not isinstance(env.action_space, gym.spaces.Discrete) or isinstance(env, InfoActionMask):
+        return False
+    return MASK_KEY in env.reset(seed=0)[1]
 
 
 def _import_env_families() -> None:
@@ -235,10 +246,17 @@ class VecEnv:
             if atari is not None and is_atari_id(env_id):
                 obs_space, act_space = atari_spaces(env_id, atari, env_kwargs)
             else:
-                probe = _make_single_env(env_id, env_kwargs, kwargs.get("max_episode_steps"), kwargs.get("action_mask", "none"))
+                mask_source = kwargs.get("action_mask", "none")
+                probe = _make_single_env(env_id, env_kwargs, kwargs.get("max_episode_steps"), mask_source)
                 obs_space, act_space = probe.observation_space, probe.action_space
-                if kwargs.get("action_mask") == "info":  # the mask only shows in a reset's info
+                if mask_source == "info":  # the mask only shows in a reset's info
                     probe.reset(seed=0)
+                elif mask_source == "none" and _info_masks(probe):
+                    warnings.warn(
+                        f"env.env_id = {env_id!r} gives its legal actions in info['action_mask'], and env.action_mask = 'none' "
+                        "ignores them: the policy may choose illegal actions; set env.action_mask: info to use them",
+                        stacklevel=2,
+                    )
                 probe.close()
         eval_kwargs = kwargs.get("eval_env_kwargs")
         if eval_kwargs is not None and eval_kwargs != env_kwargs and not (atari is not None and is_atari_id(env_id)):
@@ -505,6 +523,9 @@ def _env_errors(env_id: str, key: str, env_kwargs: dict) -> Iterator[None]:
     except InputError:
         raise
     except Exception as exc:
+        missing = _missing_extra(env_id, exc)
+        if missing is not None:  # not the kwargs' fault, whatever they are
+            raise InputError(f"env.env_id = {env_id!r} needs {missing}") from None
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         message = message.split(" was raised from the environment creator")[0]  # gymnasium's suffix repeats the kwargs
         if is_opengl_failure(exc):  # MUJOCO_GL names a backend whose library is missing
@@ -512,6 +533,28 @@ def _env_errors(env_id: str, key: str, env_kwargs: dict) -> Iterator[None]:
         if env_kwargs:
             raise InputError(f"config key {key!r} = {env_kwargs!r}: {env_id!r} cannot be made with them ({type(exc).__name__}: {message})") from None
         raise InputError(f"env.env_id = {env_id!r}: making the env failed ({type(exc).__name__}: {message})") from None
+
+
+#: gymnasium's env families whose dependencies are extras of this package: (where their entry
+#: points live, what they need, how to install it)
+_EXTRAS = (
+    ("gymnasium.envs.box2d", "Box2D", "pip install Box2D pygame (in a checkout: pip install -e '.[box2d]')"),
+    ("gymnasium.envs.mujoco", "MuJoCo", "pip install 'gymnasium[mujoco]' (in a checkout: pip install -e '.[mujoco]')"),
+)
+
+
+def _missing_extra(env_id: str, exc: Exception) -> str | None:
+    """What to install when making ``env_id`` failed for a package that is not installed (a
+    clause for the error line), or None when ``exc`` is something else."""
+    if not isinstance(exc, (gym.error.DependencyNotInstalled, ImportError)):
+        return None
+    spec = gym.registry.get(env_id)
+    entry = spec.entry_point if spec is not None and isinstance(spec.entry_point, str) else ""
+    for module, what, install in _EXTRAS:
+        if entry.startswith(module):
+            return f"{what}, which is not installed: {install}"
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"a package that is not installed ({type(exc).__name__}: {reason})"
 
 
 def _make_single_env(env_id: str, env_kwargs: dict, max_episode_steps: int | None, action_mask: str = "none") -> gym.Env:

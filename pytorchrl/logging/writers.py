@@ -103,6 +103,7 @@ class ProgressLine:
         self.enabled = enabled
         self.live = enabled and self.stream.isatty()
         self._last = 0.0
+        self._last_eval: float | None = None  # shown until the next evaluation replaces it
 
     def due(self) -> bool:
         """Whether a live refresh would be shown now (so callers build the row only then)."""
@@ -115,9 +116,12 @@ class ProgressLine:
         if status is None:
             eta = max(self.target - steps, 0) / fps if fps > 0 else float("nan")  # a last rollout may overshoot the target
             status = f"eta {_dur(eta)}"
+        evaluated = m.get("eval_return_mean")
+        if evaluated is not None and not (isinstance(evaluated, float) and math.isnan(evaluated)):
+            self._last_eval = evaluated
         return (
             f"steps {steps:>9,}/{self.target:,} ({100 * steps / self.target:5.1f}%) | fps {fps:8,.0f} | "
-            f"train {_num(m.get('train_return_mean'))} | eval {_num(m.get('eval_return_mean'))} | "
+            f"train {_num(m.get('train_return_mean'))} | eval {_num(self._last_eval)} | "
             f"elapsed {_dur(m.get('wall_time_s', 0.0))} | {status}"
         )
 
@@ -147,13 +151,13 @@ class ProgressLine:
         self._last = time.monotonic()
         _emit(self.stream, text, self.live)
 
-    def close(self, final: dict[str, Any] | None = None) -> None:
+    def close(self, final: dict[str, Any] | None = None, status: str = "done") -> None:
         """End the line; with ``final`` (the run's last row, its ``fps`` over the whole run), write
-        it first with ``done`` in place of the ETA."""
+        it first with ``status`` (``done``, or why the run stopped short) in place of the ETA."""
         if not self.enabled:
             return
         if final is not None:
-            self._write(self.format(final, "done"))
+            self._write(self.format(final, status))
         if self.live:
             self.stream.write("\n")
             self.stream.flush()

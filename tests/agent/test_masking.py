@@ -4,6 +4,8 @@ Dict observation; wrong masks are one line."""
 
 from __future__ import annotations
 
+import warnings
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -118,6 +120,17 @@ def test_info_masks_become_the_dict_key_and_reach_the_vector_env():
     vec = VecEnv("pytorchrl/LegalMoves-v0", num_envs=2, action_mask="info")
     packed = vec.reset()
     assert packed[:, mask_slice(space)].sum(-1).min() >= 1  # every row holds its mask
+
+
+def test_masks_in_info_that_the_config_ignores_are_warned_of():
+    """env.action_mask 'none' on an env that gives legal actions in its info: one warning saying
+    how to use them; none when they are used."""
+    with pytest.warns(UserWarning, match=r"gives its legal actions in info\['action_mask'\].*set env.action_mask: info"):
+        VecEnv.create_factory("pytorchrl/LegalMoves-v0", num_envs=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        VecEnv.create_factory("pytorchrl/LegalMoves-v0", num_envs=2, action_mask="info")
+        VecEnv.create_factory("CartPole-v1", num_envs=2)
 
 
 @pytest.mark.parametrize(
