@@ -1,4 +1,4 @@
-"""Same as ``pytorchrl benchmark``: python scripts/benchmark.py [NAME ...] [--seeds 0 1 2]."""
+"""Same as ``pytorchrl benchmark``: python scripts/benchmark.py NAME ... | all [--seeds 0 1 2]."""
 
 import sys
 
