@@ -69,9 +69,9 @@ def evaluate_checkpoint(
             )
         recorder = EpisodeRecorder() if demos_dir is not None else None
         deterministic = config.run.eval_deterministic
+        render = _render_env(learner) if video_dir is not None else None  # an env that cannot render fails before the episodes
         if on_episode is not None:
             on_episode([])
-        render = _render_env(learner) if video_dir is not None else None  # an env that cannot render fails before the episodes
         returns = learner.scheme.evaluate(episodes, deterministic, on_episode, recorder)
         video = _record_gif(learner, render, Path(video_dir), deterministic) if render is not None and video_dir is not None else None
     finally:

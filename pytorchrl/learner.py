@@ -394,7 +394,8 @@ class Learner:
         if self.run_dir is not None:
             self.checkpoint()
         summary = self._write_summary()
-        self._progress.close(self._progress_row(), "stopped, resumable" if interrupted else "done")
+        stopped = "stopped, resumable" if self.run_dir is not None else "stopped"  # a signal's stop: not "done"
+        self._progress.close(self._progress_row(), stopped if interrupted else "done")
         return summary
 
     def _progress_row(self) -> dict[str, Any]:
