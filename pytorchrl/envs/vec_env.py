@@ -103,10 +103,15 @@ def probe_env(env_id: str, env_kwargs: dict | None = None) -> tuple[gym.Space, g
 
 def _info_masks(env: gym.Env) -> bool:
     """Whether ``env`` (of Discrete actions, unwrapped by :class:`InfoActionMask`) gives legal
-    actions in its reset's info; it is reset once to see (seed 0)."""
+    actions in its reset's info; it is reset once to see (seed 0). A reset that fails here says
+    no: the run's own resets report it, after its spaces are checked."""
     if not isinstance(env.action_space, gym.spaces.Discrete) or isinstance(env, InfoActionMask):
         return False
-    return MASK_KEY in env.reset(seed=0)[1]
+    try:
+        _, info = env.reset(seed=0)
+    except Exception:
+        return False
+    return isinstance(info, dict) and MASK_KEY in info
 
 
 def _import_env_families() -> None:
