@@ -793,6 +793,12 @@ def check_scheme(scheme: SchemeConfig) -> None:
             "'synchronous' (asynchronous gradients cannot be applied identically on every worker)"
         )
     _check_inference(scheme)
+    for name in ("col_worker_resources", "grad_worker_resources"):
+        for resource, amount in getattr(scheme, name).resources.items():
+            if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not math.isfinite(amount) or amount < 0:
+                raise ConfigError(
+                    f"config key 'scheme.{name}.resources' = {{{resource!r}: {amount!r}}}: a custom Ray resource is an amount >= 0 per worker, e.g. {{{resource!r}: 1}}"
+                )
 
 
 def _check_inference(scheme: SchemeConfig) -> None:

@@ -68,6 +68,8 @@ class Learner:
     ) -> None:
         self.scheme = scheme
         self.run = run = RunConfig() if run is None else check_section(run, "run.")  # one built in Python skips from_dict's checks
+        self._closed = False
+        self._training = threading.Lock()  # held while train() runs: a second call (another thread) is refused
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.env_steps = 0
         self.updates = 0
@@ -189,6 +191,7 @@ class Learner:
         :return: the update's info: the algorithm's diagnostics, plus collection info
             (``env_steps``, episode returns) on the first update of a round.
         """
+        self._check_open("step")
         if self._start is None:
             self._start = time.perf_counter()
         info = self.scheme.update_worker.step()
@@ -350,7 +353,17 @@ class Learner:
         are left alone.
 
         :return: the summary (also written to ``summary.json``).
+        :raises RuntimeError: when the learner is closed, or ``train`` is already running (in another thread).
         """
+        self._check_open("train")
+        if not self._training.acquire(blocking=False):
+            raise RuntimeError("Learner.train() is already running (in another thread): one run trains once at a time; wait for it, or call request_stop()")
+        try:
+            return self._train(stop_signals)
+        finally:
+            self._training.release()
+
+    def _train(self, stop_signals: bool) -> dict[str, Any]:
         with StopSignals(self._on_stop_signal, enabled=stop_signals):
             try:
                 while not self.done():
@@ -634,10 +647,19 @@ class Learner:
 
     def close(self) -> None:
         """Close the log writers and the scheme (its envs and remote workers); rows held for an
-        evaluation still under way are written without it."""
+        evaluation still under way are written without it. Training after this is refused
+        (:meth:`predict` still acts); closing twice does nothing more."""
+        if self._closed:
+            return
+        self._closed = True
         self._write_held_rows()
         close_writers(self.writers)
         self.scheme.close()
+
+    def _check_open(self, what: str) -> None:
+        if self._closed:
+            where = f"; continue the run with Learner.resume({str(self.run_dir)!r})" if self.run_dir is not None else ""
+            raise RuntimeError(f"Learner.{what}(): the learner is closed (its workers and log files are){where}")
 
 
 class StopSignals:

@@ -56,6 +56,18 @@ except Exception as exc:
     echo "submit_job.sh: no Ray job server answers at RAY_ADDRESS=$RAY_ADDRESS ($problem); it is the head's dashboard (port 8265), which listens on 127.0.0.1 only unless the head was started with --dashboard-host=0.0.0.0" >&2
     exit 2
   fi
+elif [[ "$RAY_ADDRESS" != auto ]]; then
+  # a cluster's own host:port (what `pytorchrl train --address` takes): Ray finds the job server
+  # through it, and waits 40 s before its traceback when nobody answers there
+  if ! problem="$(python -c 'import socket, sys
+host, _, port = sys.argv[1].split("://", 1)[-1].rpartition(":")
+try:
+    socket.create_connection((host, int(port)), timeout=5).close()
+except Exception as exc:
+    print(getattr(exc, "strerror", None) or exc); sys.exit(1)' "$RAY_ADDRESS" 2>&1)"; then
+    echo "submit_job.sh: no Ray cluster answers at RAY_ADDRESS=$RAY_ADDRESS ($problem); give the head's job server, e.g. RAY_ADDRESS=http://HEAD:8265 (its dashboard)" >&2
+    exit 2
+  fi
 fi
 # clusters with token authentication (Ray's default since 2.5x): send the token we have
 if [[ -z "${RAY_AUTH_MODE:-}" && ( -n "${RAY_AUTH_TOKEN:-}" || -f "$HOME/.ray/auth_token" ) ]]; then

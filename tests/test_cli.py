@@ -171,7 +171,7 @@ CARTPOLE = str(CONFIGS / "ppo" / "cartpole.yaml")
         (["env.eval_env_kwargs=3"], "'env.eval_env_kwargs' = 3 has the wrong type: expected dict"),
         (["scheme.update_execution=decentralised", "scheme.grad_communication=asynchronous"], "needs scheme.grad_communication 'synchronous'"),
         (["scheme.num_col_workers=1", "scheme.col_worker_resources.num_gpus=4"], "one collection worker asks for 4 GPU but no node"),
-        (["scheme.num_col_workers=1", "--address", "127.0.0.1:1"], "Ray address '127.0.0.1:1': no Ray cluster answers there"),
+        (["scheme.num_col_workers=1", "--address", "127.0.0.1:1"], "Ray address '127.0.0.1:1': no Ray cluster answers there (Connection refused); it is --address or the config's scheme.ray.address (a resumed run keeps its own): scheme.ray.address=null"),
     ],
 )
 def test_bad_train_input_exits_2_with_one_line(capsys, tmp_path, args, needle):

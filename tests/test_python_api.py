@@ -86,6 +86,45 @@ def test_a_storage_factory_made_for_other_envs_is_one_line(storage, message):
         _hand_built(0, storage)
 
 
+def test_a_scheme_factory_that_is_not_callable_is_one_line():
+    env_factory, obs_space, action_space = VecEnv.create_factory("CartPole-v1", num_envs=2, seed=0)
+    with pytest.raises(InputError, match=r"^Scheme\(algo_factory=None\): a algo factory is a callable, e\.g\. what PPO\.create_factory\(\.\.\.\) returns$"):
+        Scheme(
+            env_factory=env_factory, actor_factory=OnPolicyActor.create_factory(obs_space, action_space), algo_factory=None,
+            storage_factory=GAEBuffer.create_factory(num_steps=16, num_envs=2, obs_shape=obs_space.shape, action_shape=(), discrete=True),
+        )
+
+
+def test_a_closed_learner_refuses_to_train_and_a_running_one_to_train_twice(tmp_path):
+    """``train`` while ``train`` runs (another thread) is refused, the running one finishes as
+    alone; after ``close`` training is refused in one line naming how to continue, and closing
+    again does nothing."""
+    import threading
+
+    learner = Learner.from_config(load_config(CARTPOLE, [*SMALL, "run.target_steps=1000000"]), run_dir=tmp_path / "run", progress=False)
+    result: list[dict] = []
+    thread = threading.Thread(target=lambda: result.append(learner.train(stop_signals=False)))
+    thread.start()
+    while learner.updates == 0 and thread.is_alive():
+        pass
+    try:
+        with pytest.raises(RuntimeError, match=r"^Learner.train\(\) is already running"):
+            learner.train(stop_signals=False)
+    finally:
+        learner.request_stop()
+        thread.join(timeout=60)
+    assert result and result[0]["stop_reason"] == "interrupted" and result[0]["env_steps"] == learner.env_steps
+    learner.close()
+    learner.close()
+    checkpoints = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
+    for call in (learner.train, learner.step):
+        with pytest.raises(RuntimeError, match=r"the learner is closed .*; continue the run with Learner.resume\("):
+            call()
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == checkpoints  # nothing written after close
+    with pytest.raises(RuntimeError, match=r"^Scheme.add_collection_workers\(\): the scheme is closed$"):
+        learner.scheme.add_collection_workers(1)
+
+
 @pytest.mark.slow
 def test_hand_built_schemes_of_one_seed_start_from_the_same_weights():
     def weights(seed: int) -> list[torch.Tensor]:

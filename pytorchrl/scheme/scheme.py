@@ -27,6 +27,9 @@ from pytorchrl.utils.errors import InputError
 from pytorchrl.utils.memory import check_memory
 from pytorchrl.utils.seeding import seed_everything
 
+#: what makes each factory a Scheme takes (for its error line)
+_FACTORY_EXAMPLES = {"env": "VecEnv", "actor": "OnPolicyActor", "algo": "PPO", "storage": "GAEBuffer"}
+
 
 class Scheme:
     """Collection workers feed gradient workers, which feed the update worker.
@@ -63,6 +66,11 @@ class Scheme:
         seed_generators: bool = True,
     ) -> None:
         self.config = config = with_server_gpus(check_section(config or SchemeConfig(), "scheme."), device)  # a section built in Python skips from_dict's checks
+        factories = {"env_factory": env_factory, "actor_factory": actor_factory, "algo_factory": algo_factory, "storage_factory": storage_factory}
+        for name, factory in factories.items():
+            if not callable(factory):
+                kind = name.removesuffix("_factory")
+                raise InputError(f"Scheme({name}={factory!r}): a {kind} factory is a callable, e.g. what {_FACTORY_EXAMPLES[kind]}.create_factory(...) returns")
         if seed_generators:
             seed_everything(seed)
         col_resources = dataclasses.asdict(config.col_worker_resources)
@@ -118,6 +126,7 @@ class Scheme:
             fault=dataclasses.replace(fault, timeout_s=None),
         )
         self.update_worker = UpdateWorker(self.grad_workers, update_execution=config.update_execution)
+        self._closed = False
 
     @property
     def algorithm(self) -> Any:
@@ -140,7 +149,11 @@ class Scheme:
         the others.
 
         :raises ValueError: when the scheme has no remote collection workers to add to.
+        :raises ConfigError: when the cluster could never place them beside the workers it has
+            (one line); those it cannot place now are warned of (they wait until it can).
         """
+        self._check_count("add_collection_workers", num)
+        self._check_room(num)
         self._resize("add_collection_workers", num)
 
     def remove_collection_workers(self, num: int) -> None:
@@ -150,6 +163,7 @@ class Scheme:
 
         :raises ValueError: when ``num`` would leave no remote collection worker.
         """
+        self._check_count("remove_collection_workers", num)
         self._resize("remove_collection_workers", num)
 
     @property
@@ -159,6 +173,30 @@ class Scheme:
         if ws.remote:
             return sum(ws.call_all("num_collection_workers"))
         return self.collection_workers.num_remote_workers
+
+    def _check_count(self, method: str, num: Any) -> None:
+        if self._closed:
+            raise RuntimeError(f"Scheme.{method}(): the scheme is closed")
+        if not isinstance(num, int) or isinstance(num, bool) or num < 1:
+            raise InputError(f"Scheme.{method}({num!r}): the number of workers must be an int >= 1")
+
+    def _check_room(self, num: int) -> None:
+        """Refuse ``num`` more collection workers (per gradient worker) that the Ray cluster could
+        never place beside those running; warn when it cannot place them now (Ray would wait
+        without a word, and the workers never join)."""
+        config = self.config
+        if not config.num_col_workers:
+            return  # no remote set to add to: _resize says so
+        added = num * max(config.num_grad_workers, 1)
+        resources = dataclasses.asdict(config.col_worker_resources)
+        groups = [g for g in remote_worker_groups(config) if g[0] != "collection worker"]
+        groups.append(("collection worker", self.num_collection_workers + added, resources))
+        problem = check_fits(groups, *cluster_resources(need_memory=bool(resources.get("memory"))), where="add_collection_workers")
+        if problem is not None:
+            raise ConfigError(problem)
+        busy = busy_resources([("collection worker", added, resources)], who=f"the {added} added collection workers")
+        if busy is not None:
+            warnings.warn(busy, stacklevel=3)
 
     def _resize(self, method: str, num: int) -> None:
         ws = self.grad_workers.workers
@@ -236,6 +274,7 @@ class Scheme:
 
     def close(self) -> None:
         """Close the envs and stop the remote workers and inference servers."""
+        self._closed = True
         self.grad_workers.close()
         if self.inference is not None:
             self.inference.close()

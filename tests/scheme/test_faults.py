@@ -13,9 +13,9 @@ import torch
 
 from benchmarks.envs import EnvCrash, crashing_cartpole
 from benchmarks.tools import kill_collection_workers
-from pytorchrl.config import from_dict
+from pytorchrl.config import ConfigError, from_dict
 from pytorchrl.learner import Learner
-from pytorchrl.utils.errors import WorkerFailure
+from pytorchrl.utils.errors import InputError, WorkerFailure
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -185,6 +185,21 @@ def test_collection_workers_join_and_leave_while_training_runs(ray_session, comm
         learner.close()
     assert learner.worker_restarts == 0 and learner.lost_batches == 0 and learner.updates > 0
     assert scheme.collection_workers.thin == (inference == "central")
+
+
+def test_collection_workers_the_cluster_cannot_place_are_refused_in_one_line(ray_session):
+    """Added workers that could never be placed (the start-time check, over the workers running
+    and the new ones) are one line, not workers that never join; a count that is not a whole
+    number of workers is one line too."""
+    learner = crashing_learner({}, {"num_col_workers": 1, "col_worker_resources": {"num_cpus": 1}}, target_steps=10**9)
+    try:
+        with pytest.raises(ConfigError, match=r"^add_collection_workers: the workers ask for 3 CPU in all \(3 collection workers x 1\) but the Ray cluster has 2;"):
+            learner.scheme.add_collection_workers(2)
+        with pytest.raises(InputError, match=r"^Scheme.add_collection_workers\(1.5\): the number of workers must be an int >= 1$"):
+            learner.scheme.add_collection_workers(1.5)
+        assert learner.scheme.num_collection_workers == 1
+    finally:
+        learner.close()
 
 
 @pytest.mark.parametrize(("communication", "execution"), [("synchronous", "decentralised"), ("asynchronous", "centralised")])

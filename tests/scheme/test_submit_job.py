@@ -105,5 +105,9 @@ def test_a_job_server_nobody_answers_at_is_one_line(tmp_path):
     proc = subprocess.run([str(REPO / "scripts" / "submit_job.sh"), "configs/ppo/cartpole.yaml"], capture_output=True, text=True, timeout=20, env=env, cwd=REPO)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert "no Ray job server answers at RAY_ADDRESS=http://127.0.0.1:" in proc.stderr and "--dashboard-host=0.0.0.0" in proc.stderr
+    env["RAY_ADDRESS"] = f"127.0.0.1:{_free_port()}"  # a cluster's host:port, as train --address takes: Ray waited 40 s, then a traceback
+    proc = subprocess.run([str(REPO / "scripts" / "submit_job.sh"), "configs/ppo/cartpole.yaml"], capture_output=True, text=True, timeout=20, env=env, cwd=REPO)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "no Ray cluster answers at RAY_ADDRESS=127.0.0.1:" in proc.stderr and "RAY_ADDRESS=http://HEAD:8265" in proc.stderr
     helped = subprocess.run([str(REPO / "scripts" / "submit_job.sh"), "--help"], capture_output=True, text=True, timeout=20)
     assert helped.returncode == 0 and "scripts/submit_job.sh CONFIG.yaml" in helped.stdout

@@ -94,7 +94,10 @@ def _check_reachable(address: str) -> None:
         with socket.create_connection((host, int(port)), timeout=5):
             pass
     except OSError as exc:
-        raise InputError(f"Ray address {address!r}: no Ray cluster answers there ({exc.strerror or exc})") from None
+        raise InputError(
+            f"Ray address {address!r}: no Ray cluster answers there ({exc.strerror or exc}); it is --address or the config's "
+            "scheme.ray.address (a resumed run keeps its own): scheme.ray.address=null trains on a local Ray instead"
+        ) from None
     if not address.startswith("ray://"):
         _check_token(address, host, int(port))
 
