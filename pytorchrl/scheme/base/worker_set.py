@@ -493,21 +493,30 @@ def _fmt(key: str, value: float) -> str:
     return str(int(value)) if math.isclose(value, round(value)) else f"{value:g}"
 
 
+#: seconds :func:`busy_resources` waits for resources to come free before it says they are not
+BUSY_GRACE_S = 5.0
+
+
 def busy_resources(groups: Sequence[tuple[str, int, dict[str, Any]]], who: str = "the workers") -> str | None:
     """When the worker ``groups`` fit a cluster that this run joins (:func:`check_fits` said so)
     but not into what it has free now (other jobs or runs hold the rest), why: Ray then waits,
     silently, until they are freed. None when they fit now, or on a Ray of this run's own."""
     if not joins_cluster():
         return None
-    free = dict(ensure_ray().available_resources())
-    for key, amount in total_resources(groups).items():
-        have = free.get(key, 0.0)
-        if amount > have + 1e-9:
-            return (
-                f"{who} ask for {_fmt(key, amount)} {key} in all; the Ray cluster has that many but only {_fmt(key, have)} free now "
-                "(other jobs or runs hold the rest), so the run waits until they are freed"
-            )
-    return None
+    deadline = time.monotonic() + BUSY_GRACE_S
+    while True:
+        free = dict(ensure_ray().available_resources())
+        short = [(key, amount, free.get(key, 0.0)) for key, amount in total_resources(groups).items() if amount > free.get(key, 0.0) + 1e-9]
+        if not short:
+            return None
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.25)  # workers just stopped (a scheme closed a moment ago) give their resources back within a second or two
+    key, amount, have = short[0]
+    return (
+        f"{who} ask for {_fmt(key, amount)} {key} in all; the Ray cluster has that many but only {_fmt(key, have)} free now "
+        "(other jobs or runs hold the rest), so the run waits until they are freed"
+    )
 
 
 def cluster_resources(*, need_memory: bool = False) -> tuple[dict[str, float], list[dict[str, float]]]:
