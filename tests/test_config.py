@@ -7,7 +7,7 @@ import pytest
 from pytorchrl.agent.algorithms import A2CConfig, PPOConfig
 from pytorchrl.config import ConfigError, config_to_dict, from_dict, load_config
 from pytorchrl.protocol import describe_protocol
-from tests.conftest import CONFIGS
+from tests.conftest import CONFIGS, load_script
 
 
 @pytest.mark.parametrize(
@@ -131,3 +131,25 @@ def test_config_is_frozen():
     config = from_dict({})
     with pytest.raises(AttributeError):
         config.run.seed = 3  # type: ignore[misc]
+
+
+def test_smoke_configs_steps_each_config_and_tells_a_refusal_from_a_crash(capsys, monkeypatch):
+    """``scripts/smoke_configs.py``: a config that trains is ``ok``, a one-line refusal (a GPU
+    config on a CPU machine) is not a failure, a crash is, and sets the exit status."""
+    import torch
+
+    from pytorchrl.learner import Learner
+
+    smoke = load_script("smoke_configs")
+    assert smoke.main(["ppo/cartpole.yaml", "dqn/cartpole.yaml", "appo/atari_pong_gpu.yaml"]) == 0
+    gpu, dqn, ppo, total = capsys.readouterr().out.splitlines()
+    cuda = torch.cuda.is_available()
+    assert gpu.startswith("ok       appo/atari_pong_gpu.yaml: " if cuda else "refused  appo/atari_pong_gpu.yaml: config key 'run.device' = 'cuda'")
+    assert dqn.startswith("ok       dqn/cartpole.yaml: ") and ppo.startswith("ok       ppo/cartpole.yaml: ") and total == "3 configs: 0 failed"
+
+    def crash(self):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(Learner, "step", crash)
+    assert smoke.main(["ppo/cartpole.yaml"]) == 1
+    assert capsys.readouterr().out.splitlines() == ["FAIL     ppo/cartpole.yaml: RuntimeError: boom", "1 configs: 1 failed"]
