@@ -88,7 +88,7 @@ def test_a_storage_factory_made_for_other_envs_is_one_line(storage, message):
 
 def test_a_scheme_factory_that_is_not_callable_is_one_line():
     env_factory, obs_space, action_space = VecEnv.create_factory("CartPole-v1", num_envs=2, seed=0)
-    with pytest.raises(InputError, match=r"^Scheme\(algo_factory=None\): a algo factory is a callable, e\.g\. what PPO\.create_factory\(\.\.\.\) returns$"):
+    with pytest.raises(InputError, match=r"^Scheme\(algo_factory=None\): algo_factory must be a callable, e\.g\. what PPO\.create_factory\(\.\.\.\) returns$"):
         Scheme(
             env_factory=env_factory, actor_factory=OnPolicyActor.create_factory(obs_space, action_space), algo_factory=None,
             storage_factory=GAEBuffer.create_factory(num_steps=16, num_envs=2, obs_shape=obs_space.shape, action_shape=(), discrete=True),

@@ -528,11 +528,11 @@ def _env_errors(env_id: str, key: str, env_kwargs: dict) -> Iterator[None]:
     except InputError:
         raise
     except Exception as exc:
-        missing = _missing_extra(env_id, exc)
-        if missing is not None:  # not the kwargs' fault, whatever they are
-            raise InputError(f"env.env_id = {env_id!r} needs {missing}") from None
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         message = message.split(" was raised from the environment creator")[0]  # gymnasium's suffix repeats the kwargs
+        missing = _missing_extra(env_id, exc, message)
+        if missing is not None:  # not the kwargs' fault, whatever they are
+            raise InputError(f"env.env_id = {env_id!r} needs {missing}") from None
         if is_opengl_failure(exc):  # MUJOCO_GL names a backend whose library is missing
             message += f"; {opengl_hint()}"
         if env_kwargs:
@@ -548,9 +548,10 @@ _EXTRAS = (
 )
 
 
-def _missing_extra(env_id: str, exc: Exception) -> str | None:
+def _missing_extra(env_id: str, exc: Exception, message: str) -> str | None:
     """What to install when making ``env_id`` failed for a package that is not installed (a
-    clause for the error line), or None when ``exc`` is something else."""
+    clause for the error line; ``message``: the exception's own line), or None when ``exc`` is
+    something else."""
     if not isinstance(exc, (gym.error.DependencyNotInstalled, ImportError)):
         return None
     spec = gym.registry.get(env_id)
@@ -558,8 +559,7 @@ def _missing_extra(env_id: str, exc: Exception) -> str | None:
     for module, what, install in _EXTRAS:
         if entry.startswith(module):
             return f"{what}, which is not installed: {install}"
-    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return f"a package that is not installed ({type(exc).__name__}: {reason})"
+    return f"a package that is not installed ({type(exc).__name__}: {message})"
 
 
 def _make_single_env(env_id: str, env_kwargs: dict, max_episode_steps: int | None, action_mask: str = "none") -> gym.Env:

@@ -69,8 +69,8 @@ class Scheme:
         factories = {"env_factory": env_factory, "actor_factory": actor_factory, "algo_factory": algo_factory, "storage_factory": storage_factory}
         for name, factory in factories.items():
             if not callable(factory):
-                kind = name.removesuffix("_factory")
-                raise InputError(f"Scheme({name}={factory!r}): a {kind} factory is a callable, e.g. what {_FACTORY_EXAMPLES[kind]}.create_factory(...) returns")
+                maker = _FACTORY_EXAMPLES[name.removesuffix("_factory")]
+                raise InputError(f"Scheme({name}={factory!r}): {name} must be a callable, e.g. what {maker}.create_factory(...) returns")
         if seed_generators:
             seed_everything(seed)
         col_resources = dataclasses.asdict(config.col_worker_resources)
