@@ -644,8 +644,11 @@ def test_the_listener_answers_calls_that_arrive_together_with_one_batch_and_each
     once, however long max_wait_s is) or until max_wait_s has passed (a lone call, the other
     clients idle); an error of one call goes to its caller alone; other methods answer at once."""
     batches: list[list[int]] = []
+    waited: list[float] = []  # how long the first call of each batch waited since the loop read it
 
-    def run_many(calls: list[tuple[Any, ...]]) -> list[tuple[bool, Any]]:
+    def run_many(calls: list[tuple[Any, ...]], arrivals: list[float]) -> list[tuple[bool, Any]]:
+        assert len(arrivals) == len(calls) and arrivals == sorted(arrivals)
+        waited.append(time.monotonic() - arrivals[0])
         batches.append(sorted(args[0] for args in calls))
         return [(False, ValueError(f"bad {args[0]}")) if args[0] < 0 else (True, 10 * args[0]) for args in calls]
 
@@ -657,11 +660,32 @@ def test_the_listener_answers_calls_that_arrive_together_with_one_batch_and_each
             replies = list(pool.map(lambda i: _outcome(clients[i], "act", (i, -1)[i == 3]), range(4)))
         assert replies == [0, 10, 20, "ValueError: bad -1"] and batches == [[-1, 0, 1, 2]]
         listener.max_wait_s = 0.05  # now a lone call, the other three clients connected and idle
-        assert clients[1]("act", 7) == 70 and batches[-1] == [7]
+        assert clients[1]("act", 7) == 70 and batches[-1] == [7] and waited[-1] >= 0.049
         assert clients[0]._conn is not None
         send(clients[0]._conn, ["not", "a", "call"])  # from a client past the handshake: it alone is hung up on
         assert _hung_up(clients[0]._conn)
         assert clients[2]("ping", 5) == ("ping", (5,)) and clients[2]("act", 8) == 80
+    finally:
+        listener.close()
+
+
+def test_the_wait_for_company_in_the_socket_loop_counts_in_the_servers_mean_wait(make_server):
+    """inference_wait_ms means the same on either transport: a lone call over the socket, another
+    client connected and idle, waits max_wait_ms in the listener's loop before its batch runs,
+    and the server's mean wait says so (it once said ~0.1 ms, the time from the batch's start)."""
+    setup = Setup("ppo/cartpole.yaml")
+    server, alone = make_server(setup, max_batch_size=1000, max_wait_ms=50), make_server(setup)
+    for s in (server, alone):
+        s.begin_rollout(0, s.stream_state(7), 1, 8)
+    listener = SocketListener(lambda method, args: getattr(server, method)(*args), socket_address(f"test-{uuid.uuid4().hex}"),
+                              batched=("act_arrays", server.act_arrays_now), max_wait_s=server.max_wait_s)
+    clients = [SocketCall(lambda *a: pytest.fail("fell back"), lambda: ("unix", listener.address, listener.key), timeout_s=60) for _ in range(2)]
+    try:
+        clients[1]("array_spec")  # connected, and idle from now on
+        obs = setup.request(8, seed=3)[0].numpy()
+        assert np.array_equal(clients[0]("act_arrays", 0, obs, 0, True)[0], alone.act_arrays(0, obs, 0, True)[0])
+        metrics = server.pop_metrics()
+        assert metrics["batches"] == 1 and metrics["mean_wait_ms"] >= 49.9
     finally:
         listener.close()
 

@@ -99,14 +99,16 @@ class SocketListener:
     :param tcp_host: the address to listen on for other nodes' clients (the Ray node's IP), or None;
         one that cannot be bound (not an address of this machine) leaves the listener Unix-only,
         with a warning.
-    :param batched: ``(method, run_many)``: ``run_many(list of args) -> list of (ok, value)``,
-        one pair per call in order (``ok`` False: ``value`` is the error to raise in that client).
+    :param batched: ``(method, run_many)``: ``run_many(list of args, list of arrival times) -> list
+        of (ok, value)``, one pair per call in order (``ok`` False: ``value`` is the error to raise in
+        that client); a call's arrival is the ``time.monotonic()`` at which the loop read it, so the
+        wait this loop adds for company is counted as the call's queueing wait.
     :param max_wait_s: the longest the first waiting call of ``batched`` waits for others.
     """
 
     def __init__(
         self, handler: Callable[[str, tuple[Any, ...]], Any], address: str, tcp_host: str | None = None, *,
-        batched: tuple[str, Callable[[list[tuple[Any, ...]]], list[tuple[bool, Any]]]] | None = None, max_wait_s: float = 0.0,
+        batched: tuple[str, Callable[[list[tuple[Any, ...]], list[float]], list[tuple[bool, Any]]]] | None = None, max_wait_s: float = 0.0,
     ) -> None:
         self.handler, self.address = handler, address
         self.batched, self.max_wait_s = batched, max_wait_s
@@ -182,11 +184,10 @@ class SocketListener:
             pass
 
     def _loop(self) -> None:
-        waiting: list[tuple[socket.socket, str, tuple[Any, ...]]] = []  # calls of the batched method
-        first = 0.0  # when the first of them arrived
+        waiting: list[tuple[socket.socket, str, tuple[Any, ...], float]] = []  # calls of the batched method, and when each was read
         try:
             while not self._closed:
-                timeout = None if not waiting else max(0.0, first + self.max_wait_s - time.monotonic())
+                timeout = None if not waiting else max(0.0, waiting[0][3] + self.max_wait_s - time.monotonic())
                 for key, _ in self._selector.select(timeout):
                     if key.data is None:
                         self._take_joining()
@@ -199,18 +200,16 @@ class SocketListener:
                         continue
                     method, args = call
                     if self.batched is not None and method == self.batched[0]:
-                        if not waiting:
-                            first = time.monotonic()
-                        waiting.append((conn, family, args))
+                        waiting.append((conn, family, args, time.monotonic()))
                     else:
                         self._answer(conn, family, method, self._run(method, args))
-                if waiting and (len(waiting) >= len(self._selector.get_map()) - 1 or time.monotonic() >= first + self.max_wait_s):
+                if waiting and (len(waiting) >= len(self._selector.get_map()) - 1 or time.monotonic() >= waiting[0][3] + self.max_wait_s):
                     assert self.batched is not None
                     try:
-                        replies = self.batched[1]([args for _, _, args in waiting])
+                        replies = self.batched[1]([args for _, _, args, _ in waiting], [arrival for *_, arrival in waiting])
                     except Exception as error:  # each caller gets it
                         replies = [(False, error)] * len(waiting)
-                    for (conn, family, _), reply in zip(waiting, replies):
+                    for (conn, family, _, _), reply in zip(waiting, replies):
                         self._answer(conn, family, self.batched[0], reply)
                     waiting = []
         finally:

@@ -426,18 +426,26 @@ class InferenceServer:
         """
         return _array_reply(self._enqueue(self._array_request(worker_index, obs, step, scored, acted)).result())
 
-    def act_arrays_now(self, calls: Sequence[tuple[Any, ...]]) -> list[tuple[bool, Any]]:
+    def act_arrays_now(self, calls: Sequence[tuple[Any, ...]], arrivals: Sequence[float] | None = None) -> list[tuple[bool, Any]]:
         """:meth:`act_arrays` of several clients at once, run in the calling thread as batches of
         at most ``max_batch_size`` rows (the socket listener's loop, which has read them all: it
         batches by :attr:`max_wait_s` itself, so nothing here waits or hands over to the batching
-        thread). ``(True, reply)`` or ``(False, error)`` per call, in order."""
+        thread). ``(True, reply)`` or ``(False, error)`` per call, in order.
+
+        :param arrivals: the ``time.monotonic()`` at which each call was read (default: now), so
+            that ``mean_wait_ms`` counts the loop's wait for company as the queue's wait is counted.
+        """
         out: list[tuple[bool, Any]] = [(False, RuntimeError("not run"))] * len(calls)
         pending: list[tuple[int, PendingAct]] = []
         for i, args in enumerate(calls):
             try:
-                pending.append((i, self._array_request(*args)))
+                request = self._array_request(*args)
             except Exception as error:  # that client's alone (its noise or frames are not held)
                 out[i] = (False, error)
+                continue
+            if arrivals is not None:
+                request.arrival = arrivals[i]
+            pending.append((i, request))
         queue = deque(request for _, request in pending)
         with torch.inference_mode():
             while queue:  # batches by the batching thread's rule
