@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from pytorchrl.agent.actors.networks import EncoderError, EncoderSpec, ImpalaResNet, NatureCNN
-from pytorchrl.agent.actors.off_policy import OffPolicyActor, PolicyCriticActor
+from pytorchrl.agent.actors.off_policy import OffPolicyActor
 from pytorchrl.agent.actors.on_policy import OnPolicyActor
+from pytorchrl.agent.actors.policy_critic import PolicyCriticActor
 from pytorchrl.agent.algorithms import ALGORITHMS
 from pytorchrl.agent.storages.off_policy.replay_storage import ReplayStorage
 from pytorchrl.agent.storages.on_policy.gae_buffer import GAEBuffer
@@ -185,7 +186,7 @@ def test_bfloat16_mlp_warns_once_on_a_cpu_that_emulates_bfloat16(monkeypatch, re
 def test_mlp_precision_reaches_every_mlp_of_every_actor(config, extra):
     """From the config key to each MLP and critic ensemble the wiring builds, target copies included."""
     from pytorchrl.agent.actors.networks.mlp import MLP
-    from pytorchrl.agent.actors.off_policy import CriticEnsemble
+    from pytorchrl.agent.actors.policy_critic import CriticEnsemble
     from pytorchrl.agent.algorithms import wire
 
     cfg = load_config(CONFIGS / config, ["actor.mlp_precision=bfloat16", *extra])

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pytorchrl.agent.actors.networks.encoders import EncoderSpec
-from pytorchrl.agent.actors.off_policy import PolicyCriticActor
+from pytorchrl.agent.actors.policy_critic import PolicyCriticActor
 from pytorchrl.agent.algorithms import MPO, MPOConfig
 from pytorchrl.agent.algorithms.mpo import e_step_weights, temperature_dual
 from pytorchrl.config import ConfigError, from_dict

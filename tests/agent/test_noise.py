@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from pytorchrl.agent.actors.distributions import CategoricalHead, DiagGaussianHead, MultiCategoricalHead
-from pytorchrl.agent.actors.off_policy import OffPolicyActor, PolicyCriticActor
+from pytorchrl.agent.actors.off_policy import OffPolicyActor
 from pytorchrl.agent.actors.on_policy import OnPolicyActor
+from pytorchrl.agent.actors.policy_critic import PolicyCriticActor
 from pytorchrl.agent.algorithms import ALGORITHMS, wire
 from pytorchrl.config import load_config
 from pytorchrl.envs.vec_env import VecEnv

@@ -291,7 +291,7 @@ def test_a_recurrent_core_on_an_algorithm_that_cannot_take_one_is_one_line():
 
 @pytest.mark.parametrize("discrete", [False, True])
 def test_recurrent_sac_acts_with_its_state_and_learns_from_windows(discrete):
-    from pytorchrl.agent.actors.off_policy import PolicyCriticActor
+    from pytorchrl.agent.actors.policy_critic import PolicyCriticActor
     from pytorchrl.agent.algorithms.sac import SAC
 
     torch.manual_seed(0)

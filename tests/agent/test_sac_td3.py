@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from pytorchrl.agent.actors.networks import EncoderSpec
-from pytorchrl.agent.actors.off_policy import PolicyCriticActor
+from pytorchrl.agent.actors.policy_critic import PolicyCriticActor
 from pytorchrl.agent.algorithms.sac import SAC, TD3
 from tests.test_cli import _bad
 
@@ -110,7 +110,7 @@ def test_squashed_gaussian_log_prob_matches_the_change_of_variables():
 
 
 def test_the_critic_ensemble_is_independent_mlps():
-    from pytorchrl.agent.actors.off_policy import CriticEnsemble
+    from pytorchrl.agent.actors.policy_critic import CriticEnsemble
 
     ensemble = CriticEnsemble(2, 4, (8,), "relu")
     x = torch.randn(5, 4)
@@ -123,7 +123,7 @@ def test_the_critic_ensemble_is_independent_mlps():
 def test_bfloat16_critics_keep_float32_q_values_parameters_and_gradients():
     """Hidden layers in bf16, the output layer in float32: a Q-value near 500 keeps float32's
     resolution (bf16's spacing there is 2), and gradients reach the float32 parameters."""
-    from pytorchrl.agent.actors.off_policy import CriticEnsemble
+    from pytorchrl.agent.actors.policy_critic import CriticEnsemble
 
     full = CriticEnsemble(2, 4, (32, 32), "relu")
     half = CriticEnsemble(2, 4, (32, 32), "relu", dtype=torch.bfloat16)

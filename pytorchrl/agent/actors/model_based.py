@@ -1,7 +1,7 @@
 """Model-based acting: a learned dynamics-model ensemble and the planners that act through it (MPC).
 
 :class:`DynamicsEnsemble` is ``K`` MLPs evaluated as one (a ``baddbmm`` per layer, as
-:class:`~pytorchrl.agent.actors.off_policy.CriticEnsemble`), each predicting the observation's
+:class:`~pytorchrl.agent.actors.policy_critic.CriticEnsemble`), each predicting the observation's
 change and the reward from ``(obs, action)`` in normalised units. :class:`MPCActor` holds it
 with the normalisation statistics (buffers: the learner computes them from its replay buffer,
 and they reach collection workers with the weights) and acts by planning: every step it
@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from pytorchrl.agent.actors.noise import NoisePart, draw_parts
-from pytorchrl.agent.actors.off_policy import CriticEnsemble
+from pytorchrl.agent.actors.policy_critic import CriticEnsemble
 
 #: ``actions [E, N, H, A] -> returns [E, N]``
 ReturnFn = Callable[[torch.Tensor], torch.Tensor]
@@ -108,7 +108,7 @@ def pddm(rollout_return: ReturnFn, mean: torch.Tensor, *, num_candidates: int, g
 
 class DynamicsEnsemble(CriticEnsemble):
     """``K`` independent MLPs evaluated as one (the layers of a
-    :class:`~pytorchrl.agent.actors.off_policy.CriticEnsemble`: one batched matrix product per
+    :class:`~pytorchrl.agent.actors.policy_critic.CriticEnsemble`: one batched matrix product per
     layer over the members), each on its own input: planning sends each candidate through its
     own member at the cost of one network.
 

@@ -72,7 +72,7 @@ class MPO(PolicyCritic):
     """MPO on a bounded Box action space (see the module doc); two critics, whose minimum values
     actions, as SAC's.
 
-    Its actor is a ``gaussian`` :class:`~pytorchrl.agent.actors.off_policy.PolicyCriticActor`
+    Its actor is a ``gaussian`` :class:`~pytorchrl.agent.actors.policy_critic.PolicyCriticActor`
     with a target policy and three duals (temperature, mean and standard-deviation
     multipliers); its hyper-parameters are :class:`MPOConfig`'s.
     """

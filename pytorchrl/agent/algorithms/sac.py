@@ -1,5 +1,5 @@
 """Soft actor-critic (Haarnoja et al. 2018) with automatic entropy tuning, and TD3 (Fujimoto et
-al. 2018) / DDPG (Lillicrap et al. 2016), on a :class:`~pytorchrl.agent.actors.off_policy.PolicyCriticActor`.
+al. 2018) / DDPG (Lillicrap et al. 2016), on a :class:`~pytorchrl.agent.actors.policy_critic.PolicyCriticActor`.
 
 All losses of one minibatch go into one backward pass over one flat gradient (the framework's
 gradient format): the policy's loss reads the critics through their detached parameters,
@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pytorchrl.agent.actors.off_policy import PolicyCriticActor
+from pytorchrl.agent.actors.policy_critic import PolicyCriticActor
 from pytorchrl.agent.algorithms.base import Algorithm
 from pytorchrl.agent.algorithms.families import ReplayConfig, replay_storage_factory
 from pytorchrl.agent.algorithms.sequences import Window
