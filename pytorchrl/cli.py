@@ -201,6 +201,11 @@ def _run_training(args: argparse.Namespace) -> dict[str, Any]:
         check_new_run_dir(run_dir, "--run-dir" if args.run_dir else "run directory")  # in the option's words; from_config checks again
         learner = Learner.from_config(config, run_dir=run_dir, progress=not args.quiet)
     print(f"pytorchrl: run directory {learner.run_dir}", file=sys.stderr)
+    if learner.resumed_from is not None:  # which of its checkpoints, and how far the run had come
+        print(
+            f"pytorchrl: resuming from {learner.resumed_from} ({learner.env_steps:,} env steps, "
+            f"{learner.wall_time_s:,.0f} s of the run's wall-clock so far)", file=sys.stderr,
+        )
     try:
         return learner.train()  # the first Ctrl-C or SIGTERM stops it at the round's end, with a checkpoint
     except KeyboardInterrupt:  # the second: at once

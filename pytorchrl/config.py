@@ -337,7 +337,8 @@ class InferenceServerConfig:
         "(null: 0.5 / num_servers when run.device is CUDA, on a one-GPU machine the learner's GPU; else 0).", min=0,
     )
     weight_sync_every: int = param(
-        1, "Send the servers new weights once the learner is this many policy versions past theirs (1: every round).", min=1,
+        1, "Send the servers new weights once the learner is this many policy versions (gradient steps) past theirs, checked after "
+        "each round (1: every round).", min=1,
     )
     transport: str = param(
         "auto",
@@ -393,7 +394,8 @@ class RunConfig:
     )
     checkpoint_every: int = param(50_000, "Write a checkpoint every this many env steps (0: only at the end).", min=0)
     keep_checkpoints: int = param(3, "Keep the newest this many checkpoints.", min=1)
-    max_time_s: float | None = param(None, "Stop after this many seconds of wall-clock (null or .inf: no limit).", min=0, min_exclusive=True, allow_inf=True)
+    max_time_s: float | None = param(None, "Stop after this many seconds of wall-clock, counted over the whole run: a resumed run's earlier stretches count "
+        "(null or .inf: no limit).", min=0, min_exclusive=True, allow_inf=True)
     stop_at_return: float | None = param(
         None, "Stop once an evaluation's mean return reaches this (-.inf: after the first evaluation).", allow_inf=True
     )

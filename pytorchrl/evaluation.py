@@ -73,6 +73,7 @@ def evaluate_checkpoint(
         if on_episode is not None:
             on_episode([])
         returns = learner.scheme.evaluate(episodes, deterministic, on_episode, recorder)
+        successes = list(learner.scheme.eval_successes)  # goal envs' info["is_success"]; empty for the others
         video = _record_gif(learner, render, Path(video_dir), deterministic) if render is not None and video_dir is not None else None
     finally:
         learner.close()
@@ -85,6 +86,8 @@ def evaluate_checkpoint(
         "return_std": math.sqrt(sum((r - mean) ** 2 for r in returns) / len(returns)),
         "returns": returns,
     }
+    if successes:
+        result["success_rate"] = sum(successes) / len(successes)
     if video is not None:
         result["video"] = str(video)
     if recorder is not None and demos_dir is not None:

@@ -71,6 +71,7 @@ class Learner:
         self._closed = False
         self._training = threading.Lock()  # held while train() runs: a second call (another thread) is refused
         self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.resumed_from: Path | None = None  # the checkpoint :meth:`resume` continued from
         self.env_steps = 0
         self.updates = 0
         self.episodes = 0
@@ -165,9 +166,10 @@ class Learner:
                 f"--resume {str(run_dir)!r}: the run stopped before its first checkpoint, so there is nothing to resume; "
                 "train it again in a new --run-dir (or remove this one)"
             )
-        _, state, _ = load_newest_checkpoint(run_dir / "checkpoints")
+        checkpoint, state, _ = load_newest_checkpoint(run_dir / "checkpoints")
         learner = cls.from_config(config, run_dir=run_dir, progress=progress, reuse_run_dir=True)
         learner.load_state(state)
+        learner.resumed_from = checkpoint
         learner.continue_round(run_dir / "progress.csv")
         reached = {  # a run resumed past where it stops stops at once: say why, and what would train on
             "stop_at_return": f"run.stop_at_return = {config.run.stop_at_return} was reached (at {learner.env_steps:,} env steps)",
@@ -480,6 +482,7 @@ class Learner:
         self.last_eval_success = sum(successes) / len(successes) if successes else None
         self._eval_steps = steps
         self._eval_row = {"eval_return_mean": self.last_eval, "eval_return_std": _std(returns), "eval_success_rate": self.last_eval_success}
+        self._progress.evaluated(self.last_eval)
         target = self.run.stop_at_return
         if target is not None and self.solved_at is None and self._reached_at is None and self.last_eval >= target:
             self._reached_at = (steps, self.wall_time_s)

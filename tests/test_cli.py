@@ -67,7 +67,7 @@ def test_train_writes_every_run_directory_file(trained_run):
 
 
 @pytest.mark.slow
-def test_resume_continues_counters_and_progress(trained_run, tmp_path):
+def test_resume_continues_counters_and_progress(trained_run, tmp_path, capsys):
     src, _ = trained_run
     run_dir = tmp_path / "resumed"
     import shutil
@@ -75,6 +75,7 @@ def test_resume_continues_counters_and_progress(trained_run, tmp_path):
     shutil.copytree(src, run_dir)
     before = json.loads((run_dir / "summary.json").read_text())
     assert main(["train", "--resume", str(run_dir), "run.target_steps=3072", "--quiet"]) == 0
+    assert f"pytorchrl: resuming from {run_dir / 'checkpoints' / 'step_2048'} (2,048 env steps, " in capsys.readouterr().err
     after = json.loads((run_dir / "summary.json").read_text())
     assert after["env_steps"] == 3072 and after["updates"] > before["updates"]
     assert after["wall_time_s"] > before["wall_time_s"]

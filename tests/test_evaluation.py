@@ -80,3 +80,24 @@ def test_a_cluster_run_evaluates_without_its_cluster_or_its_metrics_port(tmp_pat
         config_path.write_text(yaml.safe_dump(raw, sort_keys=False))
         after = evaluate_checkpoint(run_dir, episodes=4)
     assert after["returns"] == before["returns"] and after["env_steps"] == 2048
+
+
+@pytest.mark.timeout(60)
+def test_evaluate_reports_the_success_rate_of_a_goal_env_and_none_for_others(tmp_path):
+    """A goal env's episodes report info["is_success"]: evaluate gives their rate beside the
+    returns (training's eval_success_rate, for a checkpoint); an env without goals gets no such key."""
+    goal = from_dict({
+        "env": {"env_id": "pytorchrl/BitFlipping-v0", "env_kwargs": {"n_bits": 2}, "num_envs": 2, "num_test_envs": 2},
+        "actor": {"hidden_sizes": [16]}, "storage": {"capacity": 1000, "her": {"strategy": "future"}},
+        "algorithm": {"name": "dqn", "minibatch_size": 16, "start_steps": 32},
+        "run": {"target_steps": 256, "eval_every": 0, "log_every": 256, "checkpoint_every": 256, "eval_episodes": 2, "stop_at_return": None},
+    })
+    learner = Learner.from_config(goal, run_dir=tmp_path / "goal", progress=False)
+    try:
+        learner.train()
+    finally:
+        learner.close()
+    result = evaluate_checkpoint(tmp_path / "goal", episodes=6)
+    assert 0.0 <= result["success_rate"] <= 1.0 and len(result["returns"]) == 6
+    _train(tmp_path / "cartpole")
+    assert "success_rate" not in evaluate_checkpoint(tmp_path / "cartpole", episodes=2)

@@ -4,7 +4,9 @@ evaluation, exact resume, a dead evaluation worker replaced, the return target."
 from __future__ import annotations
 
 import csv
+import io
 import json
+import re
 import warnings
 
 import gymnasium as gym
@@ -13,6 +15,7 @@ import pytest
 from pytorchrl.config import from_dict
 from pytorchrl.config_applicability import IgnoredConfigKeysWarning, inapplicable_keys
 from pytorchrl.learner import Learner
+from pytorchrl.logging.writers import ProgressLine
 from pytorchrl.utils import checkpoint as ckpt
 from tests.test_resume import assert_resumes_to_the_whole_run, copy_up_to, learning_rows
 
@@ -79,6 +82,25 @@ def test_parallel_evaluation_writes_the_rows_the_drivers_own_evaluation_writes(r
     assert [steps for steps, _ in evaluated] == ["384", "768", "1152", "1536"]
     assert len({value for _, value in evaluated}) > 1  # four evaluations, not one value copied
     assert parallel["final_eval_return_mean"] == inline["final_eval_return_mean"]
+
+
+@pytest.mark.timeout(120)
+def test_the_progress_line_shows_a_parallel_evaluations_result_once_it_is_in(ray_session, tmp_path):
+    """A parallel evaluation's result goes into a row held back (written to progress.csv once it
+    is in) that the progress line had shown already: the line shows it from its next row on, as
+    it shows an inline evaluation's (it once said "eval -" until the run's last line)."""
+    config = from_dict({**TINY, "run": {**TINY["run"], "eval_parallel": True}})
+    learner = Learner.from_config(config, run_dir=tmp_path, progress=True)
+    stream = io.StringIO()
+    learner._progress = ProgressLine(config.run.target_steps, stream)
+    try:
+        learner.train()
+    finally:
+        learner.close()
+    lines = stream.getvalue().splitlines()
+    assert lines[-1].endswith("done")
+    before_the_last_evaluation = [line for line in lines if "1,536/1,536" not in line]  # evaluated at 384, 768 and 1,152 too
+    assert any(re.search(r"\| eval +-?\d", line) for line in before_the_last_evaluation), lines
 
 
 @pytest.mark.timeout(120)

@@ -87,6 +87,12 @@ def test_a_port_in_use_is_one_line_and_exit_2(tmp_path, capsys):
     assert not (tmp_path / "r").exists()  # nothing written for a run that could not start
 
 
+@pytest.mark.parametrize("host", ["not-a-host.invalid", "192.0.2.1"])  # a name that resolves nowhere; an address of no interface here
+def test_a_host_it_cannot_serve_on_names_the_host_not_the_port(host):
+    with pytest.raises(ConfigError, match=rf"'run.prometheus_host' = '{re.escape(host)}': cannot serve metrics there .*0\.0\.0\.0"):
+        Learner.from_config(load_config(CONFIGS / "ppo" / "cartpole.yaml", ["run.prometheus_port=0", f"run.prometheus_host={host}"]))
+
+
 def test_the_port_must_be_a_tcp_port():
     with pytest.raises(ConfigError, match=r"'run.prometheus_port' = 70000 is out of range: must be <= 65535"):
         load_config(CONFIGS / "ppo" / "cartpole.yaml", ["run.prometheus_port=70000"])

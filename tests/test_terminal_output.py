@@ -109,6 +109,18 @@ def test_off_a_terminal_evaluation_writes_a_line_every_few_seconds_only(clock):
     assert [text.rsplit("| ", 1)[1] for text in out.getvalue().splitlines()] == ["eta 0:00", "evaluating 2/4 episodes"]
 
 
+def test_off_a_terminal_a_first_evaluation_before_any_row_waits_its_turn_too(clock):
+    """A run's first evaluation can come before its first row (eval_every below log_every): a
+    tenth of a second's evaluation wrote a line of its own, the line's clock starting at 0."""
+    out = io.StringIO()
+    line = ProgressLine(100, stream=out)
+    line.evaluating(1, 4, {"env_steps": 0})
+    assert out.getvalue() == ""
+    clock[0] += ProgressLine.LOG_EVALUATION_EVERY
+    line.evaluating(2, 4, {"env_steps": 0})
+    assert out.getvalue().rstrip().endswith("evaluating 2/4 episodes")
+
+
 def test_a_run_shows_its_evaluations_and_ends_on_done_with_a_nonzero_fps():
     learner = Learner.from_config(from_dict({**TINY, "run": {"target_steps": 128, "eval_every": 64, "eval_episodes": 3}}), progress=False)
     out = Terminal()

@@ -15,7 +15,9 @@ is a daemon thread reading a registry that is written once per row).
 
 from __future__ import annotations
 
+import errno
 import re
+import socket
 from typing import Any
 
 from pytorchrl.utils.errors import ConfigError
@@ -67,6 +69,11 @@ class PrometheusWriter:
         try:
             self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
         except OSError as exc:
+            if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:  # the host, not the port
+                raise ConfigError(
+                    f"config key 'run.prometheus_host' = {host!r}: cannot serve metrics there ({exc.strerror or exc}); "
+                    "use 127.0.0.1 (this machine only), 0.0.0.0 (every interface) or an address of this machine"
+                ) from None
             raise ConfigError(
                 f"config key 'run.prometheus_port' = {port}: cannot serve metrics on {host}:{port} ({exc.strerror or exc}); "
                 "choose a free port (0 picks one)"

@@ -102,7 +102,7 @@ class ProgressLine:
         self.stream = stream or sys.stderr
         self.enabled = enabled
         self.live = enabled and self.stream.isatty()
-        self._last = 0.0
+        self._last = time.monotonic()  # off a terminal, the first evaluation line also waits LOG_EVALUATION_EVERY
         self._last_eval: float | None = None  # shown until the next evaluation replaces it
 
     def due(self) -> bool:
@@ -124,6 +124,11 @@ class ProgressLine:
             f"train {_num(m.get('train_return_mean'))} | eval {_num(self._last_eval)} | "
             f"elapsed {_dur(m.get('wall_time_s', 0.0))} | {status}"
         )
+
+    def evaluated(self, mean_return: float) -> None:
+        """An evaluation's mean return, shown from the next line on: a parallel evaluation's result
+        comes in between rows, into a row already held back, which the line has shown already."""
+        self._last_eval = mean_return
 
     def update(self, m: dict[str, Any], *, force: bool = False) -> None:
         if not self.enabled or (not self.live and not force):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import warnings
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -96,6 +97,29 @@ def test_only_episodes_that_start_where_the_env_starts_are_replayed():
 
 
 @pytest.mark.timeout(10)
+def test_demonstrations_that_never_start_where_the_env_starts_are_warned_of_once():
+    """An env with random starts (CartPole, Pendulum) never repeats a demonstration's first
+    observation, so nothing is replayed: a warning says so once, not silence; one that matches
+    now and then is not warned of."""
+    other = np.eye(LENGTH, dtype=np.float32)[3]
+    obs = torch.from_numpy(np.tile(np.eye(LENGTH, dtype=np.float32)[0], (4, 1)))
+    actions = torch.zeros(4, dtype=torch.long)
+    replay = DemoReplay(_spec(rho=1.0, phi=0.0), 4, demos=[_episode(1.0, obs0=other)])
+    with pytest.warns(UserWarning, match=r"none of the 1 demonstrations .* starts at the observations pytorchrl/Chain-v0") as warned:
+        for _ in range(20):
+            replay.restart()
+            replay.force(obs, actions)
+    assert len(warned) == 1 and replay.started[DEMO] == 0 and replay.unmatched == 80
+    matching = DemoReplay(_spec(rho=1.0, phi=0.0), 4, demos=[_episode(1.0, obs0=other), _episode(1.0)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(20):
+            matching.restart()
+            matching.force(obs, actions)
+    assert matching.started[DEMO] == 80
+
+
+@pytest.mark.timeout(10)
 def test_the_best_episode_buffer_keeps_the_top_returns_once_each_above_the_least_return():
     replay = DemoReplay(_spec(buffer_size=3, min_return=0.4), 1, demos=[_episode(1.0)])
     for ret in (0.5, 2.0, 1.0, 0.3, 3.0, 0.1, 2.0, 1.5):
@@ -127,6 +151,25 @@ def test_a_replayed_demonstration_reproduces_its_recorded_observations_and_rewar
             assert bool(data["terminated"][length - 1, i]) and not bool(data["valid"][length, i])
         log_prob, _ = worker.policy.score(data["obs"][:-1].flatten(0, 1), data["actions"].flatten(0, 1))
         torch.testing.assert_close(data["log_probs"].flatten(), log_prob)
+    finally:
+        learner.close()
+
+
+@pytest.mark.timeout(10)
+def test_a_recurrent_policy_replays_demonstrations_and_scores_the_replayed_actions_over_the_sequence(tmp_path):
+    """A GRU policy acts without scoring while a replay may override its actions (it once crashed
+    there: its recurrent step always scored); the rollout is scored afterwards over the whole
+    sequence, so the log-probabilities are the policy's of the actions taken, replayed or not."""
+    config = _config(tmp_path)
+    config["actor"] = {**config["actor"], "recurrent": {"type": "gru", "hidden_size": 16}}
+    learner = Learner.from_config(from_dict(config), progress=False)
+    try:
+        worker = learner.scheme.collection_workers.local_worker
+        data, _ = worker.collect_data()
+        assert worker.storage.demo_replay.started[DEMO] >= 4
+        log_prob, _ = worker.policy.score_sequence(data["obs"][:-1], data["actions"], data["states"][0], data["starts"][:-1])
+        torch.testing.assert_close(data["log_probs"].flatten(), log_prob)
+        learner.step()  # and it learns from them
     finally:
         learner.close()
 

@@ -109,6 +109,16 @@ def test_squashed_gaussian_log_prob_matches_the_change_of_variables():
     torch.testing.assert_close(log_prob, expected, atol=1e-3, rtol=1e-4)
 
 
+@pytest.mark.filterwarnings("error::UserWarning")
+def test_read_only_action_bounds_build_the_actor_without_a_warning():
+    """A Box that crossed Ray arrives with read-only bounds; the actor copies them (sharing their
+    memory warned on every remote worker and server) and owns its own."""
+    space = gym.spaces.Box(-2.0, 2.0, (3,), np.float32)
+    space.low.flags.writeable = space.high.flags.writeable = False
+    actor = PolicyCriticActor(gym.spaces.Box(-1.0, 1.0, (4,), np.float32), space, encoder=EncoderSpec(hidden_sizes=(8,)))
+    assert torch.equal(actor.high, torch.full((3,), 2.0)) and actor.high.data_ptr() != space.high.ctypes.data
+
+
 def test_the_critic_ensemble_is_independent_mlps():
     from pytorchrl.agent.actors.policy_critic import CriticEnsemble
 

@@ -163,10 +163,10 @@ def test_asynchronous_collection_trains_and_logs_policy_lag(ray_session):
         learner.close()
 
 
-def test_a_killed_server_is_started_again_with_the_newest_weights_and_the_run_goes_on(ray_session):
+def test_a_killed_server_is_started_again_with_the_newest_weights_and_the_run_goes_on(ray_session, recwarn):
     """SIGKILL the server between rounds, then again while its workers wait on it: Ray starts it
     again, it takes the round's weights from the box before it answers, the requests it was
-    serving are sent again, and the restarts count as worker restarts."""
+    serving are sent again, and the restarts count as worker restarts and are told."""
     env = {"env_id": "benchmarks.envs:slow_cartpole", "num_envs": 8, "env_kwargs": {"step_sleep_s": 0.004}}  # ~0.5 s rounds
     # The restarted server imports torch before it answers: more than the default 60 s of
     # worker_timeout_s on a loaded 2-core machine, where the waiting workers would then be
@@ -198,6 +198,8 @@ def test_a_killed_server_is_started_again_with_the_newest_weights_and_the_run_go
         round_with_server_weights_checked()
         killer.join()
         assert ray.get(server.pid.remote()) != first_pid
+        told = [str(w.message) for w in recwarn.list if "inference server" in str(w.message)]
+        assert told and all("died and Ray started it again" in m for m in told), told
         assert sum(i.get("worker_restarts", 0) for i in infos) == 2
         assert learner.env_steps == 3 * 2 * 8 * 16  # every round collected whole
         assert all(i["lost_batches"] == 0 for i in infos if "lost_batches" in i)

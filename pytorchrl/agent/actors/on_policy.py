@@ -230,12 +230,18 @@ class OnPolicyActor(nn.Module):
         value_out.copy_(self._value(value_features))
 
     def act_recurrent(
-        self, obs: torch.Tensor, state: torch.Tensor, noise: torch.Tensor, out: torch.Tensor, log_prob_out: torch.Tensor, value_out: torch.Tensor
+        self, obs: torch.Tensor, state: torch.Tensor, noise: torch.Tensor, out: torch.Tensor,
+        log_prob_out: torch.Tensor | None = None, value_out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """:meth:`act_scored` of a recurrent actor from ``state`` (already zeroed where an episode
-        starts); returns the next state."""
+        starts); returns the next state. Without ``log_prob_out`` and ``value_out`` it only acts:
+        the caller scores the rollout afterwards (:meth:`score_sequence`), as PPOD's replay does,
+        whose replayed actions are not the policy's."""
         features, value_features, next_state = self._step_features(obs, state)
-        self._act_scored(features, value_features, obs, noise, out, log_prob_out, value_out)
+        if log_prob_out is None or value_out is None:
+            self.action_head.act_params(self._params(features, obs), noise, out)
+        else:
+            self._act_scored(features, value_features, obs, noise, out, log_prob_out, value_out)
         return next_state
 
     def score(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -167,8 +167,8 @@ class PolicyCriticActor(nn.Module):
         self._ou_state: torch.Tensor | None = None  # per env, made on first use
         self.register_buffer("uniform", torch.tensor(True))
         bounds = (np.zeros(1), np.ones(1)) if isinstance(action_space, gym.spaces.Discrete) else (action_space.low, action_space.high)
-        self.register_buffer("low", torch.as_tensor(bounds[0], dtype=torch.float32).flatten())
-        self.register_buffer("high", torch.as_tensor(bounds[1], dtype=torch.float32).flatten())
+        self.register_buffer("low", torch.tensor(bounds[0], dtype=torch.float32).flatten())
+        self.register_buffer("high", torch.tensor(bounds[1], dtype=torch.float32).flatten())
         # scale() and normalize() as one op each: ``mid + a * half`` and ``(a - mid) / half``
         self.register_buffer("action_mid", (self.high + self.low) / 2, persistent=False)
         self.register_buffer("action_half", (self.high - self.low) / 2, persistent=False)

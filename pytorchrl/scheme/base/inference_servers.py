@@ -20,6 +20,7 @@ import functools
 import os
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -274,6 +275,7 @@ class InferenceServers:
         ray.get(ready)  # a server that could not start raises its error here
         self._since = time.monotonic()
         self._starts = num_servers  # server starts counted so far (the box counts them)
+        self._max_restarts = max_restarts
 
     def policy_factory(self, arrays: bool = False) -> Callable[[int], RemotePolicy | ArrayPolicy]:
         """``factory(collector_index) -> RemotePolicy`` for the collection workers (picklable);
@@ -303,6 +305,13 @@ class InferenceServers:
         batches = sum(p["batches"] for p in parts)
         starts = ray.get(self._box.count.remote())
         restarts, self._starts = starts - self._starts, starts
+        if restarts:  # as a dead collection worker's replacement is announced (WorkerSet)
+            warnings.warn(
+                f"{restarts} inference server{'s' if restarts > 1 else ''} died and Ray started {'them' if restarts > 1 else 'it'} again "
+                f"(scheme.max_worker_restarts = {self._max_restarts} per server); the newest weights were taken first and the "
+                "requests under way sent again",
+                stacklevel=2,
+            )
         return {
             "server_restarts": restarts,
             "inference_batch_mean": sum(p["rows"] for p in parts) / max(batches, 1),

@@ -32,6 +32,7 @@ path. The parts:
 
 from __future__ import annotations
 
+import warnings
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -215,6 +216,10 @@ def _crc(row: np.ndarray) -> int:
 # ------------------------------------------------------------------------------ replay
 
 
+#: episode starts drawn for a demonstration, none of which could start one, before a warning says so
+UNMATCHED_WARNING = 20
+
+
 class DemoReplay:
     """The replay state of a collection worker's envs and the agent's best episodes.
 
@@ -232,6 +237,9 @@ class DemoReplay:
         #: episodes started per mode (policy, demo, agent), and replays handed back for a differing observation
         self.started = [0, 0, 0]
         self.diverged = 0
+        #: episode starts drawn for a demonstration where none starts at the env's first observation
+        self.unmatched = 0
+        self._warned = False
         self._record = spec.buffer_size > 0 and spec.phi > 0
         self.restart()
 
@@ -272,6 +280,7 @@ class DemoReplay:
             mode, pool = POLICY, []
             if u < spec.rho:
                 mode, pool = DEMO, [d for d in self.demos if np.array_equal(d.obs0, first)]
+                self.unmatched += not pool
             elif u < spec.rho + spec.phi:
                 mode, pool = AGENT, [e for e in self.best if np.array_equal(e.obs0, first)]
             if not pool:
@@ -280,6 +289,15 @@ class DemoReplay:
             self.current[i] = pool[min(int(v * len(pool)), len(pool) - 1)] if pool else None
             self.own[i] = (first.copy(), [], [], []) if mode == POLICY and self._record else None
             self.started[mode] += 1
+        if not self._warned and self.started[DEMO] == 0 and self.unmatched >= UNMATCHED_WARNING:
+            self._warned = True
+            warnings.warn(
+                f"algorithm.demos: none of the {len(self.demos)} demonstrations in {spec.path!r} starts at the observations "
+                f"{spec.env_id} starts its episodes at ({self.unmatched} episode starts drawn for one, none matched): a "
+                "demonstration replays only from its own first observation, so PPOD needs an env whose episodes start "
+                "the same way (a fixed start, as pytorchrl/Chain-v0's); the run goes on without them",
+                stacklevel=2,
+            )
 
     def observe(self, actions: np.ndarray, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, valid: np.ndarray, next_obs: np.ndarray) -> None:
         """One step of every env (as the storage received it; ``actions``: the row taken)."""
