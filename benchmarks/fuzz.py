@@ -331,8 +331,7 @@ def check_cli(mutation: Mutation, directory: Path, timeout_s: float = 180.0) -> 
     """Train the mutated config through the CLI on a small budget (a path mutation: meet its
     path): exit 0 with finite weights in its final checkpoint, or exit 2 with one line, no
     traceback and nothing written."""
-    from pytorchrl.learner import _nonfinite_tensor
-    from pytorchrl.utils.checkpoint import load_newest_checkpoint
+    from pytorchrl.utils.checkpoint import load_newest_checkpoint, nonfinite_tensor
 
     path, run_dir = directory / "config.yaml", directory / "run"
     path.write_text(mutation.text)
@@ -349,7 +348,7 @@ def check_cli(mutation: Mutation, directory: Path, timeout_s: float = 180.0) -> 
     outcome = _judge(mutation, done.returncode, done.stderr, sorted(k for k in after if after[k] != before.get(k)))
     if outcome.result == "trained":
         _, state, _ = load_newest_checkpoint(run_dir / "checkpoints")
-        bad = _nonfinite_tensor(state["scheme"])
+        bad = nonfinite_tensor(state["scheme"])
         return Outcome(mutation, "failure", f"non-finite {bad}") if bad else outcome
     return outcome
 

@@ -178,7 +178,8 @@ def _ray_running() -> bool:
 def _run_training(args: argparse.Namespace) -> dict[str, Any]:
     """Build or resume the run of ``train``'s arguments and train it; the run's summary."""
     from pytorchrl.config import load_config
-    from pytorchrl.learner import Learner, check_new_run_dir
+    from pytorchrl.learner import Learner
+    from pytorchrl.run_dir import check_new_run_dir
 
     picking = _check_algo_env(args)
     if args.resume and args.config is not None and "=" not in args.config:

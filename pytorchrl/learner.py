@@ -7,36 +7,36 @@ import datetime
 import json
 import math
 import shutil
-import signal
 import sys
 import threading
 import time
 import warnings
 from collections import Counter, deque
-from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-import torch
 import yaml
 
 from pytorchrl.config import Config, RunConfig, check_section, checked, config_to_dict, load_run_config
-from pytorchrl.logging.writers import CSVWriter, ProgressLine, TensorBoardWriter, Writer
+from pytorchrl.logging.writers import ProgressLine, Writer
+from pytorchrl.run_dir import check_new_run_dir, close_writers, open_writers, truncate_progress
 from pytorchrl.scheme.base.inference_servers import METRICS as INFERENCE_METRICS
 from pytorchrl.scheme.scheme import Scheme, build_scheme
 from pytorchrl.utils.arrays import to_tensors
 from pytorchrl.utils.checkpoint import (
+    first_problem,
     list_checkpoints,
     load_checkpoint,
     load_newest_checkpoint,
+    nonfinite_tensor,
     prune_checkpoints,
     save_checkpoint,
 )
-from pytorchrl.utils.errors import CheckpointError, InputError, TrainingDiverged
-from pytorchrl.utils.paths import check_run_dir, make_dir
+from pytorchrl.utils.errors import CheckpointError, TrainingDiverged
+from pytorchrl.utils.paths import check_run_dir
 from pytorchrl.utils.runtime import code_version, cpu_model
 from pytorchrl.utils.seeding import get_rng_state, seed_everything, set_rng_state
+from pytorchrl.utils.signals import StopSignals
 
 #: interval means of these per-update diagnostics go into each log row
 
@@ -616,7 +616,7 @@ class Learner:
             self._log_mark = (int(c.get("log_mark_steps", self.env_steps)), float(c.get("log_mark_wall_s", self.wall_time_offset)))
             set_rng_state(state["rng"])
         except (KeyError, TypeError, RuntimeError, ValueError) as exc:
-            raise CheckpointError(f"checkpoint does not match this run's config ({_first_problem(exc)})") from None
+            raise CheckpointError(f"checkpoint does not match this run's config ({first_problem(exc)})") from None
         self.scheme.update_worker.set_progress(min(1.0, self.env_steps / self.run.target_steps))
 
     def load_checkpoint(self, path: str | Path) -> None:
@@ -636,7 +636,7 @@ class Learner:
             "wall_time_s": round(self.wall_time_s, 3), "created": datetime.datetime.now().isoformat(timespec="seconds"),
         }
         state = to_tensors(self.state_dict())  # workers without torch send numpy arrays
-        bad = _nonfinite_tensor(state["scheme"])
+        bad = nonfinite_tensor(state["scheme"])
         if bad is not None:  # never write (and rotate in) a poisoned checkpoint
             newest = self.newest_checkpoint()
             raise TrainingDiverged(
@@ -663,126 +663,6 @@ class Learner:
         if self._closed:
             where = f"; continue the run with Learner.resume({str(self.run_dir)!r})" if self.run_dir is not None else ""
             raise RuntimeError(f"Learner.{what}(): the learner is closed (its workers and log files are){where}")
-
-
-class StopSignals:
-    """SIGINT and SIGTERM, while a run trains in the main thread, call ``on_first`` the first
-    time (the learner then stops at the end of its round) and raise ``KeyboardInterrupt`` after
-    that; the previous handlers come back on exit. A signal the process ignores (SIGINT in a
-    shell's background job) stays ignored, one whose handler was not set from Python is left
-    alone, and in another thread nothing is installed (Python delivers signals to the main
-    thread only)."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self, on_first: Callable[[], None], *, enabled: bool = True) -> None:
-        self._on_first = on_first
-        self._enabled = enabled
-        self._previous: dict[int, Any] = {}
-        self.received = 0
-
-    def __enter__(self) -> StopSignals:
-        if self._enabled and threading.current_thread() is threading.main_thread():
-            for sig in self.SIGNALS:
-                if signal.getsignal(sig) not in (signal.SIG_IGN, None):  # None: a handler not set from Python, left alone
-                    self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        self.received += 1
-        if self.received > 1:
-            raise KeyboardInterrupt
-        self._on_first()
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous.clear()
-
-
-def check_new_run_dir(run_dir: str | Path, what: str) -> Path:
-    """:func:`~pytorchrl.utils.paths.check_run_dir` for a new run: a directory that already holds
-    a run (its ``config.yaml``) is refused in one line, since the two runs' ``progress.csv`` rows
-    and checkpoints would mix (and the old run's, with higher step numbers, prune the new one's),
-    and so is one inside the copy of a working directory that Ray makes for a job (a relative
-    run directory in a ``ray job submit --working-dir`` job: Ray deletes the copy).
-
-    :param what: how the message names the directory (``--run-dir``, ``run directory``).
-    """
-    path = check_run_dir(run_dir, what)
-    parts = path.resolve().parts
-    if "runtime_resources" in parts and "working_dir_files" in parts:  # a Ray job's --working-dir, copied for the job
-        raise InputError(
-            f"{what} {str(path)!r} is inside Ray's temporary copy of the job's working directory ({path.resolve()}), which Ray "
-            "deletes: give the run an absolute --run-dir outside it (scripts/submit_job.sh does, under RUN_ROOT)"
-        )
-    if (path / "config.yaml").exists():
-        if not list_checkpoints(path / "checkpoints"):
-            raise InputError(
-                f"{what} {str(path)!r} already holds a run (its config.yaml) that stopped before its first checkpoint, "
-                "so it cannot be resumed: remove the directory or choose a new one"
-            )
-        python = "" if what.startswith("--") else " (Learner.resume in Python)"  # the CLI's option, or the API
-        raise InputError(
-            f"{what} {str(path)!r} already holds a run (its config.yaml); continue it with `pytorchrl train --resume {path}`{python}, "
-            "or choose a new directory"
-        )
-    return path
-
-
-def open_writers(run: RunConfig, run_dir: Path | None) -> list[Writer]:
-    """The default log-row writers: progress.csv and TensorBoard in ``run_dir`` (none without
-    one), and the Prometheus endpoint when ``run.prometheus_port`` is set."""
-    writers: list[Writer] = []
-    if run.prometheus_port is not None:
-        from pytorchrl.logging.prometheus import PrometheusWriter
-
-        prometheus = PrometheusWriter(run.prometheus_port, run.prometheus_host, run_name=run_dir.name if run_dir else "run")
-        print(f"pytorchrl: Prometheus metrics at {prometheus.url}", file=sys.stderr)
-        writers.append(prometheus)
-    if run_dir is not None:
-        make_dir(run_dir, "run directory")
-        writers += [CSVWriter(run_dir / "progress.csv"), TensorBoardWriter(run_dir / "tb")]
-    return writers
-
-
-def close_writers(writers: list[Writer]) -> None:
-    for writer in writers:
-        writer.close()
-
-
-def _nonfinite_tensor(state: Any, prefix: str = "") -> str | None:
-    """The key of the first floating-point tensor in a nested state that has a NaN or an infinity."""
-    if isinstance(state, torch.Tensor):
-        return prefix or "state" if state.is_floating_point() and not bool(torch.isfinite(state).all()) else None
-    items = state.items() if isinstance(state, dict) else enumerate(state) if isinstance(state, (list, tuple)) else ()
-    for key, value in items:
-        found = _nonfinite_tensor(value, f"{prefix}.{key}" if prefix else str(key))
-        if found is not None:
-            return found
-    return None
-
-
-def _first_problem(exc: Exception) -> str:
-    """One line of ``exc``: torch's state_dict mismatch lists every parameter on its own line
-    (a tab-indented line each); the first names the module and the shapes, the count says the rest."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    if not lines:
-        return type(exc).__name__
-    text = " ".join(lines[:2])
-    more = f" (and {len(lines) - 2} more)" if len(lines) > 2 else ""
-    return f"{type(exc).__name__}: {text}{more}"
-
-
-def truncate_progress(path: Path, env_steps: int) -> None:
-    """Drop progress.csv rows written after the checkpoint a run resumes from (they will be redone)."""
-    if not path.is_file():
-        return
-    lines = path.read_text().splitlines(keepends=True)
-    if not lines:
-        return
-    keep = [lines[0]] + [ln for ln in lines[1:] if ln.split(",", 1)[0].isdigit() and int(ln.split(",", 1)[0]) <= env_steps]
-    path.write_text("".join(keep))
 
 
 def _mean(values: Any) -> float | None:

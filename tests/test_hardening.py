@@ -17,11 +17,11 @@ import torch
 from pytorchrl.cli import main
 from pytorchrl.config import from_dict, load_config
 from pytorchrl.envs import VecEnv
-from pytorchrl.learner import Learner, _nonfinite_tensor
+from pytorchrl.learner import Learner
 from pytorchrl.logging.writers import CSVWriter
 from pytorchrl.scheme.scheme import build_scheme, resolve_device
 from pytorchrl.tuning import load_space
-from pytorchrl.utils.checkpoint import load_checkpoint
+from pytorchrl.utils.checkpoint import load_checkpoint, nonfinite_tensor
 from pytorchrl.utils.errors import ConfigError, InputError, TrainingDiverged
 from tests.conftest import CONFIGS, checkpointed_run
 
@@ -177,7 +177,7 @@ def test_nan_rewards_stop_the_run_naming_the_good_checkpoint(tmp_path, capsys):
                      r"the newest checkpoint, .*step_(\d+), is good", err[0]), err[0]
     newest = Path(re.search(r"the newest checkpoint, (.*), is good", err[0]).group(1))
     state, meta = load_checkpoint(newest)
-    assert _nonfinite_tensor(state["scheme"]) is None and meta["env_steps"] <= 4 * 300 + 128
+    assert nonfinite_tensor(state["scheme"]) is None and meta["env_steps"] <= 4 * 300 + 128
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stop_reason"] == "nonfinite_updates" and summary["nonfinite_updates"] == 3
 

@@ -159,7 +159,7 @@ def test_from_config_refuses_a_directory_that_holds_a_run(tmp_path):
 def test_a_run_directory_in_rays_copy_of_a_jobs_working_directory_is_refused(tmp_path):
     """`ray job submit --working-dir . -- pytorchrl train CONFIG` once wrote the run where Ray
     deletes it (the job's cwd is Ray's copy of the working directory)."""
-    from pytorchrl.learner import check_new_run_dir
+    from pytorchrl.run_dir import check_new_run_dir
 
     copy = tmp_path / "session_1" / "runtime_resources" / "working_dir_files" / "_ray_pkg_0123"
     with pytest.raises(InputError, match="inside Ray's temporary copy of the job's working directory"):

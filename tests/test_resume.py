@@ -21,9 +21,10 @@ import torch
 
 from pytorchrl.config import from_dict
 from pytorchrl.envs.snapshot import restore, snapshot
-from pytorchrl.learner import Learner, StopSignals
+from pytorchrl.learner import Learner
 from pytorchrl.utils import checkpoint as ckpt
 from pytorchrl.utils.runtime import code_version
+from pytorchrl.utils.signals import StopSignals
 from tests.conftest import CONFIGS
 
 #: columns that measure time, not learning (they differ between any two runs)

@@ -159,3 +159,26 @@ def prune_checkpoints(checkpoints_dir: str | Path, keep: int) -> None:
     """Delete all but the newest ``keep`` checkpoints."""
     for path in list_checkpoints(checkpoints_dir)[:-keep]:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def nonfinite_tensor(state: Any, prefix: str = "") -> str | None:
+    """The key of the first floating-point tensor in a nested state that has a NaN or an infinity."""
+    if isinstance(state, torch.Tensor):
+        return prefix or "state" if state.is_floating_point() and not bool(torch.isfinite(state).all()) else None
+    items = state.items() if isinstance(state, dict) else enumerate(state) if isinstance(state, (list, tuple)) else ()
+    for key, value in items:
+        found = nonfinite_tensor(value, f"{prefix}.{key}" if prefix else str(key))
+        if found is not None:
+            return found
+    return None
+
+
+def first_problem(exc: Exception) -> str:
+    """One line of ``exc``: torch's state_dict mismatch lists every parameter on its own line
+    (a tab-indented line each); the first names the module and the shapes, the count says the rest."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    text = " ".join(lines[:2])
+    more = f" (and {len(lines) - 2} more)" if len(lines) > 2 else ""
+    return f"{type(exc).__name__}: {text}{more}"

@@ -30,7 +30,8 @@ from pytorchrl.agent.algorithms.base import Algorithm
 from pytorchrl.agent.algorithms.families import ReplayConfig, replay_storage_factory
 from pytorchrl.agent.algorithms.sequences import Window
 from pytorchrl.agent.algorithms.wiring import Wiring, action_mask_slice, encoder_spec, num_collectors, recurrent_spec
-from pytorchrl.config import Config, ConfigError, check_widths, param
+from pytorchrl.config import Config, ConfigError, param
+from pytorchrl.config_checks import check_widths
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ from pytorchrl.agent.algorithms.wiring import (
     recurrent_state_size,
     rollout_shapes,
 )
-from pytorchrl.config import AlgorithmConfig, ConfigError, StorageConfig, check_widths, param
+from pytorchrl.config import AlgorithmConfig, ConfigError, StorageConfig, param
+from pytorchrl.config_checks import check_widths
 
 if TYPE_CHECKING:
     from pytorchrl.config import Config
