@@ -35,7 +35,7 @@ import gymnasium as gym
 from pytorchrl.agent.algorithms import ALGORITHMS
 from pytorchrl.config import apply_overrides, read_mapping, set_values
 from pytorchrl.envs.atari import is_atari_id
-from pytorchrl.envs.vec_env import check_env_id, probe_env
+from pytorchrl.envs.making import check_env_id, probe_env
 from pytorchrl.utils.checkout import package_checkout
 from pytorchrl.utils.errors import ConfigError, InputError
 

@@ -29,7 +29,7 @@ from pytorchrl.defaults import (
     is_short_classic_control,
     shipped_config,
 )
-from pytorchrl.envs.vec_env import check_env_id
+from pytorchrl.envs.making import check_env_id
 from pytorchrl.utils.errors import InputError
 from tests.conftest import CONFIGS
 

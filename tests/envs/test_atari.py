@@ -11,7 +11,8 @@ import torch
 
 from pytorchrl.config import AtariConfig, load_config
 from pytorchrl.envs.atari import register_atari
-from pytorchrl.envs.vec_env import VecEnv, check_env_id
+from pytorchrl.envs.making import check_env_id
+from pytorchrl.envs.vec_env import VecEnv
 from pytorchrl.utils.errors import InputError
 from tests.conftest import CONFIGS
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from pytorchrl.envs import VecEnv
-from pytorchrl.envs.vec_env import _RestartOnError
+from pytorchrl.envs.making import RestartOnError
 from pytorchrl.utils.errors import InputError
 
 
@@ -233,4 +233,4 @@ def test_factory_passes_restart_to_train_and_test_envs():
         env_kwargs={"crash_after_steps": 3}, eval_env_kwargs={},
     )
     for env in (factory(worker_index=0), factory(worker_index=0, test=True)):
-        assert all(isinstance(e, _RestartOnError) for e in env.env.envs)
+        assert all(isinstance(e, RestartOnError) for e in env.env.envs)

@@ -70,7 +70,7 @@ def goal_space_problem(space: gym.Space) -> str | None:
 def make_goal_env(env_id: str, env_kwargs: dict) -> Any:
     """The unwrapped env of ``env_id`` whose ``compute_reward`` (and ``compute_terminated``)
     score relabelled goals: made in the process that samples, once per buffer."""
-    from pytorchrl.envs.vec_env import check_env_id, resolve_env_fn
+    from pytorchrl.envs.making import check_env_id, resolve_env_fn
 
     check_env_id(env_id)  # registers pytorchrl's and ale-py's ids in this process
     fn = resolve_env_fn(env_id)
