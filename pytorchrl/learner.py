@@ -57,7 +57,7 @@ class Learner:
     :param run_dir: where ``progress.csv``, ``tb/``, ``checkpoints/`` and ``summary.json`` go
         (None: write nothing, e.g. in tests and custom scripts).
     :param progress: print the live progress line.
-    :param writers: where each log row goes (default :func:`open_writers`: progress.csv and
+    :param writers: where each log row goes (default :func:`~pytorchrl.run_dir.open_writers`: progress.csv and
         TensorBoard in ``run_dir``, Prometheus when ``run.prometheus_port`` is set); more can be
         added to :attr:`writers` (e.g. the Ray Tune reporter).
     """
