@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import yaml
 
-from pytorchrl.config_checks import bad_choice, build_section, check_across_keys, check_scheme, describe, type_hints
+from pytorchrl.config_checks import bad_choice, build_section, check_across_keys, check_scheme, describe_value, type_hints
 from pytorchrl.utils.errors import ConfigError
 from pytorchrl.utils.strict_yaml import BadStructure, DuplicateKey, load_yaml, parse_yaml, yaml_problem
 
@@ -572,7 +572,7 @@ def _encoder_key(key: str, value: Any) -> str:
 def from_dict(raw: dict) -> Config:
     """Build and validate a :class:`Config` from a nested dict."""
     if not isinstance(raw, dict):
-        raise ConfigError(f"a config is a mapping of sections (run, env, algorithm, ...), got {describe(raw)}")
+        raise ConfigError(f"a config is a mapping of sections (run, env, algorithm, ...), got {describe_value(raw)}")
     raw = canonical_encoder(_deep_copy(raw))
     algo = raw.get("algorithm") or {}
     if not isinstance(algo, dict):
@@ -602,7 +602,7 @@ def checked(config: Config) -> Config:
     """
     if not isinstance(config, Config):
         raise ConfigError(
-            f"expected a pytorchrl.config.Config (from load_config or from_dict), got {describe(config)}; "
+            f"expected a pytorchrl.config.Config (from load_config or from_dict), got {describe_value(config)}; "
             "a dict goes through from_dict, a YAML file through load_config"
         )
     return from_dict(config_to_dict(config))
@@ -617,7 +617,7 @@ def check_section(section: Any, prefix: str) -> Any:
     :raises ConfigError: one line naming the key at fault.
     """
     if not dataclasses.is_dataclass(section) or isinstance(section, type):
-        raise ConfigError(f"config section {prefix.rstrip('.')!r} must be a config dataclass, got {describe(section)}")
+        raise ConfigError(f"config section {prefix.rstrip('.')!r} must be a config dataclass, got {describe_value(section)}")
     rebuilt = build_section(type(section), config_to_dict(section), prefix)
     if isinstance(rebuilt, SchemeConfig):
         check_scheme(rebuilt)

@@ -34,7 +34,7 @@ MAX_LAYERS, MAX_CNN_STACKS = 64, 8
 MAX_RECURRENT_UNITS = 8_192
 
 
-def describe(value: Any) -> str:
+def describe_value(value: Any) -> str:
     """A value's type and (shortened) repr, for messages about what was given instead."""
     text = repr(value)
     return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"

@@ -273,12 +273,12 @@ def test_uint8_rollouts_cross_a_ray_worker_as_uint8(ray_session):
 
 def test_the_registry_is_the_only_list_of_algorithms():
     """Each registered class declares its config, whose ``name`` is its registry key and which the
-    loader resolves through the registry; the loader, the scheme, the memory estimate and the
-    key-applicability rules name no algorithm (the default, ppo, apart)."""
+    loader resolves through the registry; the loader and its checks, the scheme, the memory estimate
+    and the key-applicability rules name no algorithm (the default, ppo, apart)."""
     import inspect
 
     from pytorchrl import config as config_module
-    from pytorchrl import config_applicability
+    from pytorchrl import config_applicability, config_checks
     from pytorchrl.scheme import scheme
     from pytorchrl.utils import memory
 
@@ -286,7 +286,7 @@ def test_the_registry_is_the_only_list_of_algorithms():
         assert cls.config_class().name == name
         assert from_dict({"algorithm": {"name": name}}).algorithm == cls.config_class()
         assert "wire" in vars(cls) or any("wire" in vars(base) for base in cls.__mro__[1:-2]), name
-    for module in (config_module, scheme, memory, config_applicability):
+    for module in (config_module, config_checks, scheme, memory, config_applicability):
         source = inspect.getsource(module)
         named = [name for name, cls in ALGORITHMS.items() if (name != "ppo" and f'"{name}"' in source) or cls.__name__ + "(" in source or cls.config_class.__name__ in source]
         assert not named, (module.__name__, named)
