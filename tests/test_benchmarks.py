@@ -184,3 +184,16 @@ def test_td3s_update_is_sb3s_up_to_the_order_of_the_policy_step(reorder, policy_
     assert [(step, part) for step, part, _, _ in rows] == [(s, p) for s in (2, 6) for p in ("critic", "policy")]
     for _, _, moved, apart in rows:
         assert moved > 1e-3 and apart < 1e-4 * moved, (moved, apart)
+
+
+def test_the_wake_cost_script_times_the_shipped_socket_call_in_parts(capsys):
+    """``scripts/wake_cost.py`` times a call over the socket transport back to back and after a
+    pause; its parts (pickling, sending, waiting) add up to the round trip."""
+    script = load_script("wake_cost")
+    script.main(["--calls", "3", "--gap-ms", "1"])
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["pause 0 ms", "pause 1 ms"]
+    for line in lines:
+        figures = {key: float(value) for key, value in (item.rsplit(" ", 1) for item in line.split(": ", 1)[1].split(", "))}
+        assert figures["client_cpu_us"] > 0 and figures["round_trip_us"] > 0
+        assert figures["pickle_us"] + figures["send_us"] + figures["wait_recv_us"] == pytest.approx(figures["round_trip_us"], abs=2)
