@@ -181,6 +181,10 @@ def check_widths(key: str, sizes: tuple[int, ...] | None, widest: int = MAX_WIDT
         raise ConfigError(f"config key {key!r} = {list(sizes)!r} is out of range: every width must be in 1..{widest:,}")
 
 
+#: Ray's own resources, which a worker's section sets by their keys, not under ``resources``
+RAY_BUILTIN_RESOURCES = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memory"}
+
+
 def check_scheme(scheme: SchemeConfig) -> None:
     """The scheme's checks across its keys (:func:`from_dict` runs them, and
     :class:`~pytorchrl.scheme.scheme.Scheme` on a section built in Python)."""
@@ -192,6 +196,11 @@ def check_scheme(scheme: SchemeConfig) -> None:
     _check_inference(scheme)
     for name in ("col_worker_resources", "grad_worker_resources"):
         for resource, amount in getattr(scheme, name).resources.items():
+            if resource in RAY_BUILTIN_RESOURCES:
+                raise ConfigError(
+                    f"config key 'scheme.{name}.resources' = {{{resource!r}: {amount!r}}}: {resource!r} is not a custom resource; "
+                    f"set it with scheme.{name}.{RAY_BUILTIN_RESOURCES[resource]}"
+                )
             if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not math.isfinite(amount) or amount < 0:
                 raise ConfigError(
                     f"config key 'scheme.{name}.resources' = {{{resource!r}: {amount!r}}}: a custom Ray resource is an amount >= 0 per worker, e.g. {{{resource!r}: 1}}"

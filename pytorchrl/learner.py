@@ -33,7 +33,7 @@ from pytorchrl.utils.checkpoint import (
     save_checkpoint,
 )
 from pytorchrl.utils.errors import CheckpointError, TrainingDiverged
-from pytorchrl.utils.paths import check_run_dir
+from pytorchrl.utils.paths import check_run_dir, write_text_atomic
 from pytorchrl.utils.runtime import code_version, cpu_model
 from pytorchrl.utils.seeding import get_rng_state, seed_everything, set_rng_state
 from pytorchrl.utils.signals import StopSignals
@@ -136,8 +136,9 @@ class Learner:
         if run_dir is not None:  # before a file is written
             run_dir = check_run_dir(run_dir, "run directory") if reuse_run_dir else check_new_run_dir(run_dir, "run directory")
         created = run_dir is not None and not run_dir.exists()
-        writers = open_writers(config.run, run_dir)  # first: a port in use fails before Ray starts or a file is written
+        writers: list[Writer] = []
         try:
+            writers = open_writers(config.run, run_dir)  # first: a port in use fails before Ray starts or a file is written
             scheme = build_scheme(config)
         except BaseException:
             close_writers(writers)
@@ -440,7 +441,7 @@ class Learner:
             "code": self.code,
         }
         if self.run_dir is not None:
-            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+            write_text_atomic(self.run_dir / "summary.json", json.dumps(summary, indent=2))
         return summary
 
     # ---------------------------------------------------------------- eval, logging

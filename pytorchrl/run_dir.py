@@ -11,7 +11,7 @@ from pytorchrl.config import RunConfig
 from pytorchrl.logging.writers import CSVWriter, TensorBoardWriter, Writer
 from pytorchrl.utils.checkpoint import list_checkpoints
 from pytorchrl.utils.errors import InputError
-from pytorchrl.utils.paths import check_run_dir, make_dir
+from pytorchrl.utils.paths import check_run_dir, make_dir, write_text_atomic
 
 
 def check_new_run_dir(run_dir: str | Path, what: str) -> Path:
@@ -55,8 +55,13 @@ def open_writers(run: RunConfig, run_dir: Path | None) -> list[Writer]:
         print(f"pytorchrl: Prometheus metrics at {prometheus.url}", file=sys.stderr)
         writers.append(prometheus)
     if run_dir is not None:
-        make_dir(run_dir, "run directory")
-        writers += [CSVWriter(run_dir / "progress.csv"), TensorBoardWriter(run_dir / "tb")]
+        try:
+            make_dir(run_dir, "run directory")
+            writers.append(CSVWriter(run_dir / "progress.csv"))
+            writers.append(TensorBoardWriter(run_dir / "tb"))
+        except BaseException:  # the endpoint's port and the files opened so far are let go
+            close_writers(writers)
+            raise
     return writers
 
 
@@ -73,4 +78,4 @@ def truncate_progress(path: Path, env_steps: int) -> None:
     if not lines:
         return
     keep = [lines[0]] + [ln for ln in lines[1:] if ln.split(",", 1)[0].isdigit() and int(ln.split(",", 1)[0]) <= env_steps]
-    path.write_text("".join(keep))
+    write_text_atomic(path, "".join(keep))

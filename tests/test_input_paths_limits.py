@@ -328,3 +328,25 @@ def test_a_round_the_size_of_the_budget_is_accepted_and_the_cli_refusal_writes_n
     assert from_dict({"env": {"num_envs": 4}, "storage": {"num_steps": 16}, "run": {"target_steps": 64}}).run.target_steps == 64
     err = _refused(capsys, ["train", CARTPOLE, "env.num_envs=65536", "--quiet", "--run-dir", tmp_path / "run"], tmp_path)
     assert "2,097,152 env steps in one round, more than run.target_steps = 100,000" in err
+
+
+def test_a_file_written_atomically_is_whole_or_as_it_was(tmp_path, monkeypatch):
+    """summary.json and a resumed run's progress.csv: a write cut short (a signal, a full disk)
+    leaves the old file, and no stray temporary file."""
+    from pytorchrl.utils.paths import write_text_atomic
+
+    path = tmp_path / "summary.json"
+    write_text_atomic(path, "old")
+    real = Path.write_text
+
+    def half_then_fail(self, text, *args, **kwargs):
+        real(self, text[: len(text) // 2])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "write_text", half_then_fail)
+    with pytest.raises(KeyboardInterrupt):
+        write_text_atomic(path, "new text")
+    monkeypatch.undo()
+    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+    write_text_atomic(path, "new text")
+    assert path.read_text() == "new text"

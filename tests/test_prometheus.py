@@ -96,3 +96,26 @@ def test_a_host_it_cannot_serve_on_names_the_host_not_the_port(host):
 def test_the_port_must_be_a_tcp_port():
     with pytest.raises(ConfigError, match=r"'run.prometheus_port' = 70000 is out of range: must be <= 65535"):
         load_config(CONFIGS / "ppo" / "cartpole.yaml", ["run.prometheus_port=70000"])
+
+
+def test_a_writer_that_fails_to_open_lets_the_metrics_port_go_and_leaves_no_run_directory(tmp_path, monkeypatch):
+    """TensorBoard failing after the endpoint started (a full disk): the port is served no more
+    and the run directory it made is removed, as for any run that could not start."""
+    import pytorchrl.run_dir
+
+    opened = []
+
+    class Failing:
+        def __init__(self, path):
+            opened.append(path)
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pytorchrl.run_dir, "TensorBoardWriter", Failing)
+    with socket.socket() as probe:  # a port free now
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(OSError, match="No space left"):
+        Learner.from_config(load_config(CONFIGS / "ppo" / "cartpole.yaml", [f"run.prometheus_port={port}"]), run_dir=tmp_path / "r")
+    assert opened and not (tmp_path / "r").exists()
+    with socket.socket() as again:  # the endpoint let it go
+        again.bind(("127.0.0.1", port))

@@ -239,6 +239,20 @@ def test_stop_signals_install_their_handlers_only_when_enabled_and_hand_them_bac
     assert signal.getsignal(signal.SIGTERM) is before
 
 
+def test_the_second_stop_signal_interrupts_and_later_ones_let_the_cleanup_finish():
+    """Ctrl-C pressed again and again: the first asks for a clean stop, the second stops at
+    once, and a third does not cut short the writing of what the run keeps (summary.json)."""
+    firsts = []
+    stops = StopSignals(lambda: firsts.append(1))
+    stops._handle(signal.SIGINT, None)
+    assert firsts == [1]
+    with pytest.raises(KeyboardInterrupt):
+        stops._handle(signal.SIGINT, None)
+    stops._handle(signal.SIGINT, None)  # ignored
+    stops._handle(signal.SIGTERM, None)
+    assert firsts == [1] and stops.received == 4
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_run_stopped_by_a_signal_mid_round_resumes_to_the_whole_run(tmp_path, monkeypatch):

@@ -35,6 +35,8 @@ def resolve_env_fn(env_id: str) -> Callable[..., gym.Env] | None:
     if ":" not in env_id or env_id in gym.registry:
         return None
     module_name, _, attr = env_id.partition(":")
+    if not module_name or module_name.startswith("."):
+        raise InputError(f"env.env_id = {env_id!r}: 'module:function' needs an absolute module name before the ':', e.g. 'my_package.envs:make_env'")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -185,9 +187,15 @@ def make_vector_env(
         if max_episode_steps is not None:
             kwargs["max_episode_steps"] = max_episode_steps
         env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs)
-        if env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP) == AutoresetMode.NEXT_STEP:
+        mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        if mode == AutoresetMode.NEXT_STEP:
             return env
-        env.close()  # a native env with another autoreset mode: fall back to sync
+        env.close()  # a native env with another autoreset mode: 'auto' falls back to sync
+        if vectorization == "native":
+            raise InputError(
+                f"env.vectorization = 'native': {env_id!r}'s native vector env resets in autoreset mode {getattr(mode, 'value', mode)!r}, "
+                "and pytorchrl steps envs that reset on the next step; use 'auto' or 'sync'"
+            )
     make: Callable[[], gym.Env] = functools.partial(make_single_env, env_id, env_kwargs, max_episode_steps, action_mask)
     if restart_failed_envs:
         make = RestartOnError.wrap(make)

@@ -149,3 +149,15 @@ def make_dir(path: Path, what: str) -> None:
         if exc.errno in (errno.EEXIST, errno.ENOTDIR):
             reason = "a file of that name is in the way"
         raise InputError(f"{what} {str(path)!r} cannot be created: {reason}") from None
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all: the text goes to a new file beside it, which then
+    replaces it (an interrupted write, or a full disk, leaves the old file as it was)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

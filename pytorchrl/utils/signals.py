@@ -11,8 +11,9 @@ from typing import Any
 
 class StopSignals:
     """SIGINT and SIGTERM, while a run trains in the main thread, call ``on_first`` the first
-    time (the learner then stops at the end of its round) and raise ``KeyboardInterrupt`` after
-    that; the previous handlers come back on exit. A signal the process ignores (SIGINT in a
+    time (the learner then stops at the end of its round) and raise ``KeyboardInterrupt`` the
+    second; later ones are ignored until the run has written what it keeps. The previous
+    handlers come back on exit. A signal the process ignores (SIGINT in a
     shell's background job) stays ignored, one whose handler was not set from Python is left
     alone, and in another thread nothing is installed (Python delivers signals to the main
     thread only)."""
@@ -34,9 +35,12 @@ class StopSignals:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.received += 1
-        if self.received > 1:
+        if self.received == 2:
             raise KeyboardInterrupt
-        self._on_first()
+        if self.received == 1:
+            self._on_first()
+        # a third and later: ignored, so that the cleanup the second one started (the held log
+        # rows, summary.json) is not cut short by a user pressing Ctrl-C again
 
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self._previous.items():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -82,6 +84,29 @@ def test_box_actions_are_clipped_to_bounds():
 def test_unknown_env_id_suggests_close_ids():
     with pytest.raises(InputError, match=r"'CartPol-v1' is not a registered gymnasium id.*did you mean 'CartPole-v1'"):
         VecEnv.create_factory("CartPol-v1", num_envs=1)
+
+
+@pytest.mark.parametrize("env_id", [":make_env", ".envs:make_env"])
+def test_a_module_path_without_an_absolute_module_is_one_line(env_id):
+    with pytest.raises(InputError, match=rf"env.env_id = '{re.escape(env_id)}': 'module:function' needs an absolute module name"):
+        VecEnv.create_factory(env_id, num_envs=1)
+
+
+def _same_step_vector_cartpole(num_envs: int = 1, **kwargs) -> gym.vector.VectorEnv:
+    """A native vector env that resets in the same step (gymnasium's other autoreset mode)."""
+    return gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+
+
+def test_an_explicit_native_vectorization_refuses_a_native_env_that_resets_in_the_same_step():
+    """``auto`` falls back to gymnasium's sync vector env there; ``native``, asked for by name, says why not."""
+    env_id = "pytorchrl-test/SameStepCartPole-v0"
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point="gymnasium.envs.classic_control:CartPoleEnv", vector_entry_point=_same_step_vector_cartpole)
+    with pytest.raises(InputError, match=r"env.vectorization = 'native': .* autoreset mode 'SameStep'.*use 'auto' or 'sync'"):
+        VecEnv(env_id, num_envs=2, seed=0, vectorization="native")
+    env = VecEnv(env_id, num_envs=2, seed=0, vectorization="auto")
+    assert isinstance(env.env, gym.vector.SyncVectorEnv) and env.env.metadata["autoreset_mode"] == gym.vector.AutoresetMode.NEXT_STEP
+    env.close()
 
 
 def make_short_cartpole(length: int = 3) -> gym.Env:
