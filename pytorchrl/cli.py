@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import difflib
 import inspect
 import json
 import os
@@ -182,6 +183,10 @@ def _run_training(args: argparse.Namespace) -> dict[str, Any]:
     from pytorchrl.run_dir import check_new_run_dir
 
     picking = _check_algo_env(args)
+    if args.run_dir is not None and not args.run_dir.strip():  # `--run-dir "$UNSET"`
+        raise InputError("--run-dir is empty: give a directory, or leave the option out for runs/<config>-<time>")
+    if args.resume and args.run_dir is not None:
+        raise InputError(f"--resume RUN_DIR continues the run in its own directory: drop --run-dir {args.run_dir!r} (to branch a run, copy its directory and resume the copy)")
     if args.resume and args.config is not None and "=" not in args.config:
         raise InputError(f"--resume RUN_DIR continues the run with its own config.yaml: drop {args.config!r} (change keys with KEY=VALUE overrides)")
     if (args.resume or picking) and args.config is not None:  # `train --resume DIR k=v`, `--algo A --env E k=v`: the first override lands in `config`
@@ -264,9 +269,14 @@ def _default_config(algo: str, env_id: str, overrides: list[str]) -> tuple[Confi
 
 
 def _check_overrides(overrides: list[str]) -> None:
+    given: dict[str, str] = {}
     for item in overrides:
         if "=" not in item:
             raise InputError(f"argument {item!r} is not a KEY=VALUE override (e.g. run.seed=3)")
+        key = item.split("=", 1)[0].strip()
+        if key in given:  # as a key given twice in a YAML file is refused: which one was meant?
+            raise InputError(f"override {key!r} is given twice ({given[key]!r} and {item!r}): give it once")
+        given[key] = item
 
 
 def _config_name(config_path: str) -> str:
@@ -299,10 +309,11 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from pytorchrl.plotting import plot_runs
+    from pytorchrl.plotting import figure_path, plot_runs
 
-    plot_runs(args.run_dirs, metrics=tuple(args.compare or [args.metric]), x=args.x, output=args.output)
-    print(f"pytorchrl: wrote {args.output}", file=sys.stderr)
+    output = figure_path(args.output)  # where matplotlib writes it: a name without a suffix gets .png
+    plot_runs(args.run_dirs, metrics=tuple(args.compare or [args.metric]), x=args.x, output=output, metric_option="--compare" if args.compare else "--metric")
+    print(f"pytorchrl: wrote {output}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -334,10 +345,24 @@ def _benchmark(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not args.names:  # all of them take hours: only when asked for by name
         raise InputError(f"benchmark needs the names of the benchmarks to run (pytorchrl benchmark --list), or all ({len(BENCHMARKS)}, hours: Pong and MuJoCo included)")
+    if "all" in args.names and len(args.names) > 1:
+        raise InputError(f"benchmark all runs every benchmark: give it alone, or names without it (got {' '.join(args.names)})")
     names = list(BENCHMARKS) if args.names == ["all"] else args.names
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
-        raise InputError(f"unknown benchmark {unknown[0]!r}; allowed: {', '.join(BENCHMARKS)}, or all")
+        near = difflib.get_close_matches(unknown[0], list(BENCHMARKS), n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise InputError(f"unknown benchmark {unknown[0]!r}{hint}; allowed: {', '.join(BENCHMARKS)}, or all")
+    bad_seed = next((seed for seed in args.seeds if not 0 <= seed < 2**64), None)  # run.seed's range
+    if bad_seed is not None:
+        raise InputError(f"--seeds {bad_seed} is out of range: must be in 0..{2**64 - 1}")
+    twice = next((seed for i, seed in enumerate(args.seeds) if seed in args.seeds[:i]), None)
+    if twice is not None:
+        raise InputError(f"--seeds {' '.join(map(str, args.seeds))}: seed {twice} is given twice (a benchmark counts each seed once)")
+    if args.json:  # before hours of benchmarks whose figures it keeps
+        from pytorchrl.utils.paths import check_output_file
+
+        check_output_file(args.json, "--json")
     results = run_benchmarks(names, seeds=args.seeds)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str))

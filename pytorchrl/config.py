@@ -422,7 +422,12 @@ def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     :param overrides: dotted overrides such as ``algorithm.lr=3e-4`` (values parsed as YAML).
     :raises ConfigError: for a missing or unreadable file, unknown keys or bad values.
     """
-    return from_dict(apply_overrides(read_mapping(path, "config file"), overrides))
+    raw = apply_overrides(read_mapping(path, "config file"), overrides)
+    config = from_dict(raw)  # first: a misspelt section is named as such
+    for section, key in (("env", "env_id"), ("algorithm", "name")):  # a file says what it trains: no default env or algorithm
+        if key not in (raw.get(section) or {}):
+            raise ConfigError(f"config file {str(path)!r} sets no {section}.{key}: a config names at least its env (env.env_id) and algorithm (algorithm.name)")
+    return config
 
 
 def read_mapping(path: str | Path, what: str) -> dict:
@@ -576,7 +581,7 @@ def from_dict(raw: dict) -> Config:
     raw = canonical_encoder(_deep_copy(raw))
     algo = raw.get("algorithm") or {}
     if not isinstance(algo, dict):
-        raise ConfigError(f"config key 'algorithm' = {algo!r} is a section, not a value: set its keys (e.g. algorithm.name={algo})")
+        raise ConfigError(f"config key 'algorithm' = {algo!r} is a section, not a value: set its keys (e.g. algorithm.name={algo if isinstance(algo, str) else 'ppo'})")
     from pytorchrl.agent.algorithms import ALGORITHMS
 
     name = algo.get("name", "ppo")

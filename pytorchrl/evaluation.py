@@ -16,7 +16,7 @@ from pytorchrl.config import Config, load_run_config
 from pytorchrl.config_applicability import IgnoredConfigKeysWarning
 from pytorchrl.envs.rendering import opengl_hint
 from pytorchrl.learner import Learner
-from pytorchrl.utils.checkpoint import META_FILE, load_checkpoint, load_newest_checkpoint
+from pytorchrl.utils.checkpoint import META_FILE, RUN_STATE_KEYS, load_checkpoint, load_newest_checkpoint
 from pytorchrl.utils.errors import CheckpointError, InputError
 from pytorchrl.utils.paths import check_output_dir
 
@@ -113,7 +113,7 @@ def _load(path: Path, overrides: list[str] | tuple[str, ...], what: str) -> tupl
     directory and metadata, and its config (``what``: the command or function, for messages)."""
     if (path / META_FILE).is_file():
         checkpoint, run_dir = path, path.parent.parent
-        state, meta = load_checkpoint(path)
+        state, meta = load_checkpoint(path, RUN_STATE_KEYS)
     elif path.is_dir():
         run_dir = path
         checkpoint, state, meta = load_newest_checkpoint(path / "checkpoints")

@@ -24,6 +24,7 @@ from pytorchrl.scheme.base.inference_servers import METRICS as INFERENCE_METRICS
 from pytorchrl.scheme.scheme import Scheme, build_scheme
 from pytorchrl.utils.arrays import to_tensors
 from pytorchrl.utils.checkpoint import (
+    RUN_STATE_KEYS,
     first_problem,
     list_checkpoints,
     load_checkpoint,
@@ -120,6 +121,7 @@ class Learner:
     @classmethod
     def from_config(
         cls, config: Config, *, run_dir: str | Path | None = None, progress: bool = True, reuse_run_dir: bool = False,
+        write_config: bool = True,
     ) -> Learner:
         """Seed, build the scheme from ``config`` and, with a ``run_dir``, write ``config.yaml`` there.
 
@@ -128,6 +130,8 @@ class Learner:
         :param reuse_run_dir: train in a ``run_dir`` that holds another run (its ``config.yaml``),
             as Ray Tune's PBT does when it restarts a trial in its own directory; by default that
             is refused, since the runs' logs and checkpoints would mix (:meth:`resume` continues one).
+        :param write_config: write ``config.yaml`` now (:meth:`resume` writes it once the
+            checkpoint has loaded, so that a resume that fails leaves the run as it was).
         :raises ConfigError: a bad config value, or a layout the Ray cluster cannot hold.
         :raises InputError: a ``run_dir`` that cannot be used or already holds a run.
         """
@@ -145,8 +149,8 @@ class Learner:
             if created and run_dir is not None:  # a run that could not start leaves no directory behind
                 shutil.rmtree(run_dir, ignore_errors=True)
             raise
-        if run_dir is not None:
-            (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
+        if run_dir is not None and write_config:
+            _write_config(run_dir, config)
         return cls(scheme, run=config.run, run_dir=run_dir, progress=progress, writers=writers)
 
     @classmethod
@@ -168,8 +172,16 @@ class Learner:
                 "train it again in a new --run-dir (or remove this one)"
             )
         checkpoint, state, _ = load_newest_checkpoint(run_dir / "checkpoints")
-        learner = cls.from_config(config, run_dir=run_dir, progress=progress, reuse_run_dir=True)
-        learner.load_state(state)
+        before = set(run_dir.rglob("*"))
+        learner = cls.from_config(config, run_dir=run_dir, progress=progress, reuse_run_dir=True, write_config=False)
+        try:
+            learner.load_state(state)
+        except BaseException:  # the run stays as it was: its config, and no files of this attempt
+            learner.close()
+            for path in sorted(set(run_dir.rglob("*")) - before, reverse=True):
+                path.rmdir() if path.is_dir() else path.unlink(missing_ok=True)
+            raise
+        _write_config(run_dir, config)
         learner.resumed_from = checkpoint
         learner.continue_round(run_dir / "progress.csv")
         reached = {  # a run resumed past where it stops stops at once: say why, and what would train on
@@ -622,7 +634,7 @@ class Learner:
 
     def load_checkpoint(self, path: str | Path) -> None:
         """Continue from the checkpoint directory ``path``."""
-        state, _ = load_checkpoint(path)
+        state, _ = load_checkpoint(path, RUN_STATE_KEYS)
         self.load_state(state)
 
     def checkpoint(self, path: str | Path | None = None) -> Path:
@@ -664,6 +676,10 @@ class Learner:
         if self._closed:
             where = f"; continue the run with Learner.resume({str(self.run_dir)!r})" if self.run_dir is not None else ""
             raise RuntimeError(f"Learner.{what}(): the learner is closed (its workers and log files are){where}")
+
+
+def _write_config(run_dir: Path, config: Config) -> None:
+    write_text_atomic(run_dir / "config.yaml", yaml.safe_dump(config_to_dict(config), sort_keys=False))
 
 
 def _mean(values: Any) -> float | None:

@@ -13,6 +13,7 @@ import csv
 import difflib
 import json
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from pytorchrl.utils.errors import InputError
+from pytorchrl.utils.paths import check_output_file
 from pytorchrl.utils.strict_yaml import load_yaml
 
 #: keys that differ between runs of one experiment without making it another (not
@@ -77,9 +79,24 @@ def load_run(path: str | Path) -> Run:
     if not rows:
         raise InputError(f"{str(csv_path)!r} has no rows yet")
     columns = {name: [_number(row.get(name)) for row in rows] for name in rows[0]}
+    x_name = next(iter(rows[0]))  # env_steps: a row without it as a number is drawn nowhere
+    garbled = sum(1 for row in rows if row.get(x_name) not in (None, "") and math.isnan(_number(row.get(x_name))))
+    if garbled:
+        warnings.warn(f"{str(csv_path)!r}: {garbled} of its {len(rows)} rows have no number in {x_name} and are left out", stacklevel=2)
     config_path = path / "config.yaml"
     config = (load_yaml(config_path, "run config") or {}) if config_path.is_file() else {}  # the loader train uses: a recursive alias is one line
     return Run(path, columns, config)
+
+
+def figure_path(output: str | Path) -> Path:
+    """Where matplotlib writes a figure saved as ``output``: a name without a suffix gets ``.png``."""
+    output = Path(output)
+    return output if output.suffix else output.with_name(output.name + ".png")
+
+
+def _runs_csv(runs: list[Run]) -> str:
+    """The progress.csv files of ``runs``, for a message: one named, or how many."""
+    return repr(str(runs[0].path / "progress.csv")) if len(runs) == 1 else f"the {len(runs)} runs' progress.csv"
 
 
 def _number(text: str | None) -> float:
@@ -126,16 +143,17 @@ def band(runs: list[Run], x: str, metric: str) -> tuple[np.ndarray, np.ndarray, 
 
 def plot_runs(
     run_dirs: list[str | Path], *, metrics: tuple[str, ...] = ("eval_return_mean",), x: str = "env_steps", output: str | Path | None = None,
-    names: dict[Path, tuple[str, int]] | None = None,
+    names: dict[Path, tuple[str, int]] | None = None, metric_option: str = "--metric",
 ) -> Any:
     """Draw the curves of ``run_dirs`` (see the module doc) and save them to ``output`` if given.
 
     :param names: ``{run directory: (legend label, seed)}`` for runs without a pytorchrl
         ``config.yaml`` (the results table's same-protocol references): one group per label.
+    :param metric_option: how the caller named the metrics, for messages (``--metric``, ``--compare``).
 
     :return: the matplotlib figure (its lines hold the plotted data).
-    :raises InputError: for a directory without ``progress.csv``, an unknown metric or x axis,
-        or matplotlib missing.
+    :raises InputError: for a directory without ``progress.csv``, an unknown metric or x axis, an
+        ``output`` that cannot be written, nothing to draw, or matplotlib missing.
     """
     try:
         import matplotlib
@@ -149,9 +167,11 @@ def plot_runs(
     if output is not None:  # before any run is read: a typo in -o is found at once
         from matplotlib.backend_bases import FigureCanvasBase
 
-        kind, formats = Path(output).suffix[1:].lower(), FigureCanvasBase.get_supported_filetypes()
-        if kind and kind not in formats:
+        output = figure_path(output)
+        kind, formats = output.suffix[1:].lower(), FigureCanvasBase.get_supported_filetypes()
+        if kind not in formats:
             raise InputError(f"-o {str(output)!r}: {kind!r} is not an image format matplotlib writes; allowed: {', '.join(sorted(formats))}")
+        check_output_file(output, "-o")
     runs = [load_run(d) for d in run_dirs]
     for run in runs:
         if names and run.path in names:
@@ -162,7 +182,10 @@ def plot_runs(
             known = sorted({c for run in runs for c in run.columns})
             near = difflib.get_close_matches(metric, known, n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else f"; columns: {', '.join(known)}"
-            raise InputError(f"--metric = {metric!r} is not a progress.csv column{hint}")
+            raise InputError(f"{metric_option} = {metric!r} is not a progress.csv column{hint}")
+    for metric in metrics:
+        if not any(len(run.series(x, metric)[0]) for run in runs if metric in run.columns):
+            raise InputError(f"nothing to draw: no row of {_runs_csv(runs)} has both {x} and {metric} as numbers (yet)")
     fig, axes = plt.subplots(1, len(metrics), figsize=(6.4 * len(metrics), 4.2), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
         for i, (label, members) in enumerate(group_runs(runs).items()):

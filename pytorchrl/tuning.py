@@ -103,6 +103,8 @@ def check_space(space: Mapping[str, Any], base: dict[str, Any], where: str = "se
         if not isinstance(spec, dict) or len(spec) != 1:
             raise ConfigError(f"{where}: {key!r} must map to one distribution, e.g. {{loguniform: [1.0e-5, 1.0e-2]}}; got {spec!r}")
         (dist, arg), = spec.items()
+        if dist not in DISTRIBUTIONS and isinstance(arg, dict):  # a section written as YAML nesting
+            raise ConfigError(f"{where}: keys are dotted config keys (e.g. '{key}.{dist}'), not sections; got the section {key!r}")
         if dist not in DISTRIBUTIONS:
             near = difflib.get_close_matches(str(dist), list(DISTRIBUTIONS), n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
@@ -113,13 +115,25 @@ def check_space(space: Mapping[str, Any], base: dict[str, Any], where: str = "se
                 from_dict(set_values(base, {key: value}))
             except ConfigError as exc:
                 raise ConfigError(f"{where}: {key!r}: {exc}") from None
+        if dist in ("uniform", "loguniform"):  # it samples fractions: the key must take them
+            try:
+                from_dict(set_values(base, {key: _a_fraction_between(dist, *values)}))
+            except ConfigError:
+                raise ConfigError(f"{where}: {key!r} takes whole numbers, and {dist} samples fractions: use randint or choice") from None
         parsed[key] = (dist, arg)
     return parsed
 
 
+def _a_fraction_between(dist: str, low: float, high: float) -> float:
+    """A value that is not a whole number, between ``low`` and ``high`` (as ``dist`` samples them)."""
+    value = low * (high / low) ** 0.37 if dist == "loguniform" else low + 0.37 * (high - low)
+    return value if not float(value).is_integer() else value + 1e-3 * (high - low)
+
+
 def _check_argument(key: str, dist: str, arg: Any, where: str) -> list[Any]:
     """The values of ``arg`` that must be valid config values (bounds or choices)."""
-    bad = ConfigError(f"{where}: {key!r}: {dist} needs {DISTRIBUTIONS[dist]}; got {arg!r}")
+    shown = [float(v) if isinstance(v, str) and _is_number(v) else v for v in arg] if isinstance(arg, list) else arg  # YAML's '1e-4' strings as numbers
+    bad = ConfigError(f"{where}: {key!r}: {dist} needs {DISTRIBUTIONS[dist]}; got {shown!r}")
     if dist in ("choice", "grid"):
         if not isinstance(arg, list) or not arg:
             raise bad
@@ -235,7 +249,7 @@ def run_trial(params: dict[str, Any], *, base: dict[str, Any], root: str, metric
     from ray import tune as ray_tune
 
     from pytorchrl.learner import Learner
-    from pytorchrl.utils.checkpoint import load_checkpoint
+    from pytorchrl.utils.checkpoint import RUN_STATE_KEYS, load_checkpoint
     from pytorchrl.utils.runtime import configure_process
 
     config = from_dict(set_values(base, params))
@@ -246,7 +260,7 @@ def run_trial(params: dict[str, Any], *, base: dict[str, Any], root: str, metric
         checkpoint = ray_tune.get_checkpoint()
         if checkpoint is not None:  # PBT: continue the source trial's run with the perturbed values
             with checkpoint.as_directory() as directory:
-                state, _ = load_checkpoint(Path(directory) / _CHECKPOINT)
+                state, _ = load_checkpoint(Path(directory) / _CHECKPOINT, RUN_STATE_KEYS)
             restore(learner, state, params)
         learner.writers.append(TuneReporter(learner, metric, checkpoint_every))
         if checkpoint is not None:
@@ -314,6 +328,9 @@ def tune(
         raise InputError(f"--samples = {samples} is out of range: must be >= 1")
     if trial_cpus is not None and trial_cpus <= 0:
         raise InputError(f"--trial-cpus = {trial_cpus} is out of range: must be > 0")
+    for option, steps in (("--grace-steps", grace_steps), ("--perturbation-interval", perturbation_interval)):
+        if steps is not None and steps < 1:
+            raise InputError(f"{option} = {steps} is out of range: must be >= 1 (env steps)")
     where = str(space) if isinstance(space, (str, Path)) else "search space"
     raw_space = load_space(space) if isinstance(space, (str, Path)) else dict(space)
     parsed = check_space(raw_space, base, where)
@@ -329,6 +346,9 @@ def tune(
     where = "--dir" if directory else "tune directory"
     ray_tune = import_ray_tune()  # before the directory is made
     root = check_output_dir(directory or _default_directory(config), where).resolve()  # before Ray starts or a trial writes
+    held = [name for name in ("trials.csv", "_tune", "trials") if (root / name).exists()]
+    if held:  # a search's results are not mixed with another's, as train refuses a run's directory
+        raise InputError(f"{where} {str(root)!r} already holds a search (its {held[0]}): choose a new directory, or remove this one")
     from pytorchrl.scheme.base.ray_runtime import configure_ray, ensure_ray
 
     if verbose:  # Ray takes seconds to start: say what is coming
@@ -339,7 +359,7 @@ def tune(
     make_dir(root, where)
     start = time.perf_counter()
     report_every = run.eval_every or run.log_every
-    interval = (perturbation_interval or 2 * report_every) if scheduler == "pbt" else None
+    interval = (2 * report_every if perturbation_interval is None else perturbation_interval) if scheduler == "pbt" else None
     trainable = ray_tune.with_resources(
         ray_tune.with_parameters(run_trial, base=base, root=str(root), metric=metric, checkpoint_every=interval),
         trial_resources(base_config, trial_cpus),
@@ -498,7 +518,7 @@ def _scheduler(name: str, config: Config, parsed: dict[str, tuple[str, Any]], in
     run = config.run
     report_every = run.eval_every or run.log_every
     if name == "asha":
-        grace = grace or max(report_every, run.target_steps // 8)
+        grace = max(report_every, run.target_steps // 8) if grace is None else grace
         return ASHAScheduler(time_attr="env_steps", max_t=run.target_steps, grace_period=grace, reduction_factor=2)
     if name == "pbt":
         return PopulationBasedTraining(

@@ -90,6 +90,11 @@ def test_algo_env_beside_a_config_or_resume_is_refused(capsys, tmp_path):
     assert "drop --env " in err
     err = _bad(capsys, ["train", str(CONFIGS / "ppo" / "cartpole.yaml"), "--resume", str(tmp_path)])
     assert "--resume RUN_DIR continues the run with its own config.yaml: drop " in err and "cartpole.yaml" in err
+    err = _bad(capsys, ["train", "--resume", str(tmp_path), "--run-dir", str(tmp_path / "other")])
+    assert f"--resume RUN_DIR continues the run in its own directory: drop --run-dir {str(tmp_path / 'other')!r}" in err
+    err = _bad(capsys, ["train", str(CONFIGS / "ppo" / "cartpole.yaml"), "--run-dir", ""])
+    assert "--run-dir is empty" in err
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.timeout(30)

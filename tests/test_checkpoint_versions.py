@@ -50,6 +50,9 @@ def test_a_future_format_is_one_line_naming_both_versions(tmp_path, capsys):
     assert main(["evaluate", str(run), "--episodes", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"has format {CHECKPOINT_FORMAT + 1} (written by pytorchrl 9.0.0)" in err
+    meta_path.write_text(json.dumps({**meta, "format_version": "two"}))
+    with pytest.raises(CheckpointFormatError, match=rf"has an unknown format_version 'two'; pytorchrl .* reads formats 1 to {CHECKPOINT_FORMAT}"):
+        load_checkpoint(meta_path.parent)
     assert f"pytorchrl {__version__} reads formats up to {CHECKPOINT_FORMAT}" in err
 
 

@@ -166,6 +166,7 @@ CARTPOLE = str(CONFIGS / "ppo" / "cartpole.yaml")
         (["env.env_id=CartPol-v1"], "did you mean 'CartPole-v1'"),
         (["scheme.num_col_workers=-2"], "'scheme.num_col_workers' = -2 is out of range"),
         (["run.seed"], "'run.seed' is not a KEY=VALUE override"),
+        (["algorithm.lr=1e-3", "algorithm.lr=2e-3"], "override 'algorithm.lr' is given twice ('algorithm.lr=1e-3' and 'algorithm.lr=2e-3'): give it once"),
         (["scheme.col_communication=semi"], "'scheme.col_communication' = 'semi' is not allowed"),
         (["scheme.max_worker_restarts=-1"], "'scheme.max_worker_restarts' = -1 is out of range: must be >= 0"),
         (["scheme.worker_timeout_s=0"], "'scheme.worker_timeout_s' = 0.0 is out of range"),

@@ -46,11 +46,22 @@ def test_defaults_and_algorithm_section_is_picked_by_name():
 def test_overrides_are_parsed_as_yaml(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("algorithm:\n  name: ppo\n")
-    config = load_config(path, ["algorithm.lr=3e-4", "env.num_envs=4", "actor.hidden_sizes=[32, 32]", "run.stop_at_return=null"])
+    config = load_config(path, ["env.env_id=CartPole-v1", "algorithm.lr=3e-4", "env.num_envs=4", "actor.hidden_sizes=[32, 32]", "run.stop_at_return=null"])
     assert config.algorithm.lr == 3e-4
     assert config.env.num_envs == 4
     assert config.actor.hidden_sizes == (32, 32)
     assert config.run.stop_at_return is None
+
+
+@pytest.mark.parametrize("text, missing", [("algorithm:\n  name: ppo\n", "env.env_id"), ("env:\n  env_id: CartPole-v1\n", "algorithm.name")])
+def test_a_config_file_names_its_env_and_algorithm(tmp_path, text, missing):
+    """The library's defaults (CartPole, PPO) serve configs built in Python; a file that leaves
+    one out would train something its author did not write."""
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=rf"config file '.*c.yaml' sets no {missing}: a config names at least its env \(env.env_id\) and algorithm"):
+        load_config(path)
+    assert load_config(path, [f"{missing}={'ppo' if missing == 'algorithm.name' else 'CartPole-v1'}"]).env.env_id == "CartPole-v1"
 
 
 def test_a_mapping_override_of_a_section_changes_only_the_keys_it_names():

@@ -21,8 +21,8 @@ from pytorchrl.learner import Learner
 from pytorchrl.logging.writers import CSVWriter
 from pytorchrl.scheme.scheme import build_scheme, resolve_device
 from pytorchrl.tuning import load_space
-from pytorchrl.utils.checkpoint import load_checkpoint, nonfinite_tensor
-from pytorchrl.utils.errors import ConfigError, InputError, TrainingDiverged
+from pytorchrl.utils.checkpoint import load_checkpoint, load_newest_checkpoint, nonfinite_tensor
+from pytorchrl.utils.errors import CheckpointError, ConfigError, InputError, TrainingDiverged
 from tests.conftest import CONFIGS, checkpointed_run
 
 CARTPOLE = CONFIGS / "ppo" / "cartpole.yaml"
@@ -49,7 +49,8 @@ def test_infinity_is_accepted_where_it_means_no_limit():
         ("storage.num_steps=10000000000", r"'storage.num_steps' = 10000000000 is out of range: must be <= 1000000"),
         ("algorithm.num_epochs=1000000000000", r"'algorithm.num_epochs' = 1000000000000 is out of range: must be <= 10000"),
         ("run=5", r"config key 'run' = 5 is a section, not a value: set its keys \(e.g. run.seed=...\)"),
-        ("algorithm=ppo", r"config key 'algorithm' = 'ppo' is a section, not a value"),
+        ("algorithm=ppo", r"config key 'algorithm' = 'ppo' is a section, not a value: set its keys \(e.g. algorithm.name=ppo\)"),
+        ("algorithm=5", r"config key 'algorithm' = 5 is a section, not a value: set its keys \(e.g. algorithm.name=ppo\)"),
     ],
 )
 def test_absurd_values_and_sections_given_values_are_named(override, message):
@@ -228,6 +229,56 @@ def test_every_checkpoint_corrupt_is_one_line_without_warnings(tmp_path, capsys)
             err = capsys.readouterr().err.strip().splitlines()
             assert err == [err[0]] and "all 3 checkpoints are unreadable; the newest: checkpoint file" in err[0] and "step_2" in err[0]
     assert not [w for w in caught if "checkpoint" in str(w.message)]
+
+
+def test_a_meta_file_that_is_not_an_object_and_a_state_of_another_kind_are_skipped_as_unreadable(tmp_path, capsys):
+    """Valid JSON that is not an object, and a torch file that is not a run's state: named as
+    the checkpoint's fault (not the config's), and an older readable checkpoint is used."""
+    run_dir = checkpointed_run(load_config(CARTPOLE, ["env.num_envs=2", "env.num_test_envs=1"]), tmp_path / "run")
+    (run_dir / "checkpoints" / "step_2" / "meta.json").write_text("null")
+    torch.save({}, run_dir / "checkpoints" / "step_1" / "state.pt")
+    with pytest.warns(UserWarning, match=r"skipping 2 unreadable checkpoints \(checkpoint file .*step_2/meta.json' is not a JSON object \(it holds a NoneType\); "
+                      r"checkpoint file .*step_1/state.pt' is not a pytorchrl run's checkpoint \(no 'learner' entry\)\); using the newest readable one, .*step_0"):
+        checkpoint, _, _ = load_newest_checkpoint(run_dir / "checkpoints")
+    assert checkpoint.name == "step_0"
+    assert main(["evaluate", str(run_dir / "checkpoints" / "step_1")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [err[0]] and "is not a pytorchrl run's checkpoint (no 'learner' entry)" in err[0]
+
+
+def test_a_resume_that_fails_to_load_its_checkpoint_leaves_the_run_as_it_was(tmp_path, monkeypatch):
+    """Nothing is lost: the run's config.yaml is rewritten (with the overrides) only once the
+    checkpoint has loaded, and the attempt leaves no files of its own (a TensorBoard file)."""
+    run_dir = checkpointed_run(load_config(CARTPOLE, ["env.num_envs=2", "env.num_test_envs=1"]), tmp_path / "run", steps=(0,))
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+
+    def broken(self, state):
+        raise CheckpointError("checkpoint does not match this run's config (as a test)")
+
+    monkeypatch.setattr(Learner, "load_state", broken)
+    with pytest.raises(CheckpointError, match="as a test"):
+        Learner.resume(run_dir, ["run.target_steps=4096"], progress=False)
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+def test_a_run_resumed_with_another_number_of_envs_starts_them_afresh(tmp_path):
+    """env.num_envs stays open on resume: the saved envs (another count) are not restored into
+    the new ones, which start fresh episodes."""
+    run_dir = checkpointed_run(load_config(CARTPOLE, ["env.num_envs=4", "env.num_test_envs=1", "storage.num_steps=8"]), tmp_path / "run", steps=(0,))
+    learner = Learner.from_config(load_config(CARTPOLE, ["env.num_envs=4", "env.num_test_envs=1", "storage.num_steps=8"]), progress=False)
+    try:
+        learner.step()  # the envs have started: their state is in the checkpoint
+        learner.checkpoint(run_dir / "checkpoints" / "step_32")
+    finally:
+        learner.close()
+    resumed = Learner.resume(run_dir, ["env.num_envs=2"], progress=False)
+    try:
+        assert resumed.env_steps == 32 and resumed.scheme.collection_workers.local_worker.envs.num_envs == 2
+        resumed.step()
+        assert resumed.env_steps > 32
+    finally:
+        resumed.close()
+    assert "num_envs: 2" in (run_dir / "config.yaml").read_text()
 
 
 @pytest.mark.parametrize(

@@ -193,7 +193,7 @@ def test_a_billion_laughs_is_refused_at_once(tmp_path):
 
 def test_shared_anchors_are_allowed(tmp_path):
     (tmp_path / "c.yaml").write_text(
-        "env:\n  env_id: CartPole-v1\n  env_kwargs: &kw {max_episode_steps: 50}\n  eval_env_kwargs: *kw\n"
+        "algorithm: {name: ppo}\nenv:\n  env_id: CartPole-v1\n  env_kwargs: &kw {max_episode_steps: 50}\n  eval_env_kwargs: *kw\n"
         "scheme:\n  col_worker_resources: &w {num_cpus: 0.5}\n  grad_worker_resources: *w\n"
     )
     config = load_config(tmp_path / "c.yaml")

@@ -72,15 +72,34 @@ def test_runs_of_other_budgets_are_other_lines_and_bookkeeping_keys_are_one(tmp_
         (["RUN", "--metric", "eval_retrun_mean"], "--metric = 'eval_retrun_mean' is not a progress.csv column (did you mean 'eval_return_mean'?)"),
         (["RUN", "--x", "updates"], "--x = 'updates' is not allowed; allowed: env_steps, wall_time_s"),
         (["RUN", "-o", "OUT/x.jpgx"], "'jpgx' is not an image format matplotlib writes; allowed: "),
+        (["RUN", "-o", "OUT/nodir/c.png"], "-o 'OUT/nodir/c.png': the directory 'OUT/nodir' does not exist"),
+        (["RUN", "-o", "RUN/progress.csv/c.png"], "the directory 'RUN/progress.csv' is a regular file, not a directory"),
+        (["RUN", "-o", "RUN/tb.png"], "-o 'RUN/tb.png' is a directory, not a file"),
+        (["RUN", "--compare", "eval_return_mean", "nope"], "--compare = 'nope' is not a progress.csv column"),
+        (["EMPTY"], "nothing to draw: no row of 'EMPTY/progress.csv' has both env_steps and eval_return_mean as numbers (yet)"),
     ],
 )
 def test_bad_plot_input_is_one_line_and_exit_2(tmp_path, capsys, args, needle):
     run = _run_dir(tmp_path, "a", 0, [(100, 1.0, "1")])
     (run / "tb").mkdir()  # a directory without progress.csv
-    args = [a.replace("RUN", str(run)).replace("OUT", str(tmp_path)) for a in args]
+    (run / "tb.png").mkdir()  # a directory where the figure would go
+    empty = _run_dir(tmp_path, "empty", 0, [(100, 1.0, "")])  # no evaluation yet
+    paths = {"RUN": str(run), "OUT": str(tmp_path), "EMPTY": str(empty)}
+    for key, value in paths.items():
+        args, needle = [a.replace(key, value) for a in args], needle.replace(key, value)
     code = main(["plot", *args, *([] if "-o" in args else ["-o", str(tmp_path / "x.png")])])
     err = capsys.readouterr().err
-    assert code == 2 and needle in err and err.count("\n") == 1
+    assert code == 2 and needle in err and err.count("\n") == 1, err
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_plot_says_the_file_it_wrote_and_leaves_out_rows_without_steps_with_a_warning(tmp_path, capsys):
+    run = _run_dir(tmp_path, "a", 0, [(100, 1.0, "1"), (200, 2.0, "3")])
+    with (run / "progress.csv").open("a") as f:
+        f.write("abc,def,1,9\n")
+    with pytest.warns(UserWarning, match=r"progress.csv': 1 of its 3 rows have no number in env_steps and are left out"):
+        assert main(["plot", str(run), "-o", str(tmp_path / "curves")]) == 0
+    assert f"wrote {tmp_path / 'curves.png'}" in capsys.readouterr().err and (tmp_path / "curves.png").stat().st_size > 0
 
 
 def test_a_run_config_with_a_recursive_alias_is_one_line(tmp_path, capsys):

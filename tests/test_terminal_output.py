@@ -225,6 +225,31 @@ def test_benchmark_runs_what_is_named_and_all_only_when_asked(capsys, monkeypatc
     assert ran == [list(suite.BENCHMARKS), ["compression"]]
 
 
+def test_benchmark_arguments_are_checked_before_anything_runs(tmp_path, capsys, monkeypatch):
+    """Hours of benchmarks are not spent before a bad seed, a typo or a --json path that cannot be
+    written is found."""
+    import benchmarks.suite as suite
+
+    ran: list[list[str]] = []
+    monkeypatch.setattr(suite, "run_benchmarks", lambda names, seeds: ran.append(names) or {"compression": {"x": 1}})
+    (tmp_path / "afile").write_text("")
+    cases = [
+        (["all", "ppo_cartpol"], "benchmark all runs every benchmark: give it alone, or names without it (got all ppo_cartpol)"),
+        (["ppo_cartpol"], "unknown benchmark 'ppo_cartpol' (did you mean 'ppo_cartpole'?)"),
+        (["compression", "--seeds", "-1"], "--seeds -1 is out of range: must be in 0..18446744073709551615"),
+        (["compression", "--seeds", "0", "0"], "--seeds 0 0: seed 0 is given twice"),
+        (["compression", "--json", str(tmp_path / "afile" / "x.json")], f"the directory {str(tmp_path / 'afile')!r} is a regular file, not a directory"),
+        (["compression", "--json", str(tmp_path)], f"--json {str(tmp_path)!r} is a directory, not a file"),
+    ]
+    for args, needle in cases:
+        assert main(["benchmark", *args]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and needle in err[0], (args, err)
+    assert not ran
+    assert main(["benchmark", "compression", "--json", str(tmp_path / "out.json")]) == 0
+    assert ran == [["compression"]] and (tmp_path / "out.json").read_text().startswith("{")
+
+
 # ---------------------------------------------------------------------------- plot
 
 

@@ -51,6 +51,10 @@ def test_a_space_maps_keys_to_distributions_that_sample_inside_their_bounds():
         ({"algorithm.num_epochs": {"choice": []}}, r"choice needs a non-empty list"),
         ({"algorithm.lr": 0.001}, r"'algorithm.lr' must map to one distribution"),
         ({"env.vectorization": {"choice": ["sync", "asynch"]}}, r"'env.vectorization' = 'asynch' is not allowed \(did you mean 'async'\?\)"),
+        ({"algorithm.num_epochs": {"uniform": [1, 10]}}, r"'algorithm.num_epochs' takes whole numbers, and uniform samples fractions: use randint or choice"),
+        ({"storage.num_steps": {"loguniform": [1, 100]}}, r"'storage.num_steps' takes whole numbers, and loguniform samples fractions"),
+        ({"algorithm": {"lr": {"uniform": [1e-4, 1e-3]}}}, r"keys are dotted config keys \(e.g. 'algorithm.lr'\), not sections; got the section 'algorithm'"),
+        ({"algorithm.lr": {"loguniform": ["3e-3", "1e-4"]}}, r"loguniform needs \[low, high\] with 0 < low < high; got \[0.003, 0.0001\]$"),
     ],
 )
 def test_a_bad_space_is_one_line_naming_the_key(space, message):
@@ -81,14 +85,25 @@ def test_bad_tune_input_is_exit_2_with_one_line(tmp_path, capsys):
         ["--space", str(tmp_path / "missing.yaml")],
         ["--space", str(space), "--scheduler", "ashha"],
         ["--space", str(space), "--metric", "eval_return"],
+        ["--space", str(space), "--grace-steps", "-5"],
+        ["--space", str(space), "--scheduler", "pbt", "--perturbation-interval", "0"],
     ]
-    expected = ["did you mean 'algorithm.lr'", "missing.yaml' does not exist", "(did you mean 'asha'?)", "(did you mean 'eval_return_mean'?)"]
+    expected = [
+        "did you mean 'algorithm.lr'", "missing.yaml' does not exist", "(did you mean 'asha'?)", "(did you mean 'eval_return_mean'?)",
+        "--grace-steps = -5 is out of range: must be >= 1", "--perturbation-interval = 0 is out of range: must be >= 1",
+    ]
     for args, text in zip(cases, expected, strict=True):
-        space.write_text("algorithm.lrr: {loguniform: [1.0e-4, 1.0e-3]}\n" if "--scheduler" not in args and "--metric" not in args else "algorithm.lr: {loguniform: [1.0e-4, 1.0e-3]}\n")
+        space.write_text("algorithm.lrr: {loguniform: [1.0e-4, 1.0e-3]}\n" if args == cases[0] else "algorithm.lr: {loguniform: [1.0e-4, 1.0e-3]}\n")
         code = main(["tune", str(CONFIGS / "ppo" / "cartpole.yaml"), *args, "--dir", str(tmp_path / "t")])
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1 and text in err[0], err
     assert not (tmp_path / "t").exists()  # checked before anything is written or Ray starts
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "trials.csv").write_text("trial\n")  # a search that ran here
+    code = main(["tune", str(CONFIGS / "ppo" / "cartpole.yaml"), "--space", str(space), "--dir", str(tmp_path / "t")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "already holds a search (its trials.csv): choose a new directory" in err[0], err
+    assert [p.name for p in (tmp_path / "t").iterdir()] == ["trials.csv"]
 
 
 def test_tune_without_ray_tunes_dependencies_is_one_line_naming_the_extra(tmp_path, capsys, monkeypatch):

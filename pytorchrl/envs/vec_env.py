@@ -391,8 +391,10 @@ class VecEnv:
         self._pending_reseeds = int(state.get("reseeds", 0))
         if "snapshot" not in state or not self._snapshots or state.get("made_with", self._made_with) != self._made_with:
             return False
-        restore(self.env, state["snapshot"])
         episodes = state["episodes"]
+        if len(as_numpy(episodes["return"])) != self.num_envs:  # a run resumed with another env.num_envs
+            return False
+        restore(self.env, state["snapshot"])
         self._episode_return, self._episode_length, self._prev_done = (as_numpy(episodes[k]).copy() for k in ("return", "length", "prev_done"))
         self._prev_ends = self._prev_done.copy()  # snapshots are of envs without lives: the same
         self._seeded = bool(episodes["seeded"])

@@ -66,8 +66,13 @@ def save_checkpoint(directory: str | Path, state: dict[str, Any], meta: dict[str
     return directory
 
 
-def load_checkpoint(directory: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Read a checkpoint directory; :class:`CheckpointError` names the file if it is unreadable."""
+#: what a run's checkpoint holds (:meth:`~pytorchrl.learner.Learner.state_dict`)
+RUN_STATE_KEYS = ("learner", "scheme", "rng")
+
+
+def load_checkpoint(directory: str | Path, required: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Read a checkpoint directory; :class:`CheckpointError` names the file if it is unreadable,
+    or if its state lacks one of the ``required`` entries (a run's: :data:`RUN_STATE_KEYS`)."""
     directory = Path(directory)
     state_path, meta_path = directory / STATE_FILE, directory / META_FILE
     for path in (state_path, meta_path):
@@ -77,6 +82,8 @@ def load_checkpoint(directory: str | Path) -> tuple[dict[str, Any], dict[str, An
         meta = json.loads(meta_path.read_text())
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"checkpoint file {str(meta_path)!r} is not valid JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"checkpoint file {str(meta_path)!r} is not a JSON object (it holds a {type(meta).__name__})")
     try:
         state = torch.load(state_path, map_location="cpu", weights_only=True)
     except Exception as exc:  # truncated, corrupt or foreign files raise many kinds of errors
@@ -87,6 +94,9 @@ def load_checkpoint(directory: str | Path) -> tuple[dict[str, Any], dict[str, An
         raise CheckpointError(f"checkpoint file {str(state_path)!r} is truncated or corrupt ({reason})") from None
     if not isinstance(state, dict):
         raise CheckpointError(f"checkpoint file {str(state_path)!r} does not hold a pytorchrl state")
+    missing = [key for key in required if key not in state]
+    if missing:
+        raise CheckpointError(f"checkpoint file {str(state_path)!r} is not a pytorchrl run's checkpoint (no {missing[0]!r} entry)")
     return upgrade(state, meta, directory)
 
 
@@ -107,7 +117,7 @@ def upgrade(state: dict[str, Any], meta: dict[str, Any], where: str | Path = "ch
     """
     version = meta.get("format_version", 1)
     if not isinstance(version, int) or version < 1:
-        raise CheckpointFormatError(f"checkpoint {str(where)!r} has an unknown format_version {version!r}")
+        raise CheckpointFormatError(f"checkpoint {str(where)!r} has an unknown format_version {version!r}; pytorchrl {__version__} reads formats 1 to {CHECKPOINT_FORMAT}")
     if version > CHECKPOINT_FORMAT:
         raise CheckpointFormatError(
             f"checkpoint {str(where)!r} has format {version} (written by pytorchrl {meta.get('pytorchrl_version', '?')}); "
@@ -128,8 +138,9 @@ def list_checkpoints(checkpoints_dir: str | Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def load_newest_checkpoint(checkpoints_dir: str | Path) -> tuple[Path, dict[str, Any], dict[str, Any]]:
-    """The newest readable checkpoint; unreadable newer ones are skipped with a warning.
+def load_newest_checkpoint(checkpoints_dir: str | Path, required: tuple[str, ...] = RUN_STATE_KEYS) -> tuple[Path, dict[str, Any], dict[str, Any]]:
+    """The newest readable checkpoint of a run (one whose state holds the ``required`` entries);
+    unreadable newer ones are skipped with a warning.
 
     :raises CheckpointError: when there is no readable checkpoint.
     :raises CheckpointFormatError: when the newest is of a format this release cannot read (an
@@ -141,7 +152,7 @@ def load_newest_checkpoint(checkpoints_dir: str | Path) -> tuple[Path, dict[str,
     errors = []
     for path in reversed(candidates):
         try:
-            state, meta = load_checkpoint(path)
+            state, meta = load_checkpoint(path, required)
         except CheckpointFormatError:
             raise
         except CheckpointError as exc:

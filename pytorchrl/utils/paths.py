@@ -62,6 +62,24 @@ def check_output_dir(path: str | Path, what: str, *, must_exist: bool = False, w
     return path
 
 
+def check_output_file(path: str | Path, what: str) -> Path:
+    """Check that a command can write the file ``path`` (``-o``, ``--json``) before it does the
+    work whose result goes there: not a directory or another kind of file, in a directory that
+    exists and that this user can write to.
+
+    :raises InputError: one line naming ``what``, the path and what is wrong with it.
+    """
+    path = Path(path)
+    _check_name_lengths(path, what)
+    check_output_dir(path.parent, f"{what} {str(path)!r}: the directory", must_exist=True)
+    mode = _mode(path, what)
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):  # /dev/stdout and pipes write too
+        raise InputError(f"{what} {str(path)!r} is {describe(mode)}, not a file")
+    if mode is not None and not os.access(path, os.W_OK):
+        raise InputError(f"{what} {str(path)!r} is a file this user cannot write to")
+    return path
+
+
 def check_run_dir(path: str | Path, what: str, *, resume: bool = False, writable: bool = True) -> Path:
     """:func:`check_output_dir` for a run directory, and the run files already in it of the kind
     the run reads and writes (:data:`RUN_FILES`; ``checkpoints/step_N`` directories).
