@@ -63,7 +63,8 @@ fresh checkout regenerates the table with no run directory at all.
 ``--commands`` prints, instead of the table, the ``pytorchrl train`` command of every seed in
 ``--seeds`` that has no counted run yet, and the ``scripts/sb3_reference.py`` command of every
 seed a row's reference lacks: what is left to run to fill the table. Its run
-directory goes under the first ``--root`` given, else under ``runs/`` (never into the records).
+directory goes under the first ``--root`` given, else under ``runs/`` (never into the records). A
+run begun there and stopped (it has a checkpoint) gets its ``--resume`` command instead.
 """
 
 from __future__ import annotations
@@ -440,7 +441,10 @@ def missing_commands(manifest: Path, root: Roots, seeds: Sequence[int], repo: Pa
                 continue
             words = [*entry["config"].split(), *entry.get("overrides", []), f"run.seed={seed}"]
             run_dir = first / entry["runs"].replace("*", str(seed))
-            commands.append(shlex.join(["pytorchrl", "train", *words, "--run-dir", str(run_dir)]))
+            if any(p.is_dir() for p in run_dir.glob("checkpoints/step_*")):  # begun and stopped: continued, not started again
+                commands.append(shlex.join(["pytorchrl", "train", "--resume", str(run_dir)]))
+            else:
+                commands.append(shlex.join(["pytorchrl", "train", *words, "--run-dir", str(run_dir)]))
         reference = (entry.get("reference") or {}).get("runs")
         if reference:
             have = {int(json.loads((p / "settings.json").read_text())["seed"]) for p in reference_run_dirs(entry, root, repo)}
@@ -448,7 +452,8 @@ def missing_commands(manifest: Path, root: Roots, seeds: Sequence[int], repo: Pa
                 if seed not in have:
                     out = first / reference.replace("*", str(seed))
                     script = ["python", "scripts/sb3_reference.py", entry["config"], *entry.get("overrides", [])]
-                    commands.append(shlex.join([*script, "--seed", str(seed), "--out", str(out)]))
+                    begun = ["--resume"] if (out / "settings.json").is_file() else []  # its checkpoint's settings
+                    commands.append(shlex.join([*script, "--seed", str(seed), "--out", str(out), *begun]))
     return commands
 
 

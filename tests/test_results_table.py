@@ -146,6 +146,8 @@ def test_run_records_keep_the_row_when_the_run_directories_are_gone(tmp_path):
     assert results_table.missing_commands(manifest, [records], [2], run_root=Path("runs")) == [
         "pytorchrl train configs/ppo/cartpole.yaml run.seed=2 --run-dir runs/ppo-cartpole-seed2"  # never into the records
     ]
+    (runs / "ppo-cartpole-seed3" / "checkpoints" / "step_512").mkdir(parents=True)  # begun and stopped
+    assert results_table.missing_commands(manifest, [runs, records], [2, 3])[1] == f"pytorchrl train --resume {runs / 'ppo-cartpole-seed3'}"
 
 
 @pytest.fixture(scope="module")
@@ -296,6 +298,10 @@ def test_a_same_protocol_reference_goes_into_the_anchor_cell_only_when_it_ran_th
         "pytorchrl train configs/ppo/cartpole.yaml run.seed=2 --run-dir runs/ppo-cartpole-seed2",
         "python scripts/sb3_reference.py configs/ppo/cartpole.yaml --seed 2 --out runs/sb3-ppo-cartpole-seed2",
     ]
+    assert (runs / "sb3-ppo-cartpole-seed2" / "settings.json").is_file()  # stopped half way: continued
+    assert results_table.missing_commands(manifest, [runs], [2])[-1] == (
+        f"python scripts/sb3_reference.py configs/ppo/cartpole.yaml --seed 2 --out {runs / 'sb3-ppo-cartpole-seed2'} --resume"
+    )
 
 
 def _github_anchor(heading: str) -> str:
