@@ -116,6 +116,9 @@ def _load(path: Path, overrides: list[str] | tuple[str, ...], what: str) -> tupl
         state, meta = load_checkpoint(path, RUN_STATE_KEYS)
     elif path.is_dir():
         run_dir = path
+        if not (path / "config.yaml").is_file() and not (path / "checkpoints").is_dir():
+            hint = f"; the run directory above it is {str(path.parent)!r}" if (path.parent / "config.yaml").is_file() else ""
+            raise CheckpointError(f"{what}: {str(path)!r} is neither a run directory (no config.yaml, no checkpoints/) nor a checkpoint directory (no meta.json){hint}")
         checkpoint, state, meta = load_newest_checkpoint(path / "checkpoints")
     else:
         raise CheckpointError(f"{what}: {str(path)!r} is neither a run directory nor a checkpoint directory")

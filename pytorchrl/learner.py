@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import os
 import shutil
 import sys
 import threading
@@ -19,7 +20,7 @@ import yaml
 
 from pytorchrl.config import Config, RunConfig, check_section, checked, config_to_dict, load_run_config
 from pytorchrl.logging.writers import ProgressLine, Writer
-from pytorchrl.run_dir import check_new_run_dir, close_writers, open_writers, truncate_progress
+from pytorchrl.run_dir import RunDirLock, check_new_run_dir, close_writers, open_writers, truncate_progress
 from pytorchrl.scheme.base.inference_servers import METRICS as INFERENCE_METRICS
 from pytorchrl.scheme.scheme import Scheme, build_scheme
 from pytorchrl.utils.arrays import to_tensors
@@ -33,8 +34,8 @@ from pytorchrl.utils.checkpoint import (
     prune_checkpoints,
     save_checkpoint,
 )
-from pytorchrl.utils.errors import CheckpointError, TrainingDiverged
-from pytorchrl.utils.paths import check_run_dir, write_text_atomic
+from pytorchrl.utils.errors import CheckpointError, InputError, TrainingDiverged
+from pytorchrl.utils.paths import check_run_dir, make_dir, write_text_atomic
 from pytorchrl.utils.runtime import code_version, cpu_model
 from pytorchrl.utils.seeding import get_rng_state, seed_everything, set_rng_state
 from pytorchrl.utils.signals import StopSignals
@@ -61,14 +62,25 @@ class Learner:
     :param writers: where each log row goes (default :func:`~pytorchrl.run_dir.open_writers`: progress.csv and
         TensorBoard in ``run_dir``, Prometheus when ``run.prometheus_port`` is set); more can be
         added to :attr:`writers` (e.g. the Ray Tune reporter).
+    :param lock: the run directory's :class:`~pytorchrl.run_dir.RunDirLock`, taken by
+        :meth:`from_config` and :meth:`resume`; without one, a ``run_dir`` must not hold another
+        run, and it is locked here. The lock is released on :meth:`close`.
     """
 
     def __init__(
         self, scheme: Scheme, *, run: RunConfig | None = None, run_dir: str | Path | None = None, progress: bool = True,
-        writers: list[Writer] | None = None,
+        writers: list[Writer] | None = None, lock: RunDirLock | None = None,
     ) -> None:
-        self.scheme = scheme
         self.run = run = RunConfig() if run is None else check_section(run, "run.")  # one built in Python skips from_dict's checks
+        if not isinstance(scheme, Scheme):
+            raise InputError(f"Learner(scheme): a pytorchrl.scheme.Scheme, got {type(scheme).__name__} (Learner.from_config builds one from a config)")
+        if run_dir is not None and not isinstance(run_dir, (str, os.PathLike)):
+            raise InputError(f"Learner(run_dir=...): a path or None, got {type(run_dir).__name__} {run_dir!r}")
+        if run_dir is not None and lock is None:  # built in Python: a directory of its own, as from_config gives
+            make_dir(check_new_run_dir(run_dir, "run directory"), "run directory")
+            lock = RunDirLock(Path(run_dir))
+        self._lock = lock
+        self.scheme = scheme
         self._closed = False
         self._training = threading.Lock()  # held while train() runs: a second call (another thread) is refused
         self.run_dir = Path(run_dir) if run_dir is not None else None
@@ -114,7 +126,12 @@ class Learner:
         self._log_mark = (0, 0.0)
         self._next = {"log": run.log_every, "eval": run.eval_every or math.inf, "checkpoint": run.checkpoint_every or math.inf}
         self._progress = ProgressLine(run.target_steps, enabled=progress)
-        self.writers: list[Writer] = open_writers(run, self.run_dir) if writers is None else writers
+        try:
+            self.writers: list[Writer] = open_writers(run, self.run_dir) if writers is None else writers
+        except BaseException:
+            if self._lock is not None:
+                self._lock.release()
+            raise
 
     # ------------------------------------------------------------------ construction
 
@@ -141,17 +158,23 @@ class Learner:
             run_dir = check_run_dir(run_dir, "run directory") if reuse_run_dir else check_new_run_dir(run_dir, "run directory")
         created = run_dir is not None and not run_dir.exists()
         writers: list[Writer] = []
+        lock = None
         try:
+            if run_dir is not None:  # before a file is written into it: another process may be training there
+                make_dir(run_dir, "run directory")
+                lock = RunDirLock(run_dir)
             writers = open_writers(config.run, run_dir)  # first: a port in use fails before Ray starts or a file is written
             scheme = build_scheme(config)
         except BaseException:
             close_writers(writers)
+            if lock is not None:
+                lock.release()
             if created and run_dir is not None:  # a run that could not start leaves no directory behind
                 shutil.rmtree(run_dir, ignore_errors=True)
             raise
         if run_dir is not None and write_config:
             _write_config(run_dir, config)
-        return cls(scheme, run=config.run, run_dir=run_dir, progress=progress, writers=writers)
+        return cls(scheme, run=config.run, run_dir=run_dir, progress=progress, writers=writers, lock=lock)
 
     @classmethod
     def resume(cls, run_dir: str | Path, overrides: list[str] | tuple[str, ...] = (), *, progress: bool = True) -> Learner:
@@ -469,6 +492,7 @@ class Learner:
         """Mean return over ``run.eval_episodes`` episodes (``run.eval_deterministic``) of the
         current weights; records solving. With ``run.eval_parallel`` the evaluation worker plays
         them (after any evaluation it has under way) and this waits for it."""
+        self._check_open("evaluate")
         if self._parallel:
             self._start_evaluation()
             self._settle_evaluation(block=True, commit=True)
@@ -639,6 +663,7 @@ class Learner:
 
     def checkpoint(self, path: str | Path | None = None) -> Path:
         """Write a checkpoint atomically (default ``run_dir/checkpoints/step_N``) and prune old ones."""
+        self._check_open("checkpoint")
         self._settle_evaluation(block=True, commit=True)  # an evaluation under way is no state a checkpoint can hold
         if path is None:
             if self.run_dir is None:
@@ -668,9 +693,13 @@ class Learner:
         if self._closed:
             return
         self._closed = True
-        self._write_held_rows()
-        close_writers(self.writers)
-        self.scheme.close()
+        try:
+            self._write_held_rows()
+            close_writers(self.writers)
+            self.scheme.close()
+        finally:
+            if self._lock is not None:  # the run directory is free for a resume
+                self._lock.release()
 
     def _check_open(self, what: str) -> None:
         if self._closed:

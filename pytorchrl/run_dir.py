@@ -1,9 +1,11 @@
-"""A run directory's files: refusing one that already holds a run, the log-row writers a run
-gets (progress.csv, TensorBoard, Prometheus), and progress.csv trimmed back to the checkpoint a
-run resumes from."""
+"""A run directory's files: refusing one that already holds a run, the lock that keeps a second
+process out of a run in use, the log-row writers a run gets (progress.csv, TensorBoard,
+Prometheus), and progress.csv trimmed back to the checkpoint a run resumes from."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from pathlib import Path
 
@@ -42,6 +44,62 @@ def check_new_run_dir(run_dir: str | Path, what: str) -> Path:
             "or choose a new directory"
         )
     return path
+
+
+#: the lock file of a run directory in use (:class:`RunDirLock`)
+LOCK_FILE = ".pytorchrl.lock"
+
+
+class RunDirLock:
+    """An exclusive lock on a run directory, held while a learner writes into it.
+
+    ``train --resume`` of a run that another process is still training would write that run's
+    checkpoints and cut its progress.csv back. The lock refuses it in one line that names the
+    other process. The lock is an ``flock`` on :data:`LOCK_FILE`, so the system lets go of it
+    when its process ends, however it ends. The file holds the pid, which is only used in the
+    message, and it is removed on :meth:`release`. Where ``fcntl`` is missing (Windows) there
+    is no lock.
+
+    :raises InputError: when another process holds the directory's lock.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = Path(run_dir) / LOCK_FILE
+        self._fd: int | None = None
+        try:
+            import fcntl
+        except ImportError:  # no flock here: no lock
+            return
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                raise InputError(
+                    f"run directory {str(run_dir)!r} is in use by another process (pid {holder}): wait for it to end or stop it first "
+                    f"(its {LOCK_FILE} is held while a run trains there)"
+                ) from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:  # released and removed between our open and our lock
+                same = False
+            if same:
+                break
+            os.close(fd)  # a file the releasing process has removed: lock the one there now
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        """Let go of the directory (removes the lock file first, then unlocks it)."""
+        if self._fd is None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        os.close(self._fd)  # closing the descriptor releases the flock
+        self._fd = None
 
 
 def open_writers(run: RunConfig, run_dir: Path | None) -> list[Writer]:

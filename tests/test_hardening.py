@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import os
 import re
 import warnings
 from pathlib import Path
@@ -19,6 +20,7 @@ from pytorchrl.config import from_dict, load_config
 from pytorchrl.envs import VecEnv
 from pytorchrl.learner import Learner
 from pytorchrl.logging.writers import CSVWriter
+from pytorchrl.run_dir import LOCK_FILE
 from pytorchrl.scheme.scheme import build_scheme, resolve_device
 from pytorchrl.tuning import load_space
 from pytorchrl.utils.checkpoint import load_checkpoint, load_newest_checkpoint, nonfinite_tensor
@@ -317,3 +319,43 @@ def test_a_learning_rate_that_drives_the_loss_to_inf_stops_the_run(tmp_path, cap
     err = [line for line in capsys.readouterr().err.strip().splitlines() if line.startswith("pytorchrl: error")]
     assert code == 1 and len(err) == 1 and re.search(r"PPO: 3 updates in a row had a non-finite gradient \(first: \w+ = (inf|nan)\)", err[0]), err
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["nonfinite_updates"] == 3
+
+
+def test_a_run_directory_in_use_is_refused_to_a_second_learner_until_the_first_closes(tmp_path):
+    """Resuming a run another process still trains would write its checkpoints and cut its
+    progress.csv back: refused in one line naming the holder, until the first lets go."""
+    config = load_config(CARTPOLE, ["env.num_envs=2", "env.num_test_envs=1"])
+    first = Learner.from_config(config, run_dir=tmp_path / "run", progress=False)
+    try:
+        first.checkpoint()
+        files = {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()}
+        with pytest.raises(InputError, match=rf"run directory '.*run' is in use by another process \(pid {os.getpid()}\)"):
+            Learner.resume(tmp_path / "run", progress=False)
+        with pytest.raises(InputError, match="is in use by another process"):
+            Learner.from_config(config, run_dir=tmp_path / "run", progress=False, reuse_run_dir=True)
+        assert {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()} == files  # nothing written, nothing cut
+    finally:
+        first.close()
+    assert not (tmp_path / "run" / LOCK_FILE).exists()
+    with pytest.raises(RuntimeError, match=r"Learner.checkpoint\(\): the learner is closed"):
+        first.checkpoint()
+    with pytest.raises(RuntimeError, match=r"Learner.evaluate\(\): the learner is closed"):
+        first.evaluate()
+    second = Learner.resume(tmp_path / "run", progress=False)
+    second.close()
+
+
+def test_a_learner_built_in_python_gets_a_run_directory_of_its_own(tmp_path):
+    """``Learner(scheme, run_dir=...)``: the checks from_config makes (a directory that holds a
+    run is refused, the lock), and a scheme that is not one is named."""
+    Learner.from_config(load_config(CARTPOLE, ["env.num_envs=2", "env.num_test_envs=1"]), run_dir=tmp_path / "taken", progress=False).close()
+    scheme = build_scheme(from_dict({"env": {"num_envs": 1, "num_test_envs": 1}}))
+    try:
+        with pytest.raises(InputError, match=r"run directory '.*taken' already holds a run"):
+            Learner(scheme, run_dir=tmp_path / "taken")
+        with pytest.raises(InputError, match=r"Learner\(run_dir=...\): a path or None, got int 123"):
+            Learner(scheme, run_dir=123)  # type: ignore[arg-type]
+    finally:
+        scheme.close()
+    with pytest.raises(InputError, match=r"Learner\(scheme\): a pytorchrl.scheme.Scheme, got str"):
+        Learner("scheme")  # type: ignore[arg-type]

@@ -17,7 +17,7 @@ import torch
 from pytorchrl import PPO, EncoderSpec, GAEBuffer, Learner, OnPolicyActor, RunConfig, Scheme, SchemeConfig, VecEnv
 from pytorchrl.config import ConfigError, check_section, checked, from_dict, load_config
 from pytorchrl.evaluation import load_learner
-from pytorchrl.utils.errors import InputError
+from pytorchrl.utils.errors import CheckpointError, InputError
 from tests.conftest import CONFIGS
 
 CARTPOLE = CONFIGS / "ppo" / "cartpole.yaml"
@@ -72,6 +72,32 @@ def test_factories_and_sections_built_in_python_refuse_bad_values():
         OnPolicyActor(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), encoder=EncoderSpec(kind="transformer"))
     with pytest.raises(ConfigError, match=r"run\.eval_episodes"):  # checked before the scheme is touched
         Learner(None, run=RunConfig(eval_episodes=0))  # type: ignore[arg-type]
+    factories = {name: (lambda *a, **k: None) for name in ("env_factory", "actor_factory", "algo_factory", "storage_factory")}
+    for kwargs, message in [
+        ({"device": "gpu"}, r"'run.device' = 'gpu' is not a device of this machine; it has: cpu"),
+        ({"torch_threads": 0}, r"'run.torch_threads' = 0 is out of range: must be >= 1"),
+        ({"seed": "a"}, r"'run.seed' = 'a' has the wrong type: expected int"),
+    ]:
+        with pytest.raises(ConfigError, match=message):  # the run's keys Scheme takes, before a factory is called
+            Scheme(**factories, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"num_steps": 0}, r"GAEBuffer.create_factory: num_steps = 0: must be a whole number in 1..1e\+06"),  # a round of 0 steps never ended
+        ({"num_envs": 2.5}, r"num_envs = 2.5: must be a whole number"),
+        ({"gamma": 1.5}, r"gamma = 1.5: must be a number in 0..1"),
+        ({"gae_lambda": -0.1}, r"gae_lambda = -0.1: must be a number in 0..1"),
+        ({"obs_shape": "4"}, r"obs_shape = '4': must be a tuple of sizes >= 1"),
+        ({"num_step": 16}, r"GAEBuffer.create_factory: unknown argument 'num_step'; allowed: .*num_steps"),
+    ],
+)
+def test_a_storage_factory_checks_its_arguments_where_it_is_made(kwargs, message):
+    good = {"num_steps": 16, "num_envs": 2, "obs_shape": (4,), "action_shape": (), "discrete": True, "gamma": 0.98, "gae_lambda": 0.8}
+    GAEBuffer.create_factory(**good)
+    with pytest.raises(InputError, match=message):
+        GAEBuffer.create_factory(**{**good, **kwargs})
 
 
 @pytest.mark.slow
@@ -265,5 +291,41 @@ def test_predict_carries_a_recurrent_state_and_resets_it_at_episode_starts():
         _, carried = learner.predict(obs, state, episode_start=[False, True])  # row 0 goes on from its state
         assert torch.equal(restarted, state)
         assert not torch.equal(carried[..., 0, :], state[..., 0, :]) and torch.equal(carried[..., 1, :], state[..., 1, :])
+        assert torch.equal(learner.predict(obs, state.numpy(), episode_start=[0, 1])[1], carried)  # numpy state and 0/1 starts too
+        width = state.shape[1]
+        for args, kwargs, message in [
+            ((obs, state[:1]), {}, rf"state has shape \(1, {width}\); for 2 observation\(s\) this policy's state is 2 x {width}"),
+            ((obs, [1, 2]), {}, r"state is the one the previous call returned \(2 x \d+ for 2 observation\(s\)\), got list"),
+            ((obs, state), {"episode_start": np.zeros(5, bool)}, r"episode_start has 5 values for 2 observation\(s\)"),
+            ((obs, state), {"episode_start": "yes"}, r"episode_start is a bool per observation, got 'yes'"),
+            ((obs,), {"deterministic": "no"}, r"deterministic is True or False, got 'no'"),
+        ]:
+            with pytest.raises(InputError, match=message):
+                learner.predict(*args, **kwargs)
     finally:
         learner.close()
+    memoryless = Learner.from_config(load_config(CARTPOLE, ["env.num_envs=2", "env.num_test_envs=1"]), progress=False)
+    try:
+        assert memoryless.predict(np.zeros(4, np.float32), episode_start=True)[1] is None  # ignored, as Stable-Baselines3 does
+        with pytest.raises(InputError, match=r"this policy has no recurrent state: pass state=None \(got ndarray\)"):
+            memoryless.predict(np.zeros(4, np.float32), np.zeros(7))
+    finally:
+        memoryless.close()
+
+
+def test_elastic_calls_and_load_learner_on_what_is_not_a_run_say_so(tmp_path):
+    """A scheme without remote collection workers has none to take out (not "allowed: 0..-1"),
+    and load_learner names a directory that is not a run, pointing up from its checkpoints/."""
+    learner = Learner.from_config(load_config(CARTPOLE, ["env.num_envs=2", "env.num_test_envs=1"]), run_dir=tmp_path / "run", progress=False)
+    try:
+        with pytest.raises(ValueError, match=r"removing remote collection workers needs a set started with remote ones"):
+            learner.scheme.remove_collection_workers(1)
+        learner.checkpoint()
+    finally:
+        learner.close()
+    with pytest.raises(CheckpointError, match=rf"'{re.escape(str(tmp_path / 'run' / 'checkpoints'))}' is neither a run directory .* "
+                       rf"the run directory above it is '{re.escape(str(tmp_path / 'run'))}'"):
+        load_learner(tmp_path / "run" / "checkpoints")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match=r"'.*empty' is neither a run directory \(no config.yaml, no checkpoints/\) nor a checkpoint directory"):
+        load_learner(tmp_path / "empty")

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from pytorchrl.agent.algorithms import ALGORITHMS, wire
-from pytorchrl.config import Config, ConfigError, SchemeConfig, check_section
+from pytorchrl.config import Config, ConfigError, RunConfig, SchemeConfig, check_section
 from pytorchrl.config_applicability import warn_inapplicable
 from pytorchrl.envs.vec_env import VecEnv
 from pytorchrl.scheme.base.inference_servers import InferenceServers, server_resources
@@ -71,6 +71,8 @@ class Scheme:
             if not callable(factory):
                 maker = _FACTORY_EXAMPLES[name.removesuffix("_factory")]
                 raise InputError(f"Scheme({name}={factory!r}): {name} must be a callable, e.g. what {maker}.create_factory(...) returns")
+        check_section(RunConfig(device=device, torch_threads=torch_threads, seed=seed), "run.")  # the run's keys Scheme takes, checked as in a config
+        device = resolve_device(device)  # one this machine has: cuda without a GPU is one line, not torch's assertion
         if seed_generators:
             seed_everything(seed)
         col_resources = dataclasses.asdict(config.col_worker_resources)
@@ -252,9 +254,10 @@ class Scheme:
             self._acting = (algo.version, col.acting_envs())
         envs = self._acting[1]
         batch, single = as_observation_batch(observation, envs.observation_space)
-        starts = None if episode_start is None else torch.as_tensor(np.asarray(episode_start, dtype=bool).reshape(-1))
+        policy, obs = col.local_worker.policy, envs.batch_obs(batch)
+        state, starts = _predict_state(policy, state, episode_start, deterministic, rows=len(obs))
         with torch.no_grad():
-            action, state = col.local_worker.policy.evaluation_step(envs.batch_obs(batch), state, starts, deterministic)
+            action, state = policy.evaluation_step(obs, state, starts, deterministic)
         actions = action.cpu().numpy()
         return (actions[0] if single else actions), state
 
@@ -278,6 +281,38 @@ class Scheme:
         self.grad_workers.close()
         if self.inference is not None:
             self.inference.close()
+
+
+def _predict_state(policy: Any, state: Any, episode_start: Any, deterministic: Any, *, rows: int) -> tuple[Any, torch.Tensor | None]:
+    """``predict``'s ``state`` (numpy taken as well as the tensor a previous call returned) and
+    ``episode_start`` as the policy takes them, for ``rows`` observations.
+
+    :raises InputError: a ``deterministic`` that is not a bool; a state given to a memoryless
+        policy; a state or ``episode_start`` that does not fit the observations.
+    """
+    if not isinstance(deterministic, (bool, np.bool_)):
+        raise InputError(f"predict: deterministic is True or False, got {deterministic!r}")
+    if not getattr(policy, "is_recurrent", False):
+        if state is not None:
+            raise InputError(f"predict: this policy has no recurrent state: pass state=None (got {type(state).__name__})")
+        return None, None  # episode_start means nothing to a memoryless policy (as in Stable-Baselines3)
+    width = getattr(getattr(policy, "actor", None), "state_size", None)
+    shape = f"{rows} x {width}" if width else f"{rows} rows"
+    if state is not None:
+        if isinstance(state, np.ndarray):
+            state = torch.as_tensor(state, dtype=torch.float32)
+        if not isinstance(state, torch.Tensor):
+            raise InputError(f"predict: state is the one the previous call returned ({shape} for {rows} observation(s)), got {type(state).__name__}")
+        if state.ndim != 2 or state.shape[0] != rows or (width and state.shape[1] != width):
+            raise InputError(f"predict: state has shape {tuple(state.shape)}; for {rows} observation(s) this policy's state is {shape}")
+    if episode_start is None:
+        return state, None
+    starts = np.asarray(episode_start)
+    if starts.dtype != bool and not (np.issubdtype(starts.dtype, np.integer) and np.isin(starts, (0, 1)).all()):
+        raise InputError(f"predict: episode_start is a bool per observation, got {episode_start!r}")
+    if starts.size != rows:
+        raise InputError(f"predict: episode_start has {starts.size} values for {rows} observation(s)")
+    return state, torch.as_tensor(starts.astype(bool).reshape(-1))
 
 
 def as_observation_batch(observation: Any, space: gym.Space) -> tuple[Any, bool]:

@@ -294,8 +294,11 @@ class WorkerSet(Generic[W]):
         :raises ValueError: ``num`` would leave no remote worker.
         """
         have = len(self.remote_workers) + len(self._starting)
+        if have == 0:
+            raise ValueError(f"removing remote {self.name}s needs a set started with remote ones (the local worker does the work here)")
         if not 0 <= num < have:
-            raise ValueError(f"cannot remove {num} of {have} remote {self.name}s: at least one must stay (allowed: 0..{have - 1})")
+            room = f"at most {have - 1} can go" if have > 1 else "none can go"
+            raise ValueError(f"cannot remove {num} of {have} remote {self.name}s: at least one must stay, so {room}")
         for ref in list(self._starting)[::-1][:num]:
             handle, _ = self._starting.pop(ref)
             self.kill(handle)

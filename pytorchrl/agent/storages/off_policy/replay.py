@@ -259,7 +259,11 @@ class ReplayBuffer:
 
     @classmethod
     def create_factory(cls, **kwargs: Any) -> Callable[..., Any]:
-        """A picklable ``factory(device="cpu") -> ReplayBuffer``."""
+        """A picklable ``factory(device="cpu") -> ReplayBuffer``, its arguments checked here
+        (:func:`~pytorchrl.agent.storages.on_policy.recorder.check_storage_arguments`)."""
+        from pytorchrl.agent.storages.on_policy.recorder import check_storage_arguments
+
+        check_storage_arguments(cls, kwargs)
         return functools.partial(cls, **kwargs)
 
     # ------------------------------------------------------------------ sizes

@@ -102,7 +102,9 @@ class RolloutRecorder:
 
     @classmethod
     def create_factory(cls, **kwargs: Any) -> Callable[..., Any]:
-        """A picklable ``factory(device="cpu") -> storage``."""
+        """A picklable ``factory(device="cpu") -> storage``, its arguments checked here
+        (:func:`check_storage_arguments`)."""
+        check_storage_arguments(cls, kwargs)
         return functools.partial(cls, **kwargs)
 
     @classmethod
@@ -260,3 +262,39 @@ class RolloutRecorder:
         if self.state_size and "rhs" in state:
             self._np["states"][0] = as_numpy(state["rhs"])
             self._np["starts"][0] = as_numpy(state["starts"])
+
+
+#: storage arguments with a range: ``name -> (kind, low, high)``; ``int``: a whole number, ``float``: any number
+_STORAGE_RANGES: dict[str, tuple[type, float, float]] = {
+    "num_steps": (int, 1, 1_000_000), "num_envs": (int, 1, 1_000_000), "capacity": (int, 1, 10**10), "n_step": (int, 1, 10_000),
+    "gamma": (float, 0.0, 1.0), "gae_lambda": (float, 0.0, 1.0), "state_size": (int, 0, 10**9),
+}
+
+
+def check_storage_arguments(cls: type, kwargs: dict[str, Any]) -> None:
+    """A storage factory's keywords, checked where it is made (``create_factory``), not where
+    the storage is first used: a name the storage's constructors do not take, a count or rate
+    out of range (``num_steps`` 0 would loop for ever), a shape that is not a tuple of sizes.
+
+    :raises InputError: one line naming the storage, the argument, its value and what is allowed.
+    """
+    from pytorchrl.utils.errors import InputError
+
+    where = f"{cls.__name__}.create_factory"
+    names = {name for klass in cls.__mro__ if "__init__" in vars(klass) for name in inspect.signature(vars(klass)["__init__"]).parameters}
+    unknown = sorted(set(kwargs) - names)
+    if unknown:
+        allowed = ", ".join(sorted(names - {"self", "args", "kwargs", "rollout"}))
+        raise InputError(f"{where}: unknown argument {unknown[0]!r}; allowed: {allowed}")
+    for name, (kind, low, high) in _STORAGE_RANGES.items():
+        if name not in kwargs:
+            continue
+        value = kwargs[name]
+        number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+        if not number or (kind is int and float(value) != int(value)) or not low <= value <= high:
+            what = "a whole number" if kind is int else "a number"
+            raise InputError(f"{where}: {name} = {value!r}: must be {what} in {low:g}..{high:g}")
+    for name in ("obs_shape", "action_shape"):
+        shape = kwargs.get(name, ())
+        if not isinstance(shape, (tuple, list)) or not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 1 for n in shape):
+            raise InputError(f"{where}: {name} = {shape!r}: must be a tuple of sizes >= 1, e.g. (4,) (an env's observation_space.shape)")
