@@ -112,6 +112,32 @@ def test_a_storage_factory_made_for_other_envs_is_one_line(storage, message):
         _hand_built(0, storage)
 
 
+def test_hand_built_parts_that_do_not_belong_together_are_one_line():
+    """An actor made for other spaces (swapped, or another env's), and an algorithm given an
+    actor or a storage of another kind: refused where the parts meet, not by torch inside the
+    first update."""
+    from pytorchrl.agent.algorithms import ALGORITHMS
+    from pytorchrl.agent.storages.on_policy.vtrace_buffer import VTraceBuffer
+
+    env_factory, obs_space, action_space = VecEnv.create_factory("CartPole-v1", num_envs=2, seed=0)
+    rollout = {"num_steps": 16, "num_envs": 2, "obs_shape": obs_space.shape, "action_shape": (), "discrete": True}
+    parts = {
+        "env_factory": env_factory, "actor_factory": OnPolicyActor.create_factory(obs_space, action_space),
+        "algo_factory": PPO.create_factory(), "storage_factory": GAEBuffer.create_factory(**rollout),
+    }
+    pendulum = gym.make("Pendulum-v1")
+    cases = [
+        ({"actor_factory": OnPolicyActor.create_factory(action_space, obs_space)}, r"OnPolicyActor was made for observation_space Discrete\(2\), but the envs \('CartPole-v1'\) have Box"),
+        ({"actor_factory": OnPolicyActor.create_factory(pendulum.observation_space, pendulum.action_space)}, r"was made for observation_space Box\(.*\(3,\)"),
+        ({"algo_factory": ALGORITHMS["impala"].create_factory()}, r"IMPALA takes a storage made by VTraceBuffer.create_factory; the scheme's storage_factory makes GAEBuffer"),
+        ({"storage_factory": VTraceBuffer.create_factory(**rollout)}, r"PPO takes a storage made by GAEBuffer.create_factory; the scheme's storage_factory makes VTraceBuffer"),
+        ({"algo_factory": ALGORITHMS["dqn"].create_factory()}, r"DQN takes an actor made by OffPolicyActor.create_factory; the scheme's actor_factory makes OnPolicyActor"),
+    ]
+    for change, message in cases:
+        with pytest.raises(InputError, match=message):
+            Scheme(**{**parts, **change})
+
+
 def test_a_scheme_factory_that_is_not_callable_is_one_line():
     env_factory, obs_space, action_space = VecEnv.create_factory("CartPole-v1", num_envs=2, seed=0)
     with pytest.raises(InputError, match=r"^Scheme\(algo_factory=None\): algo_factory must be a callable, e\.g\. what PPO\.create_factory\(\.\.\.\) returns$"):

@@ -172,7 +172,10 @@ class VecEnv:
         ``eval_env_kwargs`` instead of ``env_kwargs`` when it is given.
 
         :raises InputError: for an unknown env id or an unsupported space.
+        :raises ConfigError: for a keyword this constructor does not take, or a count, seed or
+            ``env_kwargs`` of the wrong type or out of range (named as the config's ``env.*`` key).
         """
+        num_envs, seed, num_test_envs = _check_factory_arguments(num_envs, seed, num_test_envs, kwargs)
         check_env_id(env_id)
         atari = kwargs.get("atari")
         env_kwargs = dict(kwargs.get("env_kwargs") or {})
@@ -441,3 +444,24 @@ def _build_vec_env(
     return cls(env_id, num_envs=num_test_envs if test else num_envs, worker_index=worker_index, test=test, **kwargs)
 
 
+
+
+def _check_factory_arguments(num_envs: Any, seed: Any, num_test_envs: Any, kwargs: dict[str, Any]) -> tuple[int, int, int | None]:
+    """:meth:`VecEnv.create_factory`'s own arguments, checked as the config's keys are, before an
+    env is made (a factory built by hand skips the config's checks; the first env would fail
+    deep in gymnasium or numpy). Returns ``num_envs, seed, num_test_envs`` as the checks read
+    them (``"2"`` is 2, as in a config)."""
+    import dataclasses
+    import inspect
+
+    from pytorchrl.config import ConfigError, EnvConfig, RunConfig, check_section
+
+    taken = set(inspect.signature(VecEnv.__init__).parameters) - {"self", "env_id", "num_envs", "seed", "worker_index", "test"}
+    unknown = sorted(set(kwargs) - taken - {"eval_env_kwargs"})
+    if unknown:
+        raise ConfigError(f"VecEnv.create_factory: unknown argument {unknown[0]!r}; allowed: {', '.join(sorted(taken | {'eval_env_kwargs', 'num_test_envs', 'seed'}))}")
+    fields = {f.name for f in dataclasses.fields(EnvConfig)}
+    simple = {k: v for k, v in kwargs.items() if k in fields and k not in ("atari", "env_id")}
+    env = check_section(EnvConfig(num_envs=num_envs, **({} if num_test_envs is None else {"num_test_envs": num_test_envs}), **simple), "env.")
+    run = check_section(RunConfig(seed=seed), "run.")
+    return env.num_envs, run.seed, None if num_test_envs is None else env.num_test_envs

@@ -94,3 +94,18 @@ def pack_dict(space: gym.spaces.Dict, obs: dict[str, np.ndarray], num_envs: int)
     """A vector env's Dict observation (a dict of ``[num_envs, ...]`` arrays) as packed rows."""
     layout = obs_layout(space)
     return np.concatenate([np.asarray(obs[key]).reshape(num_envs, -1) for key in space.spaces], axis=1, dtype=layout.dtype)
+
+
+def same_layout(a: gym.Space, b: gym.Space) -> bool:
+    """Whether two spaces have one layout: the same kind, shape, number of actions (``Discrete``,
+    ``MultiDiscrete``) and keys (``Dict``); bounds may differ. What a network made for ``a`` can
+    take from an env of ``b``."""
+    if type(a) is not type(b) or getattr(a, "shape", None) != getattr(b, "shape", None):
+        return False
+    if isinstance(a, gym.spaces.Discrete):
+        return int(a.n) == int(b.n)  # type: ignore[attr-defined]
+    if isinstance(a, gym.spaces.MultiDiscrete):
+        return bool(np.array_equal(a.nvec, b.nvec))  # type: ignore[attr-defined]
+    if isinstance(a, gym.spaces.Dict):
+        return list(a.spaces) == list(b.spaces) and all(same_layout(a.spaces[k], b.spaces[k]) for k in a.spaces)  # type: ignore[attr-defined]
+    return True

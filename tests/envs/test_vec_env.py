@@ -259,3 +259,21 @@ def test_factory_passes_restart_to_train_and_test_envs():
     )
     for env in (factory(worker_index=0), factory(worker_index=0, test=True)):
         assert all(isinstance(e, RestartOnError) for e in env.env.envs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"num_envs": -1}, r"'env.num_envs' = -1 is out of range: must be >= 1"),
+        ({"num_envs": 2.5}, r"'env.num_envs' = 2.5 has the wrong type: expected int"),
+        ({"num_envs": 2, "seed": -1}, r"'run.seed' = -1 is out of range: must be >= 0"),
+        ({"num_envs": 2, "num_test_envs": 0}, r"'env.num_test_envs' = 0 is out of range: must be >= 1"),  # was replaced by num_envs silently
+        ({"num_envs": 2, "env_kwargs": [1]}, r"'env.env_kwargs' = \[1\] has the wrong type: expected dict"),
+        ({"num_envs": 2, "bogus": 1}, r"VecEnv.create_factory: unknown argument 'bogus'; allowed: action_mask, atari"),
+    ],
+)
+def test_a_factory_built_by_hand_checks_its_arguments_as_a_config_does(kwargs, message):
+    from pytorchrl.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        VecEnv.create_factory("CartPole-v1", **kwargs)

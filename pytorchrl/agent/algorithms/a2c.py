@@ -36,6 +36,8 @@ class A2C(Algorithm):
     """
 
     config_class = A2CConfig
+    actor_kind = "OnPolicyActor"
+    storage_kind = "GAEBuffer"
     config: A2CConfig
     recurrent = True
     action_masks = True

@@ -49,6 +49,11 @@ class Algorithm:
     #: takes a recurrent core (``actor.recurrent``) and action masks (``env.action_mask``)
     recurrent: ClassVar[bool] = False
     action_masks: ClassVar[bool] = False
+    #: the class (by name, or one deriving from it) of the actor and the storage it works with; a
+    #: scheme built by hand from other parts is refused in one line where they meet
+    #: (:func:`check_parts`), not with an error from inside the first update
+    actor_kind: ClassVar[str | None] = None
+    storage_kind: ClassVar[str | None] = None
 
     @classmethod
     def wire(cls, config: Config, observation_space: gym.Space, action_space: gym.Space) -> Wiring:
@@ -382,3 +387,23 @@ def normalized(values: torch.Tensor, mask: torch.Tensor | None = None) -> torch.
         return values
     out = (values - kept.mean()) / (kept.std() + 1e-8)
     return out if mask is None else out * mask
+
+
+def check_parts(algorithm_class: Any, *, actor: Any = None, storage: Any = None) -> None:
+    """Refuse an ``actor`` or ``storage`` of another kind than ``algorithm_class`` works with
+    (its :attr:`Algorithm.actor_kind` and :attr:`Algorithm.storage_kind`): a scheme assembled
+    by hand from factories that do not belong together.
+
+    :raises InputError: naming the algorithm, the kind it needs and the kind it got.
+    """
+    from pytorchrl.utils.errors import InputError
+
+    for part, attribute, obj in (("actor", "actor_kind", actor), ("storage", "storage_kind", storage)):
+        need = getattr(algorithm_class, attribute, None)
+        if need is None or obj is None or need in {k.__name__ for k in type(obj).__mro__}:
+            continue
+        article = "an" if part == "actor" else "a"
+        raise InputError(
+            f"{algorithm_class.__name__} takes {article} {part} made by {need}.create_factory; the scheme's {part}_factory makes "
+            f"{type(obj).__name__} (it does not belong with the algo_factory)"
+        )

@@ -126,6 +126,8 @@ class DQN(Algorithm):
     """
 
     config_class = DQNConfig
+    actor_kind = "OffPolicyActor"
+    storage_kind = "ReplayStorage"
     config: DQNConfig
     constructor_keys = ("burn_in",)
     tunable = (*Algorithm.tunable, "tau")

@@ -87,6 +87,8 @@ class IMPALA(Algorithm):
     """
 
     config_class = IMPALAConfig
+    actor_kind = "OnPolicyActor"
+    storage_kind = "VTraceBuffer"
     config: IMPALAConfig
     recurrent = True
     action_masks = True

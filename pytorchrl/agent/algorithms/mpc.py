@@ -107,6 +107,8 @@ class MPC(Algorithm):
     """
 
     config_class = MPCConfig
+    actor_kind = "MPCActor"
+    storage_kind = "ReplayStorage"
     config: MPCConfig
     action_spaces = (gym.spaces.Box,)
     metrics: tuple[str, ...] = ("model_loss", "dynamics_loss", "reward_loss")

@@ -43,6 +43,8 @@ class PPO(Algorithm):
     """
 
     config_class = PPOConfig
+    actor_kind = "OnPolicyActor"
+    storage_kind = "GAEBuffer"
     config: PPOConfig
     recurrent = True
     action_masks = True

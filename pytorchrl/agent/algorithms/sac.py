@@ -114,6 +114,8 @@ class PolicyCritic(Algorithm):
     """What the algorithms on a :class:`PolicyCriticActor` share (SAC, TD3, DDPG, MPO): the
     wiring, polyak ``tau``, the critics' loss and priorities, and warm-up acting."""
 
+    actor_kind = "PolicyCriticActor"
+    storage_kind = "ReplayStorage"
     #: what the policy is over a bounded Box (``categorical`` over a Discrete space: discrete SAC)
     policy = "gaussian"
     num_critics = 2

@@ -72,6 +72,9 @@ class CollectionWorker:
         check_fits = getattr(self.storage, "check_fits", None)
         if check_fits is not None:  # a hand-built storage factory made for other envs: one line now, not numpy's error later
             check_fits(self.envs)
+        actor = getattr(self.policy, "actor", None)
+        if actor is not None and self.envs is not None:  # the same for a hand-built actor factory
+            check_actor_fits(actor, self.envs)
         wrap_policy = getattr(self.storage, "wrap_policy", None)
         if wrap_policy is not None:  # demonstrations (PPOD): the storage chooses the actions of envs that replay one
             self.policy = wrap_policy(self.policy)
@@ -268,3 +271,18 @@ class CollectionWorker:
         for envs in (self.envs, self.test_envs):
             if envs is not None:
                 envs.close()
+
+
+def check_actor_fits(actor: Any, envs: Any) -> None:
+    """:raises InputError: when ``actor`` was made for other spaces than ``envs`` have (a factory
+    built by hand from another env's spaces, or with the two spaces swapped)."""
+    from pytorchrl.utils.errors import InputError
+    from pytorchrl.utils.spaces import same_layout
+
+    for name in ("observation_space", "action_space"):
+        made_for, have = getattr(actor, name, None), getattr(envs, name)
+        if made_for is not None and not same_layout(made_for, have):
+            raise InputError(
+                f"{type(actor).__name__} was made for {name} {made_for}, but the envs ({envs.env_id!r}) have {have}: "
+                "pass the actor factory the spaces VecEnv.create_factory returns (observation space first)"
+            )

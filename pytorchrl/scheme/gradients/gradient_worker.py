@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from pytorchrl.agent.algorithms.base import check_parts
 from pytorchrl.scheme.base.infos import merge_step_infos
 from pytorchrl.scheme.base.worker_set import replica_ordinal
 from pytorchrl.scheme.collection.collection_worker_set import CollectionWorkerSet
@@ -54,8 +55,11 @@ class GradientWorker:
         self._stream = TorchStream(derive_seed(seed, GRADIENT_ROLE, replica_ordinal(index)))
         self.col_workers = col_workers_factory(**(col_overrides or {}))
         self.actor = actor_factory(self.device)
+        algorithm_class = getattr(algo_factory, "func", None)  # create_factory's partial of the class
+        check_parts(algorithm_class, actor=self.actor)  # before the algorithm reads the actor
         self.algo = algo_factory(self.actor, self.device)
         self.storage = storage_factory(device=self.device)
+        check_parts(algorithm_class, storage=self.storage)
         self._batches: Iterator[dict[str, torch.Tensor]] | None = None
         self._remaining = 0
 
