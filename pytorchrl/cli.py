@@ -274,8 +274,8 @@ def _check_overrides(overrides: list[str]) -> None:
         if "=" not in item:
             raise InputError(f"argument {item!r} is not a KEY=VALUE override (e.g. run.seed=3)")
         key = item.split("=", 1)[0].strip()
-        if key in given:  # as a key given twice in a YAML file is refused: which one was meant?
-            raise InputError(f"override {key!r} is given twice ({given[key]!r} and {item!r}): give it once")
+        if key in given:  # scripts put their defaults first and a user's changes after: the last one counts, and says so
+            warnings.warn(f"override {key!r} is given twice ({given[key]!r}, then {item!r}): the last one is used", stacklevel=2)
         given[key] = item
 
 
