@@ -138,7 +138,7 @@ class Learner:
     @classmethod
     def from_config(
         cls, config: Config, *, run_dir: str | Path | None = None, progress: bool = True, reuse_run_dir: bool = False,
-        write_config: bool = True,
+        write_config: bool = True, lock_wait_s: float = 0.0,
     ) -> Learner:
         """Seed, build the scheme from ``config`` and, with a ``run_dir``, write ``config.yaml`` there.
 
@@ -149,6 +149,8 @@ class Learner:
             is refused, since the runs' logs and checkpoints would mix (:meth:`resume` continues one).
         :param write_config: write ``config.yaml`` now (:meth:`resume` writes it once the
             checkpoint has loaded, so that a resume that fails leaves the run as it was).
+        :param lock_wait_s: how long to wait for another process to let go of ``run_dir``
+            (:class:`~pytorchrl.run_dir.RunDirLock`) before refusing it.
         :raises ConfigError: a bad config value, or a layout the Ray cluster cannot hold.
         :raises InputError: a ``run_dir`` that cannot be used or already holds a run.
         """
@@ -162,7 +164,7 @@ class Learner:
         try:
             if run_dir is not None:  # before a file is written into it: another process may be training there
                 make_dir(run_dir, "run directory")
-                lock = RunDirLock(run_dir)
+                lock = RunDirLock(run_dir, lock_wait_s)
             writers = open_writers(config.run, run_dir)  # first: a port in use fails before Ray starts or a file is written
             scheme = build_scheme(config)
         except BaseException:

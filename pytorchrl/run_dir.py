@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from pathlib import Path
 
 from pytorchrl.config import RunConfig
@@ -60,16 +61,19 @@ class RunDirLock:
     message, and it is removed on :meth:`release`. Where ``fcntl`` is missing (Windows) there
     is no lock.
 
-    :raises InputError: when another process holds the directory's lock.
+    :param wait_s: how long to wait for a holder to let go before refusing (a Ray Tune trial
+        restarted in its directory waits for its previous process to end).
+    :raises InputError: when another process holds the directory's lock (after ``wait_s``).
     """
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, wait_s: float = 0.0) -> None:
         self.path = Path(run_dir) / LOCK_FILE
         self._fd: int | None = None
         try:
             import fcntl
         except ImportError:  # no flock here: no lock
             return
+        deadline = time.monotonic() + wait_s
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
@@ -77,6 +81,9 @@ class RunDirLock:
             except BlockingIOError:
                 holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
                 os.close(fd)
+                if time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    continue
                 raise InputError(
                     f"run directory {str(run_dir)!r} is in use by another process (pid {holder}): wait for it to end or stop it first "
                     f"(its {LOCK_FILE} is held while a run trains there)"

@@ -255,7 +255,8 @@ def run_trial(params: dict[str, Any], *, base: dict[str, Any], root: str, metric
     config = from_dict(set_values(base, params))
     configure_process(config.run.torch_threads)
     run_dir = Path(root) / "trials" / ray_tune.get_context().get_trial_name()
-    learner = Learner.from_config(config, run_dir=run_dir, progress=False, reuse_run_dir=True)  # PBT restarts a trial in its directory
+    # PBT restarts a trial in its directory: its previous process may still be ending
+    learner = Learner.from_config(config, run_dir=run_dir, progress=False, reuse_run_dir=True, lock_wait_s=60.0)
     try:
         checkpoint = ray_tune.get_checkpoint()
         if checkpoint is not None:  # PBT: continue the source trial's run with the perturbed values

@@ -20,7 +20,7 @@ from pytorchrl.config import from_dict, load_config
 from pytorchrl.envs import VecEnv
 from pytorchrl.learner import Learner
 from pytorchrl.logging.writers import CSVWriter
-from pytorchrl.run_dir import LOCK_FILE
+from pytorchrl.run_dir import LOCK_FILE, RunDirLock
 from pytorchrl.scheme.scheme import build_scheme, resolve_device
 from pytorchrl.tuning import load_space
 from pytorchrl.utils.checkpoint import load_checkpoint, load_newest_checkpoint, nonfinite_tensor
@@ -359,3 +359,18 @@ def test_a_learner_built_in_python_gets_a_run_directory_of_its_own(tmp_path):
         scheme.close()
     with pytest.raises(InputError, match=r"Learner\(scheme\): a pytorchrl.scheme.Scheme, got str"):
         Learner("scheme")  # type: ignore[arg-type]
+
+
+def test_a_lock_waits_its_time_for_the_holder_to_let_go(tmp_path):
+    """A Ray Tune trial restarted in its directory waits for its previous process to end."""
+    import threading
+
+    held = RunDirLock(tmp_path)
+    threading.Timer(0.3, held.release).start()
+    waited = RunDirLock(tmp_path, wait_s=10.0)  # taken once the holder lets go
+    try:
+        with pytest.raises(InputError, match="is in use by another process"):
+            RunDirLock(tmp_path, wait_s=0.3)
+    finally:
+        waited.release()
+    assert not (tmp_path / LOCK_FILE).exists()
