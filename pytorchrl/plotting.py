@@ -44,7 +44,7 @@ class Run:
 
     @property
     def group_key(self) -> str:
-        config = json.loads(json.dumps(self.config, default=str))
+        config = json.loads(json.dumps(_resolved(self.config), default=str))
         for key in RUN_KEYS:
             config.get("run", {}).pop(key, None)
         return json.dumps([self.name, config], sort_keys=True)
@@ -86,6 +86,20 @@ def load_run(path: str | Path) -> Run:
     config_path = path / "config.yaml"
     config = (load_yaml(config_path, "run config") or {}) if config_path.is_file() else {}  # the loader train uses: a recursive alias is one line
     return Run(path, columns, config)
+
+
+def _resolved(config: dict[str, Any]) -> dict[str, Any]:
+    """A run's config with every default written out, so that a run recorded before a key was
+    added (at its default) groups with the runs made since; as recorded where it no longer
+    reads (a key since removed), or where it is no pytorchrl config (a reference run's)."""
+    if not config.get("env") or not config.get("algorithm"):
+        return config
+    from pytorchrl.config import ConfigError, config_to_dict, from_dict
+
+    try:
+        return config_to_dict(from_dict(config))
+    except ConfigError:  # a config this release cannot read is compared as written
+        return config
 
 
 def figure_path(output: str | Path) -> Path:
