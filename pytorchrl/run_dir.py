@@ -88,6 +88,11 @@ class RunDirLock:
                     f"run directory {str(run_dir)!r} is in use by another process (pid {holder}): wait for it to end or stop it first "
                     f"(its {LOCK_FILE} is held while a run trains there)"
                 ) from None
+            except OSError:  # a filesystem without locks (some network mounts): no lock
+                os.close(fd)
+                with contextlib.suppress(OSError):
+                    self.path.unlink()
+                return
             try:
                 same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
             except FileNotFoundError:  # released and removed between our open and our lock
