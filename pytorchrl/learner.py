@@ -20,7 +20,7 @@ import yaml
 
 from pytorchrl.config import Config, RunConfig, check_section, checked, config_to_dict, load_run_config
 from pytorchrl.logging.writers import ProgressLine, Writer
-from pytorchrl.run_dir import RunDirLock, check_new_run_dir, close_writers, open_writers, truncate_progress
+from pytorchrl.run_dir import RunDirLock, check_new_run_dir, claim_run_dir, close_writers, open_writers, truncate_progress
 from pytorchrl.scheme.base.inference_servers import METRICS as INFERENCE_METRICS
 from pytorchrl.scheme.scheme import Scheme, build_scheme
 from pytorchrl.utils.arrays import to_tensors
@@ -35,7 +35,7 @@ from pytorchrl.utils.checkpoint import (
     save_checkpoint,
 )
 from pytorchrl.utils.errors import CheckpointError, InputError, TrainingDiverged
-from pytorchrl.utils.paths import check_run_dir, make_dir, write_text_atomic
+from pytorchrl.utils.paths import check_run_dir, write_text_atomic
 from pytorchrl.utils.runtime import code_version, cpu_model
 from pytorchrl.utils.seeding import get_rng_state, seed_everything, set_rng_state
 from pytorchrl.utils.signals import StopSignals
@@ -77,8 +77,7 @@ class Learner:
         if run_dir is not None and not isinstance(run_dir, (str, os.PathLike)):
             raise InputError(f"Learner(run_dir=...): a path or None, got {type(run_dir).__name__} {run_dir!r}")
         if run_dir is not None and lock is None:  # built in Python: a directory of its own, as from_config gives
-            make_dir(check_new_run_dir(run_dir, "run directory"), "run directory")
-            lock = RunDirLock(Path(run_dir))
+            lock = claim_run_dir(check_new_run_dir(run_dir, "run directory"))
         self._lock = lock
         self.scheme = scheme
         self._closed = False
@@ -162,9 +161,8 @@ class Learner:
         writers: list[Writer] = []
         lock = None
         try:
-            if run_dir is not None:  # before a file is written into it: another process may be training there
-                make_dir(run_dir, "run directory")
-                lock = RunDirLock(run_dir, lock_wait_s)
+            if run_dir is not None:
+                lock = claim_run_dir(run_dir, lock_wait_s)
             writers = open_writers(config.run, run_dir)  # first: a port in use fails before Ray starts or a file is written
             scheme = build_scheme(config)
         except BaseException:

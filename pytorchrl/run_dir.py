@@ -114,6 +114,13 @@ class RunDirLock:
         self._fd = None
 
 
+def claim_run_dir(run_dir: Path, wait_s: float = 0.0) -> RunDirLock:
+    """Make ``run_dir`` (``mkdir -p``) and take its :class:`RunDirLock`, before any file is
+    written into it (another process may be training there)."""
+    make_dir(run_dir, "run directory")
+    return RunDirLock(run_dir, wait_s)
+
+
 def open_writers(run: RunConfig, run_dir: Path | None) -> list[Writer]:
     """The default log-row writers: progress.csv and TensorBoard in ``run_dir`` (none without
     one), and the Prometheus endpoint when ``run.prometheus_port`` is set."""

@@ -111,7 +111,7 @@ class RolloutRecorder:
     def from_storage_factory(cls, factory: functools.partial) -> Callable[..., RolloutRecorder]:
         """The recorder of an on-policy storage's factory: its collection half, without torch
         (the factory's gradient-side arguments left out)."""
-        names = {name for klass in cls.__mro__ if "__init__" in vars(klass) for name in inspect.signature(vars(klass)["__init__"]).parameters} - {"self", "rollout"}
+        names = init_parameters(cls) - {"self", "rollout"}
         return functools.partial(cls, **{k: v for k, v in factory.keywords.items() if k in names})
 
     def _allocate(self) -> None:
@@ -281,7 +281,7 @@ def check_storage_arguments(cls: type, kwargs: dict[str, Any]) -> None:
     from pytorchrl.utils.errors import InputError
 
     where = f"{cls.__name__}.create_factory"
-    names = {name for klass in cls.__mro__ if "__init__" in vars(klass) for name in inspect.signature(vars(klass)["__init__"]).parameters}
+    names = init_parameters(cls)
     unknown = sorted(set(kwargs) - names)
     if unknown:
         allowed = ", ".join(sorted(names - {"self", "args", "kwargs", "rollout"}))
@@ -298,3 +298,9 @@ def check_storage_arguments(cls: type, kwargs: dict[str, Any]) -> None:
         shape = kwargs.get(name, ())
         if not isinstance(shape, (tuple, list)) or not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 1 for n in shape):
             raise InputError(f"{where}: {name} = {shape!r}: must be a tuple of sizes >= 1, e.g. (4,) (an env's observation_space.shape)")
+
+
+def init_parameters(cls: type) -> set[str]:
+    """The parameter names of every ``__init__`` along ``cls``'s MRO (a storage passes its
+    keywords up through ``**kwargs``)."""
+    return {name for klass in cls.__mro__ if "__init__" in vars(klass) for name in inspect.signature(vars(klass)["__init__"]).parameters}
