@@ -138,6 +138,42 @@ def test_hand_built_parts_that_do_not_belong_together_are_one_line():
             Scheme(**{**parts, **change})
 
 
+def test_a_return_setting_given_to_the_algorithm_but_not_its_storage_is_one_line():
+    """The storage makes the returns with its own gamma, gae_lambda and n_step: one chosen for the
+    algorithm alone once trained with the storage's value and said nothing. An algorithm left at
+    its defaults takes the storage's (the README's example), and agreeing values pass."""
+    from pytorchrl.agent.actors.off_policy import OffPolicyActor
+    from pytorchrl.agent.algorithms import ALGORITHMS
+    from pytorchrl.agent.storages.off_policy.replay_storage import ReplayStorage
+
+    env_factory, obs_space, action_space = VecEnv.create_factory("CartPole-v1", num_envs=2, seed=0)
+    rollout = {"num_steps": 16, "num_envs": 2, "obs_shape": obs_space.shape, "action_shape": (), "discrete": True}
+    on_policy = {"env_factory": env_factory, "actor_factory": OnPolicyActor.create_factory(obs_space, action_space)}
+    off_policy = {"env_factory": env_factory, "actor_factory": OffPolicyActor.create_factory(obs_space, action_space)}
+    dqn, replay = ALGORITHMS["dqn"], {"capacity": 1000, "start_steps": 64, **rollout}
+    refused = [
+        ({**on_policy, "algo_factory": PPO.create_factory(gamma=0.9), "storage_factory": GAEBuffer.create_factory(**rollout)},
+         "PPO was given gamma=0.9, but its storage GAEBuffer was made with gamma=0.99, and the storage makes the returns with its own: "
+         "pass gamma=0.9 to GAEBuffer.create_factory too"),
+        ({**on_policy, "algo_factory": PPO.create_factory(dataclasses.replace(PPO.config_class(), gae_lambda=0.8)),
+          "storage_factory": GAEBuffer.create_factory(**rollout)}, "PPO was given gae_lambda=0.8, but its storage GAEBuffer was made with gae_lambda=0.95"),
+        ({**off_policy, "algo_factory": dqn.create_factory(rainbow=True), "storage_factory": ReplayStorage.create_factory(**replay)},
+         "DQN was given n_step=3, but its storage ReplayStorage was made with n_step=1"),
+        ({**on_policy, "algo_factory": PPO.create_factory(gamma=0.99), "storage_factory": GAEBuffer.create_factory(gamma=0.98, **rollout)},
+         "PPO was given gamma=0.99, but its storage GAEBuffer was made with gamma=0.98"),
+    ]
+    for parts, message in refused:
+        with pytest.raises(InputError, match=re.escape(message)):
+            Scheme(**parts)
+    accepted = [
+        {**on_policy, "algo_factory": PPO.create_factory(), "storage_factory": GAEBuffer.create_factory(gamma=0.98, gae_lambda=0.8, **rollout)},
+        {**on_policy, "algo_factory": PPO.create_factory(gamma=0.9), "storage_factory": GAEBuffer.create_factory(gamma=0.9, **rollout)},
+        {**off_policy, "algo_factory": dqn.create_factory(n_step=3), "storage_factory": ReplayStorage.create_factory(n_step=3, **replay)},
+    ]
+    for parts in accepted:
+        Scheme(**parts).close()  # built: not refused
+
+
 def test_a_scheme_factory_that_is_not_callable_is_one_line():
     env_factory, obs_space, action_space = VecEnv.create_factory("CartPole-v1", num_envs=2, seed=0)
     with pytest.raises(InputError, match=r"^Scheme\(algo_factory=None\): algo_factory must be a callable, e\.g\. what PPO\.create_factory\(\.\.\.\) returns$"):

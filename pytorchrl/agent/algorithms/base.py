@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import gymnasium as gym
@@ -406,4 +406,34 @@ def check_parts(algorithm_class: Any, *, actor: Any = None, storage: Any = None)
         raise InputError(
             f"{algorithm_class.__name__} takes {article} {part} made by {need}.create_factory; the scheme's {part}_factory makes "
             f"{type(obj).__name__} (it does not belong with the algo_factory)"
+        )
+
+
+#: return settings an algorithm and its storage both hold; the storage makes the returns with its own
+SHARED_SETTINGS = ("gamma", "gae_lambda", "n_step")
+
+
+def check_shared_settings(algorithm: Algorithm, storage: Any, given: Iterable[str] = ()) -> None:
+    """Refuse a return setting (:data:`SHARED_SETTINGS`) chosen for ``algorithm`` that its
+    ``storage`` was made without: the storage makes the returns with its own value, so
+    ``PPO.create_factory(gamma=0.9)`` beside ``GAEBuffer.create_factory()`` would train with
+    0.99 and say nothing. A setting counts as chosen when it is in ``given`` (the factory's
+    keywords) or differs from the algorithm's default (a config passed whole, DQN's ``rainbow``
+    raising ``n_step``); an algorithm left at its default takes the storage's value.
+
+    :raises InputError: naming the algorithm, the setting, both values and the fix.
+    """
+    from pytorchrl.utils.errors import InputError
+
+    defaults = type(algorithm).config_class()
+    for name in SHARED_SETTINGS:
+        mine, theirs = getattr(algorithm.config, name, None), getattr(storage, name, None)
+        if mine is None or theirs is None or mine == theirs:
+            continue
+        if name not in given and mine == getattr(defaults, name, None):
+            continue
+        kind = type(storage).__name__
+        raise InputError(
+            f"{type(algorithm).__name__} was given {name}={mine!r}, but its storage {kind} was made with {name}={theirs!r}, "
+            f"and the storage makes the returns with its own: pass {name}={mine!r} to {kind}.create_factory too"
         )

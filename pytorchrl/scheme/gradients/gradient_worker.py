@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from pytorchrl.agent.algorithms.base import check_parts
+from pytorchrl.agent.algorithms.base import check_parts, check_shared_settings
 from pytorchrl.scheme.base.infos import merge_step_infos
 from pytorchrl.scheme.base.worker_set import replica_ordinal
 from pytorchrl.scheme.collection.collection_worker_set import CollectionWorkerSet
@@ -60,6 +60,7 @@ class GradientWorker:
         self.algo = algo_factory(self.actor, self.device)
         self.storage = storage_factory(device=self.device)
         check_parts(algorithm_class, storage=self.storage)
+        check_shared_settings(self.algo, self.storage, getattr(algo_factory, "keywords", {}))
         self._batches: Iterator[dict[str, torch.Tensor]] | None = None
         self._remaining = 0
 

@@ -66,6 +66,7 @@ class ReplayStorage(RolloutStorage, ReplayRecorder):
             ReplayBuffer, capacity=capacity, n_step=n_step, gamma=gamma, sampler=sampler, device=device, relabeller=relabeller
         )
         self._buffer: ReplayBuffer | None = None  # made on first use: collection workers never need one
+        self.n_step = n_step  # of the returns it replays (the algorithm's must agree: check_shared_settings)
         self.updates_per_step = updates_per_step
         self.start_steps = start_steps
         self.checkpoint_buffer = checkpoint_buffer
