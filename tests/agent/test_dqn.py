@@ -32,6 +32,17 @@ def test_c51_projection_by_hand():
     torch.testing.assert_close(m.sum(-1), torch.ones(3))
 
 
+def test_c51_projection_of_a_return_at_v_max_stays_on_the_support():
+    """float32 rounding put b a hair past the last atom on some supports (100.0000076 of 100 on
+    linspace(-1.7, 2.9, 101)), and its ceil indexed one atom past the support: an IndexError
+    (a device assert on CUDA) the first time a return reached v_max."""
+    support = torch.linspace(-1.7, 2.9, 101)
+    next_probs = torch.full((2, 101), 1 / 101)
+    m = project_distribution(next_probs, torch.tensor([2.9, 5.0]), torch.tensor([0.0, 0.0]), support)
+    torch.testing.assert_close(m[:, -1], torch.ones(2))  # all the mass on v_max
+    torch.testing.assert_close(m.sum(-1), torch.ones(2))
+
+
 def test_c51_projection_of_a_nan_return_is_a_nan_row_not_an_index_error():
     support = torch.tensor([-1.0, 0.0, 1.0])
     next_probs = torch.full((2, 3), 1 / 3)

@@ -348,10 +348,13 @@ def _with(*, algorithm: dict | None = None, storage: dict | None = None, her: di
         (_with(algorithm={"name": "sac"}, actor={"recurrent": {"type": "gru"}}, storage={"sequence_length": 8}, her={"strategy": "final"}),
          "config key 'storage.her.strategy' = 'final' relabels single transitions: it does not take a recurrent core (actor.recurrent.type = 'gru'); "
          "set actor.recurrent.type=none or storage.her.strategy=none"),
+        ({**_with(), "env": {**DQN_BITS["env"], "normalize_reward": True}},
+         "config key 'storage.her.strategy' = 'future' recomputes a relabelled transition's reward with the env's compute_reward, unscaled: "
+         "it does not take env.normalize_reward = true (the replayed rewards would mix two scales); set env.normalize_reward=false"),
         (_with(her={"k": 0}), "config key 'storage.her.k' = 0 is out of range: must be >= 1"),
         (_with(her={"strategy": "past"}), "config key 'storage.her.strategy' = 'past' is not allowed; allowed: 'none', 'future', 'final', 'episode'"),
     ],
-    ids=["on_policy", "n_step", "rainbow", "recurrent", "k", "strategy"],
+    ids=["on_policy", "n_step", "rainbow", "recurrent", "normalize_reward", "k", "strategy"],
 )
 def test_bad_her_configs_are_one_line(raw, message):
     with pytest.raises(ConfigError) as info:

@@ -35,6 +35,49 @@ def test_intrinsic_rewards_are_divided_by_the_running_std_of_their_discounted_su
     assert float(rnd.return_mean) == pytest.approx(mean) and float(rnd.return_count) == pytest.approx(count)
 
 
+def test_each_envs_discounted_sum_runs_on_across_rollouts():
+    """The paper's RewardForwardFilter: a rollout's sums go on from where the last rollout in
+    its place left them (restarted at 0 they climbed to r / (1 - gamma) in every rollout, which
+    inflated the std several times); another place, or other envs, start at 0."""
+    rnd = RNDSpec(gamma=0.5).build(OBS)
+    ones, valid = torch.ones(2, 3), torch.ones(2, 3, dtype=torch.bool)
+    rnd.scaled_rewards(ones, valid)
+    torch.testing.assert_close(rnd.forward_sums[0], torch.full((3,), 1.5, dtype=torch.float64))
+    rnd.scaled_rewards(ones, valid)  # 1.5 -> 1.75 -> 1.875, not 1 -> 1.5 again
+    torch.testing.assert_close(rnd.forward_sums[0], torch.full((3,), 1.875, dtype=torch.float64))
+    rnd.scaled_rewards(2 * ones, valid, slot=1)
+    torch.testing.assert_close(rnd.forward_sums[1], torch.full((3,), 3.0, dtype=torch.float64))
+    rnd.scaled_rewards(torch.ones(1, 2), torch.ones(1, 2, dtype=torch.bool))  # 2 envs at place 0: other envs
+    torch.testing.assert_close(rnd.forward_sums[0], torch.ones(2, dtype=torch.float64))
+
+
+def test_the_predictor_trains_on_the_observations_its_rewards_were_scored_on():
+    """Each step's reward is the error on its next observation, so the minibatches carry those
+    (``rnd_obs``): the final observation of an episode (the reset step's own, which is no
+    transition) is rewarded and trained on; the reset observation is neither. Before, the
+    predictor trained on each step's own observation and never on a final one."""
+    from pytorchrl.agent.actors.rnd import intrinsic_rewards, rewarded_observations
+
+    t, n = 4, 1
+    actor = OnPolicyActor(OBS, gym.spaces.Discrete(2), rnd=RNDSpec(features=8, hidden_sizes=(8,)))
+    algorithm = type("Algo", (), {"actor": actor, "device": torch.device("cpu")})()
+    buffer = GAEBuffer(num_steps=t, num_envs=n, obs_shape=(3,), action_shape=(), discrete=True)
+    ids = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0])  # observation 2 ends the episode; 3 starts the next
+    buffer.add_data({
+        "obs": ids.view(t + 1, 1, 1).expand(t + 1, n, 3).clone(), "actions": torch.zeros(t, n), "log_probs": torch.zeros(t, n),
+        "values": torch.zeros(t + 1, n), "rewards": torch.zeros(t, n), "terminated": torch.tensor([[False], [True], [False], [False]]),
+        "truncated": torch.zeros(t, n, dtype=torch.bool), "valid": torch.tensor([[True], [True], [False], [True]]),
+    })
+    buffer.before_gradients()
+    intrinsic_rewards(algorithm, buffer.rollouts(), buffer.annotate)
+    buffer.add_reward_stream(lambda r: (r["intrinsic_rewards"], torch.zeros(t + 1, n)), gamma=0.99, extrinsic_coef=2.0, intrinsic_coef=1.0)
+    batch = next(buffer.generate_batches(minibatch_size=64, shuffle=False))
+    assert batch["obs"][:, 0].tolist() == [0.0, 1.0, 3.0]  # the steps' own observations
+    assert rewarded_observations(batch)[:, 0].tolist() == [1.0, 2.0, 4.0]  # their next ones: the final observation 2 in
+    time_major = buffer.rollouts()[0]  # IMPALA's minibatches: [T, n] steps, masked by valid
+    assert rewarded_observations(time_major)[:, 0].tolist() == [1.0, 2.0, 4.0]
+
+
 def test_observations_are_normalised_by_running_statistics_and_clipped():
     rnd = RNDSpec(obs_clip=2.0).build(OBS)
     batch = torch.tensor([[1.0, 10.0, -4.0], [3.0, 10.0, 4.0], [2.0, 10.0, 0.0]])

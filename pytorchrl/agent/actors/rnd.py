@@ -9,10 +9,14 @@ reward*. Following the paper:
   (the statistics are updated from each round's observations before they are scored);
 * intrinsic rewards are divided by a running standard deviation of their non-episodic
   discounted sum (``gamma_intrinsic``), so their scale does not drift as the predictor learns;
+  each env's sum runs on across rollouts (the paper's ``RewardForwardFilter``): restarted at 0
+  with every rollout, its climb to ``r / (1 - gamma)`` inflated the std several times;
 * they have their own value head and discount, and their returns are non-episodic: an episode
   end does not stop them (a game over is not a reason to stop exploring);
 * the advantage the policy maximises is ``extrinsic_coef * A_e + intrinsic_coef * A_i``;
-* the predictor is trained on a random ``update_proportion`` of each minibatch's observations.
+* the predictor is trained on a random ``update_proportion`` of the observations a minibatch's
+  rewards were scored on (each step's next observation, ``rnd_obs``; an episode's final
+  observation included, which is no step's own observation), so what pays is what it learns.
 
 :class:`RandomNetworkDistillation` lives inside the actor (its weights and statistics are
 checkpointed with it and never sent to collection workers). The algorithms score each round's
@@ -38,7 +42,9 @@ from torch import nn
 from pytorchrl.agent.actors.networks.encoders import EncoderSpec
 from pytorchrl.agent.actors.networks.mlp import orthogonal_init
 
-__all__ = ["RND_METRICS", "RNDSpec", "RandomNetworkDistillation", "add_intrinsic_rewards", "intrinsic_rewards", "predictor_loss"]
+__all__ = [
+    "RND_METRICS", "RNDSpec", "RandomNetworkDistillation", "add_intrinsic_rewards", "intrinsic_rewards", "predictor_loss", "rewarded_observations"
+]
 
 #: what an algorithm with RND reports beside its own metrics
 RND_METRICS = ("rnd_loss", "intrinsic_reward")
@@ -101,6 +107,10 @@ class RandomNetworkDistillation(nn.Module):
         self.register_buffer("return_mean", torch.zeros((), dtype=torch.float64))
         self.register_buffer("return_var", torch.ones((), dtype=torch.float64))
         self.register_buffer("return_count", torch.tensor(1e-4, dtype=torch.float64))
+        #: each env's non-episodic discounted sum of intrinsic rewards, per rollout of a round
+        #: (its place in the round's list: a collection worker's, in a synchronous scheme), carried
+        #: to the next round; on the learner only, checkpointed with the algorithm
+        self.forward_sums: list[torch.Tensor] = []
 
     def normalize(self, obs: torch.Tensor) -> torch.Tensor:
         """Observations normalised by the running statistics and clipped (Discrete: as they are)."""
@@ -128,15 +138,21 @@ class RandomNetworkDistillation(nn.Module):
             buffer.copy_(value)  # in place: the algorithm's weight views (checkpoints, syncs) hold these tensors
 
     @torch.no_grad()
-    def scaled_rewards(self, rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    def scaled_rewards(self, rewards: torch.Tensor, valid: torch.Tensor, slot: int = 0) -> torch.Tensor:
         """``rewards [T, N]`` divided by the running std of their non-episodic discounted sums
-        (each env's sum starts at 0 with the rollout; ``valid`` marks the steps that count),
-        whose statistics these rollouts update."""
-        running = torch.zeros(rewards.shape[1], dtype=torch.float64)
+        (``valid`` marks the steps that count), whose statistics these rollouts update. Each
+        env's sum goes on from where the last rollout in the round's place ``slot`` left it
+        (:attr:`forward_sums`; at 0 the first time, or when the envs there are other ones)."""
+        while len(self.forward_sums) <= slot:
+            self.forward_sums.append(torch.zeros(0, dtype=torch.float64))
+        running = self.forward_sums[slot]
+        if running.shape != rewards.shape[1:]:
+            running = torch.zeros(rewards.shape[1], dtype=torch.float64)
         sums = torch.empty_like(rewards, dtype=torch.float64)
         for t in range(rewards.shape[0]):
-            running = running * self.spec.gamma + rewards[t].double()
+            running = running * self.spec.gamma + rewards[t].double().cpu()
             sums[t] = running
+        self.forward_sums[slot] = running
         kept = sums[valid.bool()]
         if kept.numel():
             merged = _merge(self.return_mean, self.return_var, self.return_count, kept.mean(), kept.var(unbiased=False), kept.numel())
@@ -157,7 +173,8 @@ def _merge(mean: torch.Tensor, var: torch.Tensor, count: torch.Tensor, batch_mea
 def intrinsic_rewards(algorithm: Any, rollouts: list[dict[str, torch.Tensor]], annotate: Callable[..., None]) -> float:
     """The round-start scoring: merge this round's observations into the normalisation
     statistics, then give every rollout its ``intrinsic_rewards`` ``[T, N]`` (the predictor's
-    errors on the next observations, scaled) through the storage's ``annotate``.
+    errors on the next observations, scaled) and those observations, ``rnd_obs [T, N, ...]``
+    (what :func:`predictor_loss` trains on), through the storage's ``annotate``.
 
     :return: the mean intrinsic reward of the round's valid steps (a diagnostic).
     """
@@ -171,12 +188,12 @@ def intrinsic_rewards(algorithm: Any, rollouts: list[dict[str, torch.Tensor]], a
 
     def fields(rollout: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         t, n = rollout["rewards"].shape
-        next_obs = rollout["obs"][1 : t + 1].reshape(t * n, *rollout["obs"].shape[2:]).to(device)
+        next_obs = rollout["obs"][1 : t + 1]
         with torch.no_grad():
-            errors = rnd.errors(next_obs).view(t, n).cpu()
-        rewards = rnd.scaled_rewards(errors, rollout["valid"].cpu())
+            errors = rnd.errors(next_obs.reshape(t * n, *next_obs.shape[2:]).to(device)).view(t, n).cpu()
+        rewards = rnd.scaled_rewards(errors, rollout["valid"].cpu(), slot=len(kept))
         kept.append(rewards[rollout["valid"].cpu().bool()])
-        return {"intrinsic_rewards": rewards.to(rollout["rewards"].device)}
+        return {"intrinsic_rewards": rewards.to(rollout["rewards"].device), "rnd_obs": next_obs}
 
     annotate(fields)
     return float(torch.cat(kept).mean()) if kept and sum(k.numel() for k in kept) else float("nan")
@@ -201,6 +218,16 @@ def add_intrinsic_rewards(algorithm: Any, storage: Any) -> float:
 
     storage.add_reward_stream(stream, gamma=cfg.gamma, extrinsic_coef=cfg.extrinsic_coef, intrinsic_coef=cfg.intrinsic_coef)
     return mean
+
+
+def rewarded_observations(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The observations a minibatch's intrinsic rewards were scored on (``rnd_obs``), of its
+    valid steps, as ``[B, ...]``: time-major minibatches (IMPALA's) are masked by ``valid``;
+    transitions are valid ones already."""
+    obs, valid = batch["rnd_obs"], batch.get("valid")
+    if valid is not None and valid.dim() > 1:
+        return obs[valid.bool()]
+    return obs
 
 
 def predictor_loss(algorithm: Any, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:

@@ -9,7 +9,7 @@ import gymnasium as gym
 import torch
 import torch.nn.functional as F
 
-from pytorchrl.agent.actors.rnd import RND_METRICS, add_intrinsic_rewards, predictor_loss
+from pytorchrl.agent.actors.rnd import RND_METRICS, add_intrinsic_rewards, predictor_loss, rewarded_observations
 from pytorchrl.agent.algorithms.base import Algorithm, normalized
 from pytorchrl.agent.algorithms.families import OnPolicyConfig, actor_critic_wiring
 from pytorchrl.agent.algorithms.wiring import Wiring
@@ -71,7 +71,7 @@ class A2C(Algorithm):
         info: dict[str, Any] = dict(zip(("policy_loss", "value_loss", "entropy"), stats))
         info["lr"] = self.lr
         if self.config.rnd.enabled:
-            rnd_loss, rnd_info = predictor_loss(self, batch["obs"])
+            rnd_loss, rnd_info = predictor_loss(self, rewarded_observations(batch))
             loss = loss + rnd_loss
             info.update(rnd_info, intrinsic_reward=self._intrinsic_reward)
         return loss, info

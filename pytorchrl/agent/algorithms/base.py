@@ -369,13 +369,20 @@ class Algorithm:
             self.version = version
 
     def state_dict(self) -> dict[str, Any]:
-        return {"actor": self.get_weights(), "optimizer": self.optimizer.state_dict(), "version": self.version, "lr": self.lr}
+        state = {"actor": self.get_weights(), "optimizer": self.optimizer.state_dict(), "version": self.version, "lr": self.lr}
+        rnd = getattr(self.actor, "rnd", None)
+        if rnd is not None:  # RND's running sums of intrinsic rewards: the learner's, not weights
+            state["rnd_forward_sums"] = [sums.clone() for sums in rnd.forward_sums]
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.actor.load_state_dict(state["actor"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.version = int(state["version"])
         self.update_algorithm_parameter("lr", float(state["lr"]))
+        rnd = getattr(self.actor, "rnd", None)
+        if rnd is not None:  # a checkpoint from before they were kept: the sums start again at 0
+            rnd.forward_sums = [torch.as_tensor(sums, dtype=torch.float64).clone() for sums in state.get("rnd_forward_sums", [])]
 
 
 

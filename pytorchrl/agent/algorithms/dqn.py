@@ -285,7 +285,9 @@ def project_distribution(next_probs: torch.Tensor, rewards: torch.Tensor, discou
     # a NaN return (a broken env) makes its row NaN, so the loss is NaN and the update is skipped,
     # instead of an out-of-range atom index (clamp maps infinities to the ends; NaN stays)
     broken = b.isnan()
-    b = b.masked_fill(broken, 0.0)
+    # float32 rounding can put a return clamped to v_max a hair past the last atom (b = 100.0000076
+    # of 100 on linspace(-1.7, 2.9, 101)): its ceil would index one atom past the support
+    b = b.masked_fill(broken, 0.0).clamp(0.0, atoms - 1)
     lower, upper = b.floor().long(), b.ceil().long()
     # an atom that lands exactly on the support goes wholly to it (lower == upper)
     same = lower == upper

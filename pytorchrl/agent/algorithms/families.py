@@ -222,6 +222,11 @@ class ReplayConfig(AlgorithmConfig):
                 f"config key 'storage.her.strategy' = {strategy!r} needs 1-step returns: algorithm.n_step is {n_step}"
                 f"{' (algorithm.rainbow raises it to 3)' if n_step != self.n_step else ''}; set algorithm.n_step=1 or storage.her.strategy=none"
             )
+        if config.env.normalize_reward:
+            raise ConfigError(
+                f"config key 'storage.her.strategy' = {strategy!r} recomputes a relabelled transition's reward with the env's compute_reward, "
+                "unscaled: it does not take env.normalize_reward = true (the replayed rewards would mix two scales); set env.normalize_reward=false"
+            )
         if config.actor.recurrent.type != "none":
             raise ConfigError(
                 f"config key 'storage.her.strategy' = {strategy!r} relabels single transitions: it does not take a recurrent core "

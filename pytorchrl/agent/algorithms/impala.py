@@ -28,7 +28,7 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from pytorchrl.agent.actors.rnd import RND_METRICS, intrinsic_rewards, predictor_loss
+from pytorchrl.agent.actors.rnd import RND_METRICS, intrinsic_rewards, predictor_loss, rewarded_observations
 from pytorchrl.agent.algorithms.base import Algorithm, normalized
 from pytorchrl.agent.algorithms.families import OnPolicyConfig, actor_critic_wiring
 from pytorchrl.agent.algorithms.wiring import Wiring
@@ -201,10 +201,7 @@ class IMPALA(Algorithm):
         loss = policy_loss + self.config.vf_coef * value_loss - self.config.ent_coef * entropy_mean
         rnd_info: dict[str, float] = {}
         if self.config.rnd.enabled:
-            obs = batch["obs"]
-            if "vs" not in batch or "states" in batch:  # time-major: the bootstrap row is no transition
-                obs = obs[: batch["rewards"].shape[0]].reshape(-1, *obs.shape[2:])
-            rnd_loss, rnd_info = predictor_loss(self, obs)
+            rnd_loss, rnd_info = predictor_loss(self, rewarded_observations(batch))
             loss = loss + rnd_loss
             rnd_info["intrinsic_reward"] = self._intrinsic_reward
         with torch.no_grad():

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pytorchrl.agent.actors.rnd import RND_METRICS, add_intrinsic_rewards, predictor_loss
+from pytorchrl.agent.actors.rnd import RND_METRICS, add_intrinsic_rewards, predictor_loss, rewarded_observations
 from pytorchrl.agent.algorithms.base import Algorithm, normalized
 from pytorchrl.agent.algorithms.families import OnPolicyConfig, actor_critic_wiring
 from pytorchrl.agent.algorithms.wiring import Wiring
@@ -88,7 +88,7 @@ class PPO(Algorithm):
         loss = policy_loss + self.config.vf_coef * value_loss - self.config.ent_coef * entropy_mean
         rnd_info: dict[str, float] = {}
         if self.config.rnd.enabled:
-            rnd_loss, rnd_info = predictor_loss(self, batch["obs"])
+            rnd_loss, rnd_info = predictor_loss(self, rewarded_observations(batch))
             loss = loss + rnd_loss
             rnd_info["intrinsic_reward"] = self._intrinsic_reward
         with torch.no_grad():

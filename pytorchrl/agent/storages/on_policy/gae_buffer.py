@@ -96,10 +96,13 @@ class GAEBuffer(RolloutStorage):
             advantages = extrinsic_coef * advantages + intrinsic_coef * stream_advantages
             returns = torch.stack([returns, stream_returns], -1)
             values = torch.stack([values, stream_values[:t]], -1)
-        return {
+        steps = {
             "obs": data["obs"][:t], "actions": data["actions"], "log_probs": data["log_probs"], "values": values,
             "advantages": advantages, "returns": returns,
         }
+        if "rnd_obs" in data:  # RND: the next observations its rewards were scored on (the predictor's inputs)
+            steps["rnd_obs"] = data["rnd_obs"]
+        return steps
 
     def _sequences(self, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One recurrent rollout as time-major sequences of ``state_stride`` steps (see the module doc)."""
