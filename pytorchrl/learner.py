@@ -12,16 +12,16 @@ import sys
 import threading
 import time
 import warnings
-from collections import Counter, deque
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from pytorchrl.config import Config, RunConfig, check_section, checked, config_to_dict, load_run_config
+from pytorchrl.logging.interval import LogInterval
 from pytorchrl.logging.writers import ProgressLine, Writer
 from pytorchrl.run_dir import RunDirLock, check_new_run_dir, claim_run_dir, close_writers, open_writers, truncate_progress
-from pytorchrl.scheme.base.inference_servers import METRICS as INFERENCE_METRICS
 from pytorchrl.scheme.scheme import Scheme, build_scheme
 from pytorchrl.utils.arrays import to_tensors
 from pytorchrl.utils.checkpoint import (
@@ -39,9 +39,6 @@ from pytorchrl.utils.paths import check_run_dir, write_text_atomic
 from pytorchrl.utils.runtime import code_version, cpu_model
 from pytorchrl.utils.seeding import get_rng_state, seed_everything, set_rng_state
 from pytorchrl.utils.signals import StopSignals
-
-#: interval means of these per-update diagnostics go into each log row
-
 
 #: event counters kept over the whole run (and its checkpoints)
 _COUNTS = ("dropped_batches", "preempted_batches", "lost_batches", "worker_restarts", "env_restarts", "nonfinite_updates")
@@ -105,15 +102,11 @@ class Learner:
         #: the code of each stretch of the run, in order (one entry unless resumed on other code)
         self.code: list[str] = [code_version()]
         self._stop_requested = False  # request_stop(): stop at the end of the round
-        self._returns: deque[float] = deque(maxlen=100)
-        self._lengths: deque[float] = deque(maxlen=100)
-        self._interval: dict[str, list[float]] = {}
-        #: the diagnostics the algorithm's updates report (its ``metrics``), logged as interval means
-        self._algorithm_metrics: tuple[str, ...] = tuple(getattr(scheme.algorithm, "metrics", ()))
+        #: the log row in progress (the algorithm's diagnostics, its ``metrics``, as interval means)
+        self._interval = LogInterval(tuple(getattr(scheme.algorithm, "metrics", ())))
         self._round_end = True
         self._round_wall_time_s: float | None = None  # wall_time_s when the last round ended
         self._eval_steps = -1
-        self._eval_row: dict[str, Any] = {}
         #: run.eval_parallel: the env steps of the evaluation under way (None: none), and the log
         #: rows written since it started, held back until its result goes into the first of them
         self._pending_eval: int | None = None
@@ -122,7 +115,6 @@ class Learner:
         #: points where the run may stop on it (the next evaluation due, a checkpoint, the end)
         self._reached_at: tuple[int, float] | None = None
         self._start: float | None = None
-        self._log_mark = (0, 0.0)
         self._next = {"log": run.log_every, "eval": run.eval_every or math.inf, "checkpoint": run.checkpoint_every or math.inf}
         self._progress = ProgressLine(run.target_steps, enabled=progress)
         try:
@@ -244,12 +236,7 @@ class Learner:
             self._on_nonfinite(info)
         elif not info.get("skipped"):
             self._nonfinite_streak.clear()
-        for key in (*self._algorithm_metrics, "policy_lag_mean", "gradient_staleness", "worker_replace_s", *INFERENCE_METRICS):
-            if key in info and info[key] is not None:
-                self._interval.setdefault(key, []).append(info[key])
-        for key in ("collect_time_s", "gradient_time_s", "apply_time_s"):
-            if key in info:
-                self._interval.setdefault(key, [0.0])[0] += info[key]
+        self._interval.add_update(info)
         self._round_end = bool(info.get("round_end", True))
         if self._round_end:
             self._after_round()
@@ -260,8 +247,7 @@ class Learner:
         self.episodes += len(info["episode_returns"])
         self.healthy_workers = info.get("healthy_workers", self.healthy_workers)
         self.policy_lags.update(info.get("policy_lags", ()))
-        self._returns.extend(info["episode_returns"])
-        self._lengths.extend(info["episode_lengths"])
+        self._interval.add_episodes(info["episode_returns"], info["episode_lengths"])
         self.scheme.update_worker.set_progress(min(1.0, self.env_steps / self.run.target_steps))
 
     def _on_nonfinite(self, info: dict[str, Any]) -> None:
@@ -290,7 +276,7 @@ class Learner:
         ``run.eval_parallel`` its checkpoint comes before its evaluation starts and its row is
         written; without, nothing is left)."""
         if progress_csv is not None:
-            truncate_progress(progress_csv, self._log_mark[0])
+            truncate_progress(progress_csv, self._interval.mark[0])
         self._after_round(resumed=True)
 
     def _after_round(self, *, resumed: bool = False) -> None:
@@ -318,7 +304,7 @@ class Learner:
             else:
                 self.evaluate()
             self._advance("eval", self.run.eval_every)
-        if log_due or (self._eval_row and self.solved_at is not None):  # the return target reached: in a row at once
+        if log_due or (self._interval.eval_row and self.solved_at is not None):  # the return target reached: in a row at once
             self.log()
             self._advance("log", self.run.log_every)
         if not parallel:
@@ -440,7 +426,7 @@ class Learner:
         reached = self.stop_reason == "stop_at_return"  # with run.eval_parallel, at steps before these: that evaluation stands
         if not interrupted and (self.last_eval is None or (self._eval_steps != self.env_steps and not reached)):
             self.evaluate()
-        if not interrupted and (self._eval_row or self._log_mark[0] != self.env_steps):
+        if not interrupted and (self._interval.eval_row or self._interval.mark[0] != self.env_steps):
             self.log()
         if self.run_dir is not None:
             self.checkpoint()
@@ -455,7 +441,7 @@ class Learner:
         wall = self.wall_time_s
         return {
             "env_steps": self.env_steps, "wall_time_s": wall, "fps": self.env_steps / wall if wall > 0 else 0.0,
-            "train_return_mean": _mean(self._returns), "eval_return_mean": self.last_eval,
+            "train_return_mean": self._interval.train_return_mean(), "eval_return_mean": self.last_eval,
         }
 
     def _write_summary(self) -> dict[str, Any]:
@@ -506,7 +492,7 @@ class Learner:
 
         show([])
         returns = self.scheme.evaluate(asked, self.run.eval_deterministic, show)
-        self._interval.setdefault("eval_time_s", [0.0])[0] += time.perf_counter() - start
+        self._interval.add_time("eval_time_s", time.perf_counter() - start)
         self._record_evaluation(returns, self.scheme.eval_successes, self.env_steps)
         assert self.last_eval is not None
         return self.last_eval
@@ -518,7 +504,7 @@ class Learner:
         self.last_eval = sum(returns) / len(returns)
         self.last_eval_success = sum(successes) / len(successes) if successes else None
         self._eval_steps = steps
-        self._eval_row = {"eval_return_mean": self.last_eval, "eval_return_std": _std(returns), "eval_success_rate": self.last_eval_success}
+        self._interval.eval_row = {"eval_return_mean": self.last_eval, "eval_return_std": _std(returns), "eval_success_rate": self.last_eval_success}
         self._progress.evaluated(self.last_eval)
         target = self.run.stop_at_return
         if target is not None and self.solved_at is None and self._reached_at is None and self.last_eval >= target:
@@ -547,11 +533,11 @@ class Learner:
             start = time.perf_counter()
             steps, self._pending_eval = self._pending_eval, None
             result = self.scheme.evaluation_result()
-            self._interval.setdefault("eval_time_s", [0.0])[0] += time.perf_counter() - start
+            self._interval.add_time("eval_time_s", time.perf_counter() - start)
             self._record_evaluation(result["returns"], result["successes"], steps, commit=False)
             if self._held_rows:
-                self._held_rows[0].update(self._eval_row)
-                self._eval_row = {}
+                self._held_rows[0].update(self._interval.eval_row)
+                self._interval.eval_row = {}
                 self._write_held_rows()
         if commit:
             self._commit_reached()
@@ -565,31 +551,10 @@ class Learner:
 
     def metrics(self) -> dict[str, Any]:
         """The current log row (interval means since the last :meth:`log`)."""
-        wall = self.wall_time_s
-        steps0, wall0 = self._log_mark
-        row: dict[str, Any] = {
-            "env_steps": self.env_steps,
-            "updates": self.updates,
-            "wall_time_s": round(wall, 3),
-            "fps": (self.env_steps - steps0) / (wall - wall0) if wall > wall0 else 0.0,
-            "train_return_mean": _mean(self._returns),
-            "train_length_mean": _mean(self._lengths),
-            "episodes": self.episodes,
-            "eval_return_mean": None,
-            "eval_return_std": None,
-            "eval_success_rate": None,  # goal envs (info["is_success"]); empty for the others
-            "policy_version": self.policy_version,
-            "policy_lag_mean": 0.0,
-            **{key: getattr(self, key) for key in _COUNTS},
-            "healthy_workers": self.healthy_workers,
-            "gradient_staleness": 0.0,
-            "eval_time_s": 0.0,  # in every row: progress.csv's header is fixed by the first, often before an evaluation
-        }
-        row.update(dict.fromkeys(self._algorithm_metrics))  # columns from the first row on, empty until an update reports them
-        for key, values in self._interval.items():
-            row[key] = values[0] if key.endswith("_time_s") else _mean(values)
-        row.update(self._eval_row)
-        return row
+        totals = {**{key: getattr(self, key) for key in _COUNTS}, "healthy_workers": self.healthy_workers}
+        return self._interval.row(
+            self.env_steps, self.wall_time_s, updates=self.updates, episodes=self.episodes, policy_version=self.policy_version, totals=totals
+        )
 
     def log(self) -> dict[str, Any]:
         """Write the current row to progress.csv and TensorBoard and start a new interval."""
@@ -599,9 +564,7 @@ class Learner:
         else:
             self._write_row(row)
         self._progress.update(row, force=True)
-        self._interval = {}
-        self._eval_row = {}
-        self._log_mark = (self.env_steps, self.wall_time_s)
+        self._interval.restart(self.env_steps, self.wall_time_s)
         return row
 
     def _write_row(self, row: dict[str, Any]) -> None:
@@ -617,12 +580,9 @@ class Learner:
             "policy_version": self.policy_version, "wall_time_s": self.wall_time_s,
             **{key: getattr(self, key) for key in _COUNTS},
             "next": {k: (None if math.isinf(v) else v) for k, v in self._next.items()},
-            "returns": list(self._returns), "lengths": list(self._lengths),
             "solved_at": list(self.solved_at) if self.solved_at else None,
-            "last_eval": self.last_eval, "last_eval_success": self.last_eval_success,
-            # the log interval in progress, so that a resumed run writes the rows this one would
-            "interval": self._interval, "eval_row": self._eval_row, "eval_steps": self._eval_steps,
-            "log_mark_steps": self._log_mark[0], "log_mark_wall_s": self._log_mark[1],
+            "last_eval": self.last_eval, "last_eval_success": self.last_eval_success, "eval_steps": self._eval_steps,
+            **self._interval.state_dict(),  # the log interval in progress, so that a resumed run writes the rows this one would
             "code": list(self.code),
         }
         return {"learner": counters, "scheme": self.scheme.state_dict(), "rng": get_rng_state()}
@@ -639,18 +599,13 @@ class Learner:
                 setattr(self, key, int(c.get(key, 0)))
             self.wall_time_offset = float(c["wall_time_s"])
             self._next = {k: (math.inf if v is None else v) for k, v in c["next"].items()}
-            self._returns.extend(c["returns"])
-            self._lengths.extend(c["lengths"])
             self.solved_at = tuple(c["solved_at"]) if c["solved_at"] else None  # type: ignore[assignment]
             self.last_eval = c["last_eval"]
             self.last_eval_success = c.get("last_eval_success")
             before = [str(v) for v in c.get("code", [])]  # older checkpoints: unknown
             self.code = [*before, code_version()] if before[-1:] != [code_version()] else before
-            self._interval = {k: list(v) for k, v in c.get("interval", {}).items()}
-            self._eval_row = dict(c.get("eval_row", {}))
+            self._interval.load_state_dict(c, self.env_steps, self.wall_time_offset)
             self._eval_steps = int(c.get("eval_steps", -1))
-            # the wall time of the last row (older checkpoints: the checkpoint's, which overstates the next row's fps)
-            self._log_mark = (int(c.get("log_mark_steps", self.env_steps)), float(c.get("log_mark_wall_s", self.wall_time_offset)))
             set_rng_state(state["rng"])
         except (KeyError, TypeError, RuntimeError, ValueError) as exc:
             raise CheckpointError(f"checkpoint does not match this run's config ({first_problem(exc)})") from None
@@ -709,11 +664,6 @@ class Learner:
 
 def _write_config(run_dir: Path, config: Config) -> None:
     write_text_atomic(run_dir / "config.yaml", yaml.safe_dump(config_to_dict(config), sort_keys=False))
-
-
-def _mean(values: Any) -> float | None:
-    values = list(values)
-    return sum(values) / len(values) if values else None
 
 
 def _std(values: list[float]) -> float:

@@ -145,6 +145,7 @@ def test_a_return_setting_given_to_the_algorithm_but_not_its_storage_is_one_line
     from pytorchrl.agent.actors.off_policy import OffPolicyActor
     from pytorchrl.agent.algorithms import ALGORITHMS
     from pytorchrl.agent.storages.off_policy.replay_storage import ReplayStorage
+    from pytorchrl.agent.storages.on_policy.vtrace_buffer import VTraceBuffer
 
     env_factory, obs_space, action_space = VecEnv.create_factory("CartPole-v1", num_envs=2, seed=0)
     rollout = {"num_steps": 16, "num_envs": 2, "obs_shape": obs_space.shape, "action_shape": (), "discrete": True}
@@ -169,6 +170,8 @@ def test_a_return_setting_given_to_the_algorithm_but_not_its_storage_is_one_line
         {**on_policy, "algo_factory": PPO.create_factory(), "storage_factory": GAEBuffer.create_factory(gamma=0.98, gae_lambda=0.8, **rollout)},
         {**on_policy, "algo_factory": PPO.create_factory(gamma=0.9), "storage_factory": GAEBuffer.create_factory(gamma=0.9, **rollout)},
         {**off_policy, "algo_factory": dqn.create_factory(n_step=3), "storage_factory": ReplayStorage.create_factory(n_step=3, **replay)},
+        # V-trace's and replayed sequences' returns are the algorithm's own: the storage's gamma is no setting of theirs
+        {**on_policy, "algo_factory": ALGORITHMS["impala"].create_factory(gamma=0.9), "storage_factory": VTraceBuffer.create_factory(**rollout)},
     ]
     for parts in accepted:
         Scheme(**parts).close()  # built: not refused

@@ -416,13 +416,11 @@ def check_parts(algorithm_class: Any, *, actor: Any = None, storage: Any = None)
         )
 
 
-#: return settings an algorithm and its storage both hold; the storage makes the returns with its own
-SHARED_SETTINGS = ("gamma", "gae_lambda", "n_step")
-
-
 def check_shared_settings(algorithm: Algorithm, storage: Any, given: Iterable[str] = ()) -> None:
-    """Refuse a return setting (:data:`SHARED_SETTINGS`) chosen for ``algorithm`` that its
-    ``storage`` was made without: the storage makes the returns with its own value, so
+    """Refuse a return setting chosen for ``algorithm`` that its ``storage`` was made without,
+    among those the storage makes the returns with (its ``return_settings``: a GAE buffer's
+    ``gamma`` and ``gae_lambda``, a replay storage's ``gamma`` and ``n_step``; none where the
+    algorithm computes them, V-trace's and replayed sequences'): the storage uses its own, so
     ``PPO.create_factory(gamma=0.9)`` beside ``GAEBuffer.create_factory()`` would train with
     0.99 and say nothing. A setting counts as chosen when it is in ``given`` (the factory's
     keywords) or differs from the algorithm's default (a config passed whole, DQN's ``rainbow``
@@ -433,7 +431,7 @@ def check_shared_settings(algorithm: Algorithm, storage: Any, given: Iterable[st
     from pytorchrl.utils.errors import InputError
 
     defaults = type(algorithm).config_class()
-    for name in SHARED_SETTINGS:
+    for name in getattr(storage, "return_settings", ()):
         mine, theirs = getattr(algorithm.config, name, None), getattr(storage, name, None)
         if mine is None or theirs is None or mine == theirs:
             continue

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -42,6 +42,8 @@ class ReplayStorage(RolloutStorage, ReplayRecorder):
     :param rollout: :class:`RolloutStorage` arguments (``num_steps``, ``num_envs``, shapes).
     """
 
+    return_settings: ClassVar[tuple[str, ...]] = ("gamma", "n_step")
+
     def __init__(
         self,
         *,
@@ -66,7 +68,7 @@ class ReplayStorage(RolloutStorage, ReplayRecorder):
             ReplayBuffer, capacity=capacity, n_step=n_step, gamma=gamma, sampler=sampler, device=device, relabeller=relabeller
         )
         self._buffer: ReplayBuffer | None = None  # made on first use: collection workers never need one
-        self.n_step = n_step  # of the returns it replays (the algorithm's must agree: check_shared_settings)
+        self.n_step = n_step  # of the returns it replays (return_settings)
         self.updates_per_step = updates_per_step
         self.start_steps = start_steps
         self.checkpoint_buffer = checkpoint_buffer

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -197,6 +197,8 @@ class SequenceReplayStorage(ReplayStorage):
     :param kwargs: :class:`ReplayStorage` arguments (``n_step`` and ``gamma`` are the
         algorithm's business here: returns are computed within each window by the loss).
     """
+
+    return_settings: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, *, sequence_length: int, **kwargs: Any) -> None:
         kwargs["state_stride"] = 1  # the state at every step: any of them may start a window

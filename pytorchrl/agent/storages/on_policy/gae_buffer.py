@@ -40,6 +40,8 @@ class GAEBuffer(RolloutStorage):
     :param kwargs: the rollout's shape and device (see :class:`RolloutStorage`).
     """
 
+    return_settings = ("gamma", "gae_lambda")
+
     def __init__(self, *, gamma: float = 0.99, gae_lambda: float = 0.95, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.gamma = gamma

@@ -10,7 +10,7 @@ transitions) and :class:`~.vtrace_buffer.VTraceBuffer` (time-major sequences for
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -31,6 +31,10 @@ class RolloutStorage(RolloutRecorder):
         (:meth:`wrap_policy`).
     :param rollout: :class:`~.recorder.RolloutRecorder`'s arguments.
     """
+
+    #: the settings of the returns this storage computes, which its algorithm's must equal
+    #: (:func:`~pytorchrl.agent.algorithms.base.check_shared_settings`; none: the algorithm computes them)
+    return_settings: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, *, device: str | torch.device = "cpu", demos: DemoSpec | None = None, **rollout: Any) -> None:
         super().__init__(**rollout)
