@@ -71,8 +71,23 @@ def _harmless(value: Any) -> bool:
     return False
 
 
+def snapshot_fits(env: Any, state: dict[str, Any]) -> bool:
+    """Whether ``env`` is made of the same layers as the :func:`snapshot` ``state`` (its sub-envs
+    too): what :func:`restore` needs, asked before it writes anything. Another
+    ``env.restart_failed_envs``, say, wraps each env in one more layer, or makes a native
+    vector env a ``SyncVectorEnv``."""
+    if [type(layer).__name__ for layer in _layers(env)] != [s["type"] for s in state["layers"]]:
+        return False
+    sub_envs, saved = vars(env).get("envs"), state.get("envs")
+    if saved is None:
+        return True
+    if not isinstance(sub_envs, list) or len(sub_envs) != len(saved):
+        return False
+    return all([type(layer).__name__ for layer in _layers(e)] == [s["type"] for s in layers] for e, layers in zip(sub_envs, saved))
+
+
 def restore(env: Any, state: dict[str, Any]) -> None:
-    """Write a :func:`snapshot` back into ``env`` (built from the same config).
+    """Write a :func:`snapshot` back into ``env`` (built from the same config; :func:`snapshot_fits`).
 
     :raises ValueError: when ``env`` is not made of the same layers as the snapshot's.
     """

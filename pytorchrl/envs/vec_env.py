@@ -40,7 +40,7 @@ from pytorchrl.envs.making import (
 )
 from pytorchrl.envs.normalization import ObservationNormalizer, RewardScaler
 from pytorchrl.envs.rendering import use_headless_gl
-from pytorchrl.envs.snapshot import restore, snapshot, snapshot_gaps
+from pytorchrl.envs.snapshot import restore, snapshot, snapshot_fits, snapshot_gaps
 from pytorchrl.utils.arrays import as_numpy
 from pytorchrl.utils.errors import InputError
 from pytorchrl.utils.seeding import TEST_ROLE, TRAIN_ROLE, derive_seed
@@ -228,6 +228,8 @@ class VecEnv:
         self._episode_length[:] = 0
         self._prev_done[:] = False
         self._prev_ends[:] = False
+        if self.reward_scaler is not None:  # fresh episodes: no discounted return carried into them (as SB3's VecNormalize.reset)
+            self.reward_scaler.returns[:] = 0.0
         if self._episodic_life:
             self._lives = np.asarray(info["lives"]).copy()
         return self._obs_array(obs)
@@ -389,13 +391,16 @@ class VecEnv:
             self.obs_normalizer.rms.load_state_dict(state["obs_rms"])
         if self.reward_scaler is not None and "ret_rms" in state:
             self.reward_scaler.rms.load_state_dict(state["ret_rms"])
-            if "scaler_returns" in state:
-                self.reward_scaler.returns = as_numpy(state["scaler_returns"]).copy()
+            returns = as_numpy(state.get("scaler_returns", np.zeros(0)))
+            if returns.shape == self.reward_scaler.returns.shape:  # else another env.num_envs: the envs start afresh
+                self.reward_scaler.returns = returns.copy()
         self._pending_reseeds = int(state.get("reseeds", 0))
         if "snapshot" not in state or not self._snapshots or state.get("made_with", self._made_with) != self._made_with:
             return False
         episodes = state["episodes"]
         if len(as_numpy(episodes["return"])) != self.num_envs:  # a run resumed with another env.num_envs
+            return False
+        if not snapshot_fits(self.env, state["snapshot"]):  # built otherwise (env.restart_failed_envs changed): start afresh
             return False
         restore(self.env, state["snapshot"])
         self._episode_return, self._episode_length, self._prev_done = (as_numpy(episodes[k]).copy() for k in ("return", "length", "prev_done"))

@@ -74,6 +74,31 @@ def test_normalisation_statistics_round_trip_and_frozen_test_env():
     assert test.obs_normalizer.rms.count == before and test.reward_scaler is None
 
 
+def test_a_resume_with_other_envs_starts_them_afresh_with_the_statistics_kept():
+    """Saved envs that do not fit the new ones are not restored, and the run goes on: another
+    ``num_envs`` with reward scaling (the saved per-env discounted returns were loaded whatever
+    their length, and the first step failed to broadcast them), and another
+    ``restart_failed_envs`` (one more layer per env, or a SyncVectorEnv for CartPole's native
+    one: the snapshot's restore raised). A reset zeroes the scaler's returns, as SB3's does."""
+    env = VecEnv("CartPole-v1", num_envs=2, seed=0, normalize_reward=True)
+    _rollout(env, 20)
+    state = env.state_dict()
+    for other in (
+        VecEnv("CartPole-v1", num_envs=3, seed=0, normalize_reward=True),
+        VecEnv("CartPole-v1", num_envs=1, seed=0, normalize_reward=True),
+        VecEnv("CartPole-v1", num_envs=2, seed=0, normalize_reward=True, restart_failed_envs=True),
+    ):
+        assert other.load_state_dict(state) is False  # not restored: reset with fresh seeds
+        other.reset_from_state()
+        assert other.reward_scaler.rms.count == env.reward_scaler.rms.count  # the statistics kept
+        assert not other.reward_scaler.returns.any() and other.reward_scaler.returns.shape == (other.num_envs,)
+        for _ in range(5):
+            other.step(torch.zeros(other.num_envs, dtype=torch.long))
+    same = VecEnv("CartPole-v1", num_envs=2, seed=0, normalize_reward=True)
+    assert same.load_state_dict(state) is True  # built the same way: restored, returns and all
+    np.testing.assert_array_equal(same.reward_scaler.returns, env.reward_scaler.returns)
+
+
 def test_box_actions_are_clipped_to_bounds():
     env = VecEnv("Pendulum-v1", num_envs=1, seed=0, vectorization="sync")
     env.reset()
