@@ -9,8 +9,8 @@ reward*. Following the paper:
   (the statistics are updated from each round's observations before they are scored);
 * intrinsic rewards are divided by a running standard deviation of their non-episodic
   discounted sum (``gamma_intrinsic``), so their scale does not drift as the predictor learns;
-  each env's sum runs on across rollouts (the paper's ``RewardForwardFilter``): restarted at 0
-  with every rollout, its climb to ``r / (1 - gamma)`` inflated the std several times;
+  each env's sum runs on across rollouts (the paper's ``RewardForwardFilter``; restarted at 0
+  with every rollout, the sums' std held their climb from 0 each time, another scale);
 * they have their own value head and discount, and their returns are non-episodic: an episode
   end does not stop them (a game over is not a reason to stop exploring);
 * the advantage the policy maximises is ``extrinsic_coef * A_e + intrinsic_coef * A_i``;
