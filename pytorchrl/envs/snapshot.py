@@ -76,29 +76,37 @@ def snapshot_fits(env: Any, state: dict[str, Any]) -> bool:
     too): what :func:`restore` needs, asked before it writes anything. Another
     ``env.restart_failed_envs``, say, wraps each env in one more layer, or makes a native
     vector env a ``SyncVectorEnv``."""
-    if [type(layer).__name__ for layer in _layers(env)] != [s["type"] for s in state["layers"]]:
-        return False
-    sub_envs, saved = vars(env).get("envs"), state.get("envs")
-    if saved is None:
-        return True
-    if not isinstance(sub_envs, list) or len(sub_envs) != len(saved):
-        return False
-    return all([type(layer).__name__ for layer in _layers(e)] == [s["type"] for s in layers] for e, layers in zip(sub_envs, saved))
+    return _misfit(env, state) is None
 
 
 def restore(env: Any, state: dict[str, Any]) -> None:
     """Write a :func:`snapshot` back into ``env`` (built from the same config; :func:`snapshot_fits`).
 
-    :raises ValueError: when ``env`` is not made of the same layers as the snapshot's.
+    :raises ValueError: when ``env`` is not made of the same layers as the snapshot's (nothing
+        is written then).
     """
+    misfit = _misfit(env, state)
+    if misfit is not None:
+        raise ValueError(misfit)
     _restore_layers(_layers(env), state["layers"])
-    sub_envs = vars(env).get("envs")
-    saved = state.get("envs")
-    if saved is not None:
-        if not isinstance(sub_envs, list) or len(sub_envs) != len(saved):
-            raise ValueError(f"env snapshot holds {len(saved)} sub-envs, the env has {len(sub_envs or [])}")
-        for e, layers in zip(sub_envs, saved):
-            _restore_layers(_layers(e), layers)
+    for e, layers in zip(vars(env).get("envs") or [], state.get("envs") or []):
+        _restore_layers(_layers(e), layers)
+
+
+def _misfit(env: Any, state: dict[str, Any]) -> str | None:
+    """How ``env``'s layers (and its sub-envs') differ from the snapshot's (None: they fit)."""
+
+    def differ(layers: list[Any], entries: list[dict[str, Any]]) -> str | None:
+        names, want = [type(layer).__name__ for layer in layers], [entry["type"] for entry in entries]
+        return None if names == want else f"env snapshot of layers {want} does not fit an env of layers {names}"
+
+    sub_envs, saved = vars(env).get("envs"), state.get("envs")
+    outer = differ(_layers(env), state["layers"])
+    if outer is not None or saved is None:
+        return outer
+    if not isinstance(sub_envs, list) or len(sub_envs) != len(saved):
+        return f"env snapshot holds {len(saved)} sub-envs, the env has {len(sub_envs or [])}"
+    return next((m for m in (differ(_layers(e), layers) for e, layers in zip(sub_envs, saved)) if m is not None), None)
 
 
 def _layers(env: Any) -> list[Any]:
@@ -141,9 +149,6 @@ def _plain(value: Any) -> Any:
 
 
 def _restore_layers(layers: list[Any], saved: list[dict[str, Any]]) -> None:
-    names = [type(layer).__name__ for layer in layers]
-    if names != [s["type"] for s in saved]:
-        raise ValueError(f"env snapshot of layers {[s['type'] for s in saved]} does not fit an env of layers {names}")
     for layer, entry in zip(layers, saved):
         for key, value in entry["attributes"].items():
             setattr(layer, key, _unplain(value, getattr(layer, key, None)))

@@ -150,7 +150,7 @@ class RandomNetworkDistillation(nn.Module):
             running = torch.zeros(rewards.shape[1], dtype=torch.float64)
         sums = torch.empty_like(rewards, dtype=torch.float64)
         for t in range(rewards.shape[0]):
-            running = running * self.spec.gamma + rewards[t].double().cpu()
+            running = running * self.spec.gamma + rewards[t].double()
             sums[t] = running
         self.forward_sums[slot] = running
         kept = sums[valid.bool()]

@@ -49,6 +49,7 @@ class GAEBuffer(RolloutStorage):
         self._flat: dict[str, torch.Tensor] | None = None
         self._recurrent = False
         self._stream: tuple[Callable[..., tuple[torch.Tensor, torch.Tensor]], float, float, float] | None = None
+        self._annotated: set[str] = set()  # this round's annotate() fields, which the minibatches carry
 
     def before_gradients(self) -> None:
         """Compute every received rollout's advantages and returns and join their valid transitions."""
@@ -64,10 +65,13 @@ class GAEBuffer(RolloutStorage):
         return self._received
 
     def annotate(self, fn: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]) -> None:
-        """Add the fields ``fn(rollout)`` (each ``[T, N]``) to every received rollout (as
-        :meth:`VTraceBuffer.annotate <pytorchrl.agent.storages.on_policy.vtrace_buffer.VTraceBuffer.annotate>`)."""
+        """Add the fields ``fn(rollout)`` (each ``[T, N, ...]``) to every received rollout; the
+        minibatches of the next :meth:`before_gradients` carry them, as
+        :meth:`VTraceBuffer.annotate <pytorchrl.agent.storages.on_policy.vtrace_buffer.VTraceBuffer.annotate>`'s do."""
         for rollout in self._received:
-            rollout.update(fn(rollout))
+            fields = fn(rollout)
+            rollout.update(fields)
+            self._annotated.update(fields)
 
     def add_reward_stream(
         self, fn: Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]], *, gamma: float, extrinsic_coef: float, intrinsic_coef: float
@@ -102,8 +106,7 @@ class GAEBuffer(RolloutStorage):
             "obs": data["obs"][:t], "actions": data["actions"], "log_probs": data["log_probs"], "values": values,
             "advantages": advantages, "returns": returns,
         }
-        if "rnd_obs" in data:  # RND: the next observations its rewards were scored on (the predictor's inputs)
-            steps["rnd_obs"] = data["rnd_obs"]
+        steps.update({k: data[k] for k in self._annotated})  # e.g. RND's rewards and the observations they were scored on
         return steps
 
     def _sequences(self, data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -160,6 +163,7 @@ class GAEBuffer(RolloutStorage):
         super().after_gradients()
         self._flat = None
         self._stream = None
+        self._annotated = set()
 
 
 def valid_transitions(steps: dict[str, torch.Tensor], valid: torch.Tensor, device: str | torch.device) -> dict[str, torch.Tensor]:
