@@ -339,7 +339,7 @@ class InferenceServerConfig:
 class SchemeConfig:
     """How collection, gradient and update workers are laid out and talk."""
 
-    num_col_workers: int = param(0, "Remote collection workers (0: the local worker collects, Ray is not started).", min=0)
+    num_col_workers: int = param(0, "Remote collection workers (0: the local worker collects; Ray is not started for collection).", min=0)
     col_communication: str = param("synchronous", "Collection mode.", choices=("synchronous", "asynchronous"))
     num_grad_workers: int = param(0, "Remote gradient workers (0: gradients computed locally).", min=0)
     grad_communication: str = param("synchronous", "Gradient mode.", choices=("synchronous", "asynchronous"))
