@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from pytorchrl.agent.actors.on_policy import OnPolicyActor
-from pytorchrl.agent.actors.rnd import RNDSpec
+from pytorchrl.agent.actors.rnd import RNDSpec, intrinsic_rewards
 from pytorchrl.agent.storages.on_policy.gae_buffer import GAEBuffer, compute_gae
+from pytorchrl.agent.storages.on_policy.vtrace_buffer import VTraceBuffer
 from pytorchrl.config import ConfigError, from_dict
 from pytorchrl.envs.chain import ChainEnv
 
@@ -51,12 +52,53 @@ def test_each_envs_discounted_sum_runs_on_across_rollouts():
     torch.testing.assert_close(rnd.forward_sums[0], torch.ones(2, dtype=torch.float64))
 
 
+def test_the_sequences_vtrace_cuts_from_one_rollout_carry_their_sums_on_in_time_order():
+    """IMPALA's unrolls (``storage.sequence_length`` < ``num_steps``) cut each received rollout
+    into sequences; they share its slot, so the second goes on from the first, and the next
+    round's first from this round's last: the sums are the whole rollout's, as uncut."""
+    t, n, cut = 4, 2, 2
+    actor = OnPolicyActor(OBS, gym.spaces.Discrete(2), rnd=RNDSpec(features=8, hidden_sizes=(8,), gamma=0.5))
+    algorithm = type("Algo", (), {"actor": actor, "device": torch.device("cpu")})()
+
+    def rollout() -> dict[str, torch.Tensor]:
+        return {
+            "obs": torch.randn(t + 1, n, 3), "actions": torch.zeros(t, n), "log_probs": torch.zeros(t, n), "values": torch.zeros(t + 1, n),
+            "rewards": torch.zeros(t, n), "terminated": torch.zeros(t, n, dtype=torch.bool), "truncated": torch.zeros(t, n, dtype=torch.bool),
+            "valid": torch.ones(t, n, dtype=torch.bool),
+        }
+
+    def errors(storage: VTraceBuffer) -> list[torch.Tensor]:  # the predictor's errors each sequence's rewards were scaled from
+        return [actor.rnd.errors(r["obs"][1:].reshape(-1, 3)).view(-1, n).double() for r in storage.rollouts()]
+
+    storage = VTraceBuffer(num_steps=t, num_envs=n, obs_shape=(3,), action_shape=(), discrete=True, state_stride=cut)
+    storage.add_data(rollout())
+    storage.add_data(rollout())
+    storage.before_gradients()
+    assert storage.rollout_slots() == [0, 0, 1, 1]
+    intrinsic_rewards(algorithm, storage)
+    first = errors(storage)
+    by_hand = [torch.zeros(n, dtype=torch.float64) for _ in range(2)]
+    for slot, e in zip(storage.rollout_slots(), first):
+        for step in e:
+            by_hand[slot] = by_hand[slot] * 0.5 + step
+    for slot in range(2):
+        torch.testing.assert_close(actor.rnd.forward_sums[slot], by_hand[slot])
+    assert len(actor.rnd.forward_sums) == 2
+    storage.after_gradients()
+    storage.add_data(rollout())
+    storage.before_gradients()
+    intrinsic_rewards(algorithm, storage)
+    for step in torch.cat(errors(storage)):
+        by_hand[0] = by_hand[0] * 0.5 + step
+    torch.testing.assert_close(actor.rnd.forward_sums[0], by_hand[0])
+
+
 def test_the_predictor_trains_on_the_observations_its_rewards_were_scored_on():
     """Each step's reward is the error on its next observation, so the minibatches carry those
     (``rnd_obs``): the final observation of an episode (the reset step's own, which is no
     transition) is rewarded and trained on; the reset observation is neither. Before, the
     predictor trained on each step's own observation and never on a final one."""
-    from pytorchrl.agent.actors.rnd import intrinsic_rewards, rewarded_observations
+    from pytorchrl.agent.actors.rnd import rewarded_observations
 
     t, n = 4, 1
     actor = OnPolicyActor(OBS, gym.spaces.Discrete(2), rnd=RNDSpec(features=8, hidden_sizes=(8,)))
@@ -69,7 +111,7 @@ def test_the_predictor_trains_on_the_observations_its_rewards_were_scored_on():
         "truncated": torch.zeros(t, n, dtype=torch.bool), "valid": torch.tensor([[True], [True], [False], [True]]),
     })
     buffer.before_gradients()
-    intrinsic_rewards(algorithm, buffer.rollouts(), buffer.annotate)
+    intrinsic_rewards(algorithm, buffer)
     buffer.add_reward_stream(lambda r: (r["intrinsic_rewards"], torch.zeros(t + 1, n)), gamma=0.99, extrinsic_coef=2.0, intrinsic_coef=1.0)
     batch = next(buffer.generate_batches(minibatch_size=64, shuffle=False))
     assert batch["obs"][:, 0].tolist() == [0.0, 1.0, 3.0]  # the steps' own observations
@@ -166,6 +208,9 @@ def test_the_chain_pays_only_at_its_end_and_no_constant_action_walks_it():
         ({"algorithm": {"name": "dqn", "rnd": {"enabled": True}}}, "config key 'algorithm.rnd' does not apply to algorithm.name = 'dqn'; it is a key of ppo, a2c, impala, appo"),
         ({"algorithm": {"name": "ppo", "rnd": {"enabled": True}}, "actor": {"recurrent": {"type": "gru"}}, "storage": {"sequence_length": 8}},
          "config key 'algorithm.rnd.enabled' = true needs a memoryless actor: actor.recurrent.type is 'gru'"),
+        ({"algorithm": {"name": "ppo", "rnd": {"enabled": True}}, "scheme": {"num_grad_workers": 2}},
+         "config key 'algorithm.rnd.enabled' = true needs the local gradient worker: scheme.num_grad_workers is 2, allowed 0 "
+         "(RND's running statistics live with the one learner that scores the rollouts)"),
     ],
 )
 def test_rnd_bad_input_is_one_line(overrides, message):

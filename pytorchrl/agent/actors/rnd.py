@@ -29,7 +29,6 @@ IMPALA and APPO compute the intrinsic V-trace beside the extrinsic one.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,8 +140,14 @@ class RandomNetworkDistillation(nn.Module):
     def scaled_rewards(self, rewards: torch.Tensor, valid: torch.Tensor, slot: int = 0) -> torch.Tensor:
         """``rewards [T, N]`` divided by the running std of their non-episodic discounted sums
         (``valid`` marks the steps that count), whose statistics these rollouts update. Each
-        env's sum goes on from where the last rollout in the round's place ``slot`` left it
-        (:attr:`forward_sums`; at 0 the first time, or when the envs there are other ones)."""
+        env's sum goes on from where the last rollout with this ``slot`` left it (a received
+        rollout's place in the round, :meth:`GAEBuffer.rollout_slots
+        <pytorchrl.agent.storages.on_policy.gae_buffer.GAEBuffer.rollout_slots>`; the
+        sequences cut from one share it) in :attr:`forward_sums`; at 0 the first time, or when
+        the envs there are other ones. A place is a collection worker while all of them answer
+        every round; with preemption (``fraction_*`` < 1) or a replaced worker it may hold
+        another worker's envs, whose sums then go on from these (a small error in the scale's
+        statistics, not in the rewards' ranking)."""
         while len(self.forward_sums) <= slot:
             self.forward_sums.append(torch.zeros(0, dtype=torch.float64))
         running = self.forward_sums[slot]
@@ -170,32 +175,35 @@ def _merge(mean: torch.Tensor, var: torch.Tensor, count: torch.Tensor, batch_mea
     return new_mean, m2 / total, total
 
 
-def intrinsic_rewards(algorithm: Any, rollouts: list[dict[str, torch.Tensor]], annotate: Callable[..., None]) -> float:
+def intrinsic_rewards(algorithm: Any, storage: Any) -> float:
     """The round-start scoring: merge this round's observations into the normalisation
-    statistics, then give every rollout its ``intrinsic_rewards`` ``[T, N]`` (the predictor's
-    errors on the next observations, scaled) and those observations, ``rnd_obs [T, N, ...]``
-    (what :func:`predictor_loss` trains on), through the storage's ``annotate``.
+    statistics, then give every rollout of ``storage`` its ``intrinsic_rewards`` ``[T, N]`` (the
+    predictor's errors on the next observations, scaled) and those observations, ``rnd_obs [T,
+    N, ...]`` (what :func:`predictor_loss` trains on), through the storage's ``annotate``. The
+    running sums that scale them are kept per received rollout (``storage.rollout_slots()``):
+    the sequences V-trace cuts from one go on from each other, in time order.
 
     :return: the mean intrinsic reward of the round's valid steps (a diagnostic).
     """
     rnd: RandomNetworkDistillation = algorithm.actor.rnd
     device = algorithm.device
-    for rollout in rollouts:
+    for rollout in storage.rollouts():
         t, n = rollout["rewards"].shape
         next_obs = rollout["obs"][1 : t + 1].reshape(t * n, *rollout["obs"].shape[2:])
         rnd.update_obs_stats(next_obs[rollout["valid"].reshape(-1).bool()].to(device))
     kept: list[torch.Tensor] = []
+    slots = iter(storage.rollout_slots())
 
     def fields(rollout: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         t, n = rollout["rewards"].shape
         next_obs = rollout["obs"][1 : t + 1]
         with torch.no_grad():
             errors = rnd.errors(next_obs.reshape(t * n, *next_obs.shape[2:]).to(device)).view(t, n).cpu()
-        rewards = rnd.scaled_rewards(errors, rollout["valid"].cpu(), slot=len(kept))
+        rewards = rnd.scaled_rewards(errors, rollout["valid"].cpu(), slot=next(slots))
         kept.append(rewards[rollout["valid"].cpu().bool()])
         return {"intrinsic_rewards": rewards.to(rollout["rewards"].device), "rnd_obs": next_obs}
 
-    annotate(fields)
+    storage.annotate(fields)
     return float(torch.cat(kept).mean()) if kept and sum(k.numel() for k in kept) else float("nan")
 
 
@@ -206,7 +214,7 @@ def add_intrinsic_rewards(algorithm: Any, storage: Any) -> float:
 
     :return: the round's mean intrinsic reward.
     """
-    mean = intrinsic_rewards(algorithm, storage.rollouts(), storage.annotate)
+    mean = intrinsic_rewards(algorithm, storage)
     cfg = algorithm.config.rnd
 
     def stream(rollout: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -93,6 +93,11 @@ class OnPolicyConfig(AlgorithmConfig):
                 raise ConfigError(f"config key 'algorithm.rnd.enabled' = true: algorithm {self.name!r} does not take RND; these do: {takes}")
             if config.actor.recurrent.type != "none":
                 raise ConfigError(f"config key 'algorithm.rnd.enabled' = true needs a memoryless actor: actor.recurrent.type is {config.actor.recurrent.type!r}")
+            if config.scheme.num_grad_workers > 0:  # the master holds no data: its statistics would overwrite the replicas' every step
+                raise ConfigError(
+                    f"config key 'algorithm.rnd.enabled' = true needs the local gradient worker: scheme.num_grad_workers is "
+                    f"{config.scheme.num_grad_workers}, allowed 0 (RND's running statistics live with the one learner that scores the rollouts)"
+                )
             check_widths("algorithm.rnd.hidden_sizes", self.rnd.hidden_sizes)
         storage = config.storage
         length = storage.sequence_length

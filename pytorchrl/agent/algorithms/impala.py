@@ -110,7 +110,7 @@ class IMPALA(Algorithm):
         asks for it (:meth:`_round_fields`), and with ``targets: round`` shuffle transitions.
         With RND, each rollout first gets its ``intrinsic_rewards`` (:func:`intrinsic_rewards`)."""
         if self.config.rnd.enabled:
-            self._intrinsic_reward = intrinsic_rewards(self, storage.rollouts(), storage.annotate)
+            self._intrinsic_reward = intrinsic_rewards(self, storage)
         if self._scores_round():
             with torch.no_grad():
                 storage.annotate(self._round_fields)

@@ -64,6 +64,11 @@ class GAEBuffer(RolloutStorage):
         """This round's rollouts as received (``obs [T + 1, N, ...]``, step fields ``[T, N]``)."""
         return self._received
 
+    def rollout_slots(self) -> list[int]:
+        """Which received rollout each of :meth:`rollouts` is (here each is one): what a
+        rollout's per-env state kept across rounds (RND's running sums) is keyed by."""
+        return list(range(len(self._received)))
+
     def annotate(self, fn: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]) -> None:
         """Add the fields ``fn(rollout)`` (each ``[T, N, ...]``) to every received rollout; the
         minibatches of the next :meth:`before_gradients` carry them, as

@@ -53,13 +53,15 @@ class VTraceBuffer(RolloutStorage):
         self.gamma = gamma
         self._rollouts: list[dict[str, torch.Tensor]] = []
         self._flat: dict[str, torch.Tensor] | None = None  # the round's transitions, after use_transitions()
+        self._slots: list[int] = []  # the received rollout each sequence of _rollouts was cut from
 
     def before_gradients(self) -> None:
         """Move the received rollouts to the learner's device, as they are."""
         if not self._received:
             raise RuntimeError("before_gradients() called with no data added")
-        rollouts = [part for d in self._received for part in self._chunks(d)]
-        self._rollouts = [{k: v.to(self.device) for k, v in d.items()} for d in rollouts]
+        cut = [(slot, part) for slot, d in enumerate(self._received) for part in self._chunks(d)]
+        self._slots = [slot for slot, _ in cut]
+        self._rollouts = [{k: v.to(self.device) for k, v in part.items()} for _, part in cut]
 
     def _chunks(self, data: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
         """A rollout as sequences of ``state_stride`` steps (views; one sequence when it is not longer)."""
@@ -76,6 +78,12 @@ class VTraceBuffer(RolloutStorage):
     def rollouts(self) -> list[dict[str, torch.Tensor]]:
         """This round's rollouts as received (or as sequences, when recurrent)."""
         return self._rollouts
+
+    def rollout_slots(self) -> list[int]:
+        """Which received rollout each of :meth:`rollouts` was cut from (its sequences share
+        it, in time order): what a rollout's per-env state kept across rounds (RND's running
+        sums) is keyed by, so a sequence goes on from the one before it."""
+        return self._slots
 
     def annotate(self, fn: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]) -> None:
         """Add the fields ``fn(rollout)`` (each ``[T, n]``) to every received rollout (or sequence);
