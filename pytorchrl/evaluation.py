@@ -144,8 +144,9 @@ MAX_VIDEO_FRAMES = 5_000
 def evaluation_state(state: dict[str, Any]) -> dict[str, Any]:
     """A checkpoint's state for :data:`EVALUATION_LAYOUT`: the remote workers' states are left out
     (the one-process layout has none to load them into) and so is a checkpointed replay buffer.
-    When the driver's collection worker did not collect (remote collection workers did), it gets
-    the first remote worker's observation statistics, the ones the full layout evaluates with
+    When the driver's collection worker did not collect (remote collection workers did, or
+    remote gradient workers' ones), it gets the first remote worker's observation statistics,
+    the ones the full layout evaluates with
     (:meth:`~pytorchrl.scheme.collection.collection_worker_set.CollectionWorkerSet.evaluate`);
     with ``run.eval_parallel``, the evaluation worker's test envs and evaluation stream."""
     scheme = state.get("scheme")
@@ -155,14 +156,24 @@ def evaluation_state(state: dict[str, Any]) -> dict[str, Any]:
     collection = master.get("collection")
     if isinstance(collection, dict) and isinstance(collection.get("local"), dict):
         local = dict(collection["local"])
-        remote = [w for w in collection.get("remote", []) if isinstance(w, dict) and isinstance(w.get("envs"), dict)]
-        if "envs" not in local and remote and "obs_rms" in remote[0]["envs"]:
-            local["envs"] = {"obs_rms": remote[0]["envs"]["obs_rms"]}  # statistics only: the train envs start afresh
+        if "envs" not in local:
+            replicas = scheme.get("remote_gradient_workers") or []
+            sets = [collection, *(r["collection"] for r in replicas if isinstance(r, dict) and isinstance(r.get("collection"), dict))]
+            statistics = next((s for s in map(_collected_statistics, sets) if s is not None), None)
+            if statistics is not None:
+                local["envs"] = {"obs_rms": statistics}  # statistics only: the train envs start afresh
         evaluator = collection.get("evaluator")
         if isinstance(evaluator, dict):  # run.eval_parallel: its evaluation worker's test envs and stream are the run's
             local.update({key: evaluator[key] for key in ("test_envs", "eval_rng") if key in evaluator})
         master["collection"] = {"local": local}
     return {**state, "scheme": {"local_gradient_worker": master}}
+
+
+def _collected_statistics(collection: dict[str, Any]) -> Any:
+    """The observation statistics of a collection set's state: its collecting local worker's, or
+    its first remote worker's (None without normalisation)."""
+    workers = [collection.get("local"), *collection.get("remote", [])]
+    return next((w["envs"]["obs_rms"] for w in workers if isinstance(w, dict) and isinstance(w.get("envs"), dict) and "obs_rms" in w["envs"]), None)
 
 
 def _pillow() -> Any:

@@ -128,6 +128,8 @@ class Scheme:
             fault=dataclasses.replace(fault, timeout_s=None),
         )
         self.update_worker = UpdateWorker(self.grad_workers, update_execution=config.update_execution)
+        if config.num_grad_workers > 0:  # the local gradient worker's envs do not collect: the replicas' statistics
+            self.collection_workers.statistics_from = self.grad_workers.normalization_state
         self._closed = False
 
     @property

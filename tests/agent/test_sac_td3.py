@@ -275,6 +275,33 @@ def test_td3_delays_policy_and_target_updates_and_ddpg_does_not():
             assert moved == [(True, True, True)] * 4
 
 
+def test_td3_applies_a_stale_gradient_as_the_step_it_was_computed_for():
+    """Asynchronous gradient workers: a gradient computed at version 1 (a policy step, with
+    ``policy_delay`` 2) arrives when the master is at version 2. Applied as a step of version 2
+    it dropped the policy's gradient (that step is critics-only); ``computed_at`` applies it as
+    the policy step it is, and the critic-only gradient of version 0 arriving at version 1
+    moves neither the policy nor the targets."""
+    def td3() -> TD3:
+        torch.manual_seed(0)
+        actor = PolicyCriticActor(OBS, ACTIONS, policy="deterministic", encoder=EncoderSpec(hidden_sizes=(8,), activation="relu"))
+        return TD3(actor, policy_delay=2, target_policy_noise=0.0)
+
+    replica, master = td3(), td3()
+    batch = _batch()
+    replica.compute_gradients(batch)
+    critic_only = replica.get_gradients()  # version 0: critics only
+    replica.apply_gradients()
+    replica.compute_gradients(batch)
+    policy_step = replica.get_gradients()  # version 1: the policy's term too
+    actor = master.actor
+    for gradient, computed_at, moves in ((critic_only, 0, False), (critic_only, 0, False), (policy_step, 1, True)):
+        policy, target = actor.policy_head.weight.detach().clone(), actor.target_critics.weights[-1].detach().clone()
+        assert master.apply_gradients(gradient, computed_at=computed_at)
+        assert (not torch.equal(policy, actor.policy_head.weight)) == moves
+        assert (not torch.equal(target, actor.target_critics.weights[-1])) == moves
+    assert master.version == 3
+
+
 def test_warm_up_acts_uniformly_then_with_the_policy():
     actor = PolicyCriticActor(OBS, ACTIONS, policy="deterministic", encoder=EncoderSpec(hidden_sizes=(8,), activation="relu"), exploration_noise=0.0)
     algo = TD3(actor)

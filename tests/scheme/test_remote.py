@@ -323,3 +323,31 @@ def test_workers_that_fit_a_joined_cluster_but_not_its_free_resources_are_told(r
         assert busy_resources(workers) is None
     finally:
         ray.kill(holder)
+
+
+@pytest.mark.parametrize("communication", ["synchronous", "asynchronous"])
+def test_remote_td3_replicas_end_the_masters_warm_up_and_step_its_policy(ray_session, communication):
+    """The master's actor runs no round of its own, so it leaves uniform acting when a replica's
+    gradient arrives (evaluation, checkpoints and replacements act with the policy); and stale
+    asynchronous gradients are applied as the step they were computed for, so the delayed
+    policy step keeps its gradient (applied as the master's own step, it lost it)."""
+    raw = {
+        "env": {"env_id": "Pendulum-v1", "num_envs": 1},
+        "actor": {"hidden_sizes": [16]},
+        "storage": {"capacity": 1000},
+        "algorithm": {"name": "td3", "minibatch_size": 16, "start_steps": 32, "update_every": 1},
+        "run": {"seed": 5, "target_steps": 10_000, "eval_every": 0},
+        "scheme": {"grad_worker_resources": {"num_cpus": 0.1}, "num_grad_workers": 2, "grad_communication": communication},
+    }
+    learner = Learner.from_config(from_dict(raw), progress=False)
+    try:
+        master = learner.scheme.algorithm
+        policy = master.actor.policy_head.weight.detach().clone()
+        assert bool(master.actor.uniform)
+        for _ in range(12):
+            learner.step()
+        assert not bool(master.actor.uniform)
+        assert not bool(learner.state_dict()["scheme"]["local_gradient_worker"]["algorithm"]["actor"]["uniform"])
+        assert not torch.equal(policy, master.actor.policy_head.weight)
+    finally:
+        learner.close()

@@ -257,12 +257,16 @@ class Algorithm:
         """A copy of the current gradient: one flat tensor, parameters in ``actor.parameters()`` order."""
         return self.flat_grad.detach().cpu().clone()
 
-    def apply_gradients(self, gradients: torch.Tensor | None = None) -> bool:
+    def apply_gradients(self, gradients: torch.Tensor | None = None, computed_at: int | None = None) -> bool:
         """Clip the global norm, step the optimizer on ``gradients`` (a flat gradient from
         :meth:`get_gradients`, e.g. an average over workers) or on what ``.grad`` holds, and bump the version.
 
         A gradient with a NaN or an infinity anywhere (its norm is not finite) is not applied:
         weights, optimizer moments and the version stay as they are.
+
+        :param computed_at: the policy version the gradient was computed with, when older than
+            this one (asynchronous gradient workers): a step whose kind follows the version
+            (TD3's delayed policy step) is the kind its gradient was computed as.
 
         :return: whether the update was applied.
         """

@@ -232,8 +232,8 @@ class DQN(Algorithm):
         out, self._priorities = self._priorities, None
         return out
 
-    def apply_gradients(self, gradients: torch.Tensor | None = None) -> bool:
-        applied = super().apply_gradients(gradients)
+    def apply_gradients(self, gradients: torch.Tensor | None = None, computed_at: int | None = None) -> bool:
+        applied = super().apply_gradients(gradients, computed_at)
         if applied and self.version % self.config.target_update_interval == 0:
             self.update_targets(self.config.tau)
         return applied

@@ -152,8 +152,8 @@ class MPO(PolicyCritic):
             stats = torch.stack([critic_loss, fit, q.mean(), temperature, kl_mean, kl_std, alpha_mean, alpha_std, entropy]).tolist()
         return loss, dict(zip(("value_loss", "policy_loss", "q_mean", "temperature", "kl_mean", "kl_std", "alpha_mean", "alpha_std", "entropy"), stats))
 
-    def apply_gradients(self, gradients: torch.Tensor | None = None) -> bool:
-        applied = super().apply_gradients(gradients)
+    def apply_gradients(self, gradients: torch.Tensor | None = None, computed_at: int | None = None) -> bool:
+        applied = super().apply_gradients(gradients, computed_at)
         if applied:
             self.update_targets(self.config.tau)
         return applied

@@ -303,8 +303,8 @@ class SAC(PolicyCritic):
             return window
         return super().pop_priorities()
 
-    def apply_gradients(self, gradients: torch.Tensor | None = None) -> bool:
-        applied = super().apply_gradients(gradients)
+    def apply_gradients(self, gradients: torch.Tensor | None = None, computed_at: int | None = None) -> bool:
+        applied = super().apply_gradients(gradients, computed_at)
         if applied:
             self.update_targets(self.config.tau)
         return applied
@@ -339,8 +339,9 @@ class TD3(PolicyCritic):
         policy = {id(p) for p in self._policy_params}
         return [[p for p in self.params if id(p) in policy], [p for p in self.params if id(p) not in policy]]
 
-    def _policy_step(self) -> bool:
-        return (self.version + 1) % self.config.policy_delay == 0
+    def _policy_step(self, version: int | None = None) -> bool:
+        """Whether the step after ``version`` (None: this one's) moves the policy and the targets."""
+        return ((self.version if version is None else version) + 1) % self.config.policy_delay == 0
 
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         actor = self.actor
@@ -370,16 +371,16 @@ class TD3(PolicyCritic):
         actor = self.actor
         return -actor.q_values(obs, actor.deterministic(obs), critics=1, frozen=True).mean()
 
-    def apply_gradients(self, gradients: torch.Tensor | None = None) -> bool:
-        policy_step = self._policy_step()
+    def apply_gradients(self, gradients: torch.Tensor | None = None, computed_at: int | None = None) -> bool:
+        policy_step = self._policy_step(computed_at)  # what compute_loss made it: with or without the policy's term
         after = self._policy_obs
         if policy_step and after is None:
-            applied = super().apply_gradients(gradients)
+            applied = super().apply_gradients(gradients, computed_at)
             if applied:
                 self.update_targets(self.config.tau)
             return applied
         with self._hidden(self.segments[:1]):  # the critics alone
-            applied = super().apply_gradients(gradients)
+            applied = super().apply_gradients(gradients, computed_at)
         if policy_step and after is not None:  # after_critics: the policy's gradient at the stepped critics
             self._policy_obs = None
             if gradients is not None:

@@ -90,6 +90,9 @@ class CollectionWorkerSet:
         self.max_policy_lag = max_policy_lag
         self.fraction_samples = fraction_samples
         self.fraction_workers = fraction_workers
+        #: where the observation statistics come from when no worker of this set collects (the
+        #: master's set beside remote gradient workers: theirs, :meth:`GradientWorkerSet.normalization_state`)
+        self.statistics_from: Callable[[], dict[str, Any] | None] | None = None
         if evaluation_only:
             num_workers = 0
         factory: Callable[..., Any] = functools.partial(
@@ -348,7 +351,7 @@ class CollectionWorkerSet:
         """Start :meth:`evaluate`'s episodes of ``weights`` on the evaluation worker (a Ray actor,
         made on first use) and return at once: :meth:`evaluation_ready`, :meth:`evaluation_result`."""
         with self._lock:
-            normalization = self._ask_any("normalization_state") if self.remote else self.local_worker.normalization_state()
+            normalization = self.normalization_state()
         self.evaluator.start(EvaluationRequest(weights, version, normalization, num_episodes, deterministic))
 
     def evaluation_ready(self) -> bool:
@@ -366,11 +369,19 @@ class CollectionWorkerSet:
             self._take_remote_statistics()
             return self.local_worker.acting_envs()
 
+    def normalization_state(self) -> dict[str, Any] | None:
+        """The training observation statistics: a collecting worker's (a remote one's when the
+        local one does not collect; a remote gradient worker's, :attr:`statistics_from`, when no
+        worker of this set collects). None without normalisation."""
+        if self.statistics_from is not None:
+            return self.statistics_from()
+        return self._ask_any("normalization_state") if self.remote else self.local_worker.normalization_state()
+
     def _take_remote_statistics(self) -> None:
-        """With remote workers the local one has no train envs: give it a collecting worker's
-        observation statistics (evaluation and predict act with them)."""
-        if self.remote:
-            self.local_worker.load_normalization(self._ask_any("normalization_state"))
+        """When the local worker has no train envs, give it a collecting worker's observation
+        statistics (evaluation and predict act with them)."""
+        if self.remote or self.statistics_from is not None:
+            self.local_worker.load_normalization(self.normalization_state())
 
     def _ask_any(self, method: str) -> Any:
         """``method``'s answer from the first remote worker that gives one, beside any

@@ -161,6 +161,10 @@ class GradientWorker:
     def num_collection_workers(self) -> int:
         return self.col_workers.num_remote_workers
 
+    def normalization_state(self) -> dict[str, Any] | None:
+        """This worker's collection workers' observation statistics (see :meth:`CollectionWorkerSet.normalization_state`)."""
+        return self.col_workers.normalization_state()
+
     def load_algorithm_state(self, state: dict[str, Any]) -> None:
         """Take the master's weights, optimizer state and version (identical replicas)."""
         self.algo.load_state_dict(state)

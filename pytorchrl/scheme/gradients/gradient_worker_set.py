@@ -51,6 +51,19 @@ class GradientWorkerSet:
     def local_worker(self) -> GradientWorker:
         return self.workers.local_worker
 
+    def normalization_state(self) -> dict[str, Any] | None:
+        """The observation statistics of the first remote gradient worker that answers (their
+        collection workers collect; the local one, which evaluates, does not): what evaluation,
+        ``predict`` and the parallel evaluator normalise with. None when none answers (the
+        evaluation keeps the statistics it had); a dead one is left to the update worker, which
+        replaces it and gives its replacement the master's state."""
+        ws = self.workers
+        for worker in list(ws.remote_workers):
+            ok, value = ws.try_get(ws.call(worker, "normalization_state"))
+            if ok:
+                return value
+        return None
+
     def close(self) -> None:
         self.workers.close()
 

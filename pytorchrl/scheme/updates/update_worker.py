@@ -113,6 +113,7 @@ class UpdateWorker:
             total = sum(n for _, n in grads)
             average = torch.stack([g * (n / total) for g, n in grads]).sum(0)
             applied = self.algo.apply_gradients(average)  # decentralised replicas skip the same average alike
+            self._past_warmup()
             if self.update_execution == "decentralised":
                 self._average = ws.put(average, compress=True)
         info = merge_step_infos([i for _, i in results])
@@ -140,12 +141,20 @@ class UpdateWorker:
         grads, info = value
         start = time.perf_counter()
         info["gradient_staleness"] = self.algo.version - info["policy_version"]
-        if grads is not None and not self.algo.apply_gradients(grads):
-            info["nonfinite_updates"] = 1
+        if grads is not None:
+            if not self.algo.apply_gradients(grads, computed_at=info["policy_version"]):
+                info["nonfinite_updates"] = 1
+            self._past_warmup()
         self._submit(worker)
         info["apply_time_s"] = time.perf_counter() - start
         info["policy_version"] = self.algo.version
         return info
+
+    def _past_warmup(self) -> None:
+        """A replica sent a gradient, so its replay buffer held ``start_steps``: the master's actor,
+        which no round of its own reaches, stops acting uniformly at random too (its evaluation,
+        ``predict``, checkpoints and a replacement's state act with the policy)."""
+        self.algo.set_warmup(False)
 
     def _submit(self, worker: Any) -> None:
         weights, version = self._weights_ref()
