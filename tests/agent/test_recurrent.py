@@ -168,6 +168,20 @@ def test_window_returns_stop_at_episode_ends_and_at_the_window_end():
     assert boot.flatten().tolist() == [2, 2, 4, 4, 5]
 
 
+def test_window_returns_stop_before_a_failed_step_as_the_flat_buffer_does():
+    """A failed env step (restarted: ``valid`` False, ``truncated``, reward 0, its next
+    observation the last good one) is no transition: a chain that reaches it bootstraps from
+    its observation, ``obs[2]``, with ``gamma^k``; it does not add its 0 and go one further."""
+    rewards = torch.tensor([[1.0], [2.0], [0.0], [8.0]])
+    terminated = torch.zeros(4, 1, dtype=torch.bool)
+    truncated = torch.tensor([[False], [False], [True], [False]])
+    valid = torch.tensor([[True], [True], [False], [True]])
+    returns, discounts, boot = window_returns(rewards, terminated, truncated, gamma=0.5, n_step=3, valid=valid)
+    assert returns.flatten().tolist()[:2] == [2.0, 2.0] and returns[3].item() == 8.0  # 1 + 0.5 * 2; 2; 8
+    assert discounts.flatten().tolist()[:2] == [0.25, 0.5] and discounts[3].item() == 0.5
+    assert boot.flatten().tolist()[:2] == [2, 2] and boot[3].item() == 4
+
+
 def _stream_chunk(t: int, n: int, start: int, chunk: int, state_size: int = 2) -> dict:
     """A recurrent rollout whose observations count steps of the stream (obs = step index)."""
     steps = torch.arange(start, start + t + 1, dtype=torch.float32)

@@ -8,14 +8,17 @@ import torch
 
 
 def window_returns(
-    rewards: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor, *, gamma: float, n_step: int
+    rewards: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor, *, gamma: float, n_step: int,
+    valid: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """n-step returns within ``[T, B]`` windows whose observations are ``obs[0..T]``.
 
     From step ``t`` the return adds ``gamma^k r_{t+k}`` for ``k < m`` and bootstraps from
     ``obs[t + m]`` with discount ``gamma^m``, where ``m = n_step`` unless the chain stops first:
     at a terminated step (``m = k + 1``, discount 0), a truncated step (``m = k + 1``: its next
-    observation is the episode's final one) or the window's end (``m = T - t``).
+    observation is the episode's final one), before a step that is not ``valid`` (``m = k``: a
+    failed env step, restarted, is no transition; its observation is the last good one), or
+    at the window's end (``m = T - t``), as the flat replay buffer's n-step returns do.
 
     :return: ``returns``, ``discounts`` (float, ``[T, B]``) and ``boot`` (long ``[T, B]``: the
         index of each step's bootstrap observation in ``obs``).
@@ -33,6 +36,8 @@ def window_returns(
         inside = step < t_len
         going &= inside
         at = step.clamp(max=t_len - 1)
+        if valid is not None and k > 0:  # step t itself learns only where it is valid
+            going &= valid[at, cols]
         r, term, trunc = rewards[at, cols], terminated[at, cols], truncated[at, cols]
         returns = torch.where(going, returns + discounts * r, returns)
         discounts = torch.where(going, torch.where(term, torch.zeros_like(discounts), discounts * gamma), discounts)
@@ -65,8 +70,10 @@ class Window:
     def __init__(self, batch: dict[str, torch.Tensor], burn_in: int, *, gamma: float, n_step: int) -> None:
         rewards = batch["rewards"][burn_in:]
         self.steps, b = rewards.shape
-        returns, discounts, boot = window_returns(rewards, batch["terminated"][burn_in:], batch["truncated"][burn_in:], gamma=gamma, n_step=n_step)
         self.valid = batch["valid"][burn_in:]
+        returns, discounts, boot = window_returns(
+            rewards, batch["terminated"][burn_in:], batch["truncated"][burn_in:], gamma=gamma, n_step=n_step, valid=self.valid
+        )
         self._keep = self.valid.reshape(-1)
         self._boot = (boot, torch.arange(b, device=rewards.device).expand(self.steps, b))
         self.returns, self.discounts = self.now(returns), self.now(discounts)
