@@ -358,16 +358,31 @@ class VecEnv:
         if self.obs_normalizer is not None and other.obs_normalizer is not None:
             self.obs_normalizer.rms.load_state_dict(other.obs_normalizer.rms.state_dict())
 
+    def running_statistics(self) -> dict[str, Any]:
+        """The normalisers' running statistics, ``obs_rms`` and ``ret_rms`` (empty without
+        normalisation): what a collection worker that joins a run mid-way takes from one that
+        has collected (:meth:`adopt_statistics`), so that it does not start from fresh ones."""
+        state: dict[str, Any] = {}
+        if self.obs_normalizer is not None:
+            state["obs_rms"] = self.obs_normalizer.rms.state_dict()
+        if self.reward_scaler is not None:
+            state["ret_rms"] = self.reward_scaler.rms.state_dict()
+        return state
+
+    def adopt_statistics(self, state: dict[str, Any]) -> None:
+        """Take another env set's :meth:`running_statistics` (those this one normalises with)."""
+        if self.obs_normalizer is not None and "obs_rms" in state:
+            self.obs_normalizer.rms.load_state_dict(state["obs_rms"])
+        if self.reward_scaler is not None and "ret_rms" in state:
+            self.reward_scaler.rms.load_state_dict(state["ret_rms"])
+
     def state_dict(self) -> dict[str, Any]:
         """Normaliser statistics and, unless the envs live in subprocesses or in C (Atari), a
         :func:`~pytorchrl.envs.snapshot.snapshot` of the envs themselves (their generators and
         episodes in progress included) with this wrapper's episode bookkeeping; otherwise how
         many times they were reseeded (:meth:`reset_from_state`)."""
-        state: dict[str, Any] = {"reseeds": self._reseeds}
-        if self.obs_normalizer is not None:
-            state["obs_rms"] = self.obs_normalizer.rms.state_dict()
+        state: dict[str, Any] = {"reseeds": self._reseeds, **self.running_statistics()}
         if self.reward_scaler is not None:
-            state["ret_rms"] = self.reward_scaler.rms.state_dict()
             state["scaler_returns"] = self.reward_scaler.returns.copy()
         if self._snapshots:
             state["snapshot"] = snapshot(self.env)
@@ -387,10 +402,8 @@ class VecEnv:
         :return: whether the envs were restored; if not, call :meth:`reset_from_state` (a reset
             with fresh seeds).
         """
-        if self.obs_normalizer is not None and "obs_rms" in state:
-            self.obs_normalizer.rms.load_state_dict(state["obs_rms"])
+        self.adopt_statistics(state)
         if self.reward_scaler is not None and "ret_rms" in state:
-            self.reward_scaler.rms.load_state_dict(state["ret_rms"])
             returns = as_numpy(state.get("scaler_returns", np.zeros(0)))
             if returns.shape == self.reward_scaler.returns.shape:  # else another env.num_envs: the envs start afresh
                 self.reward_scaler.returns = returns.copy()

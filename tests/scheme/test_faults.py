@@ -249,3 +249,56 @@ def test_every_sigkilled_worker_is_counted_once_and_its_replacement_timed(ray_se
     assert learner.worker_restarts == kills and row["worker_restarts"] == kills
     assert learner.healthy_workers == 2 and learner.env_steps > steps  # all places filled, and it trains on
     assert len(replace_s) == kills and all(0.5 <= s < 120 for s in replace_s)  # measured from the death, delay included
+
+
+@pytest.mark.parametrize("communication", ["synchronous", "asynchronous"])
+def test_a_joining_collection_worker_normalises_with_the_runs_statistics(ray_session, communication):
+    """A worker added mid-run (as a replacement does) takes an established worker's observation
+    and return statistics before its first rollout: with fresh ones (mean 0, std 1) its
+    observations would be far from what the policy learned on, until thousands of steps later."""
+    learner = crashing_learner(
+        {}, {"num_col_workers": 1, "col_communication": communication}, target_steps=10**9, env={"normalize_obs": True, "normalize_reward": True},
+    )
+    try:
+        ws = learner.scheme.collection_workers.workers
+        for _ in range(4):
+            learner.step()
+        (first,) = ws.remote_workers
+        before = ws.get(ws.call(first, "running_statistics"))
+        assert set(before) == {"obs_rms", "ret_rms"} and before["obs_rms"]["count"] >= 4 * 128
+        learner.scheme.add_collection_workers(1)
+        deadline = time.monotonic() + 120
+        while len(ws.remote_workers) < 2 and time.monotonic() < deadline:
+            learner.step()  # the new worker joins at a collection once it is up
+        (joined,) = [w for w in ws.remote_workers if w is not first]
+        after = ws.get(ws.call(joined, "running_statistics"))
+        for key in ("obs_rms", "ret_rms"):  # what the first had built up, and more; fresh: 1e-4 and its own steps
+            assert after[key]["count"] >= before[key]["count"]
+    finally:
+        learner.close()
+
+
+def test_a_gradient_worker_passes_its_collection_statistics_on():
+    """What a replacement gradient worker gets from a surviving one (``pass_on``): its collection
+    workers' statistics, which its own collection workers then normalise with."""
+    def learner_with(seed: int) -> Learner:
+        raw = {
+            "env": {"env_id": "CartPole-v1", "num_envs": 2, "normalize_obs": True}, "storage": {"num_steps": 16},
+            "algorithm": {"name": "ppo", "num_epochs": 1, "minibatch_size": 32}, "run": {"seed": seed, "target_steps": 10**6, "eval_every": 0},
+        }
+        return Learner.from_config(from_dict(raw), progress=False)
+
+    trained, fresh = learner_with(1), learner_with(2)
+    try:
+        for _ in range(3):
+            trained.step()
+        survivor, joiner = trained.scheme.grad_workers.local_worker, fresh.scheme.grad_workers.local_worker
+        statistics = survivor.running_statistics()
+        assert statistics["obs_rms"]["count"] >= 3 * 32
+        joiner.adopt_statistics(statistics)
+        adopted = joiner.running_statistics()["obs_rms"]
+        assert adopted["count"] == statistics["obs_rms"]["count"]
+        assert (adopted["mean"] == statistics["obs_rms"]["mean"]).all()
+    finally:
+        trained.close()
+        fresh.close()

@@ -142,6 +142,9 @@ class WorkerSet(Generic[W]):
         self._index: dict[Any, tuple[int, int]] = {}  # remote handle -> (index, generation)
         self._starting: dict[Any, tuple[Any, float]] = {}  # ready() ref -> (handle, when started)
         self._next_index = num_remote + 1  # of the next worker added
+        #: told the workers that joined a running set (replacements, added ones) before anyone
+        #: else sees them: a place to give them what the others have built up
+        self.on_join: Callable[[list[Any]], None] | None = None
         if num_remote:
             ray = ensure_ray()
             self._actor_cls = ray.remote(**actor_options(self.resources))(_WorkerHost)
@@ -221,6 +224,8 @@ class WorkerSet(Generic[W]):
                     self._replace_times.append(time.monotonic() - started)
             else:
                 self.fail(handle, f"could not start: {reason}")
+        if joined and self.on_join is not None:
+            self.on_join(joined)
         return joined
 
     def report(self) -> dict[str, Any]:
@@ -395,6 +400,20 @@ class WorkerSet(Generic[W]):
             for w in [*self.remote_workers, *(h for h, _ in self._starting.values())]:
                 ray.kill(w)
             self.remote_workers, self._starting = [], {}
+
+
+def pass_on(workers: WorkerSet[Any], joined: list[Any], get: str, put: str, *, control: bool = False) -> None:
+    """Give the workers that ``joined`` a running set what an established one has built up: the
+    answer of the first other worker to ``get`` (a method of no arguments; ``control``: asked
+    beside a long call in progress) goes to each joiner's ``put`` (nothing when it is empty, or
+    when no other worker answers). A joiner that dies meanwhile is found at its next call."""
+    for worker in [w for w in workers.remote_workers if w not in joined]:
+        ok, value = workers.try_get(workers.call(worker, get, control=control))
+        if ok:
+            if value:
+                for ref in [workers.call(w, put, value) for w in joined]:
+                    workers.try_get(ref)
+            return
 
 
 def failure_reason(error: BaseException) -> str:

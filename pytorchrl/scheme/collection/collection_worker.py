@@ -13,12 +13,12 @@ from pytorchrl.agent.contracts import ActingPolicy, ActionSlots, CollectionStora
 from pytorchrl.agent.policy import LocalPolicy
 from pytorchrl.agent.storages.on_policy.demos import EpisodeRecorder
 from pytorchrl.envs.vec_env import VecEnv
-from pytorchrl.scheme.collection.thin_worker import rollout_info
+from pytorchrl.scheme.collection.thin_worker import TrainEnvStatistics, rollout_info
 from pytorchrl.utils.runtime import configure_process
 from pytorchrl.utils.seeding import ACTING_ROLE, EVALUATION_ROLE, TorchStream, derive_seed
 
 
-class CollectionWorker:
+class CollectionWorker(TrainEnvStatistics):
     """Owns a train :class:`VecEnv`, a test VecEnv (made on first evaluation), an
     :class:`~pytorchrl.agent.contracts.ActingPolicy` and a
     :class:`~pytorchrl.agent.contracts.CollectionStorage`; no algorithm. A plain class: worker
@@ -209,11 +209,6 @@ class CollectionWorker:
         return self.policy.get_weights()
 
     # -------------------------------------------------------------------------- state
-
-    def normalization_state(self) -> dict[str, Any] | None:
-        """The train envs' observation statistics (None without normalisation)."""
-        rms = None if self.envs is None or self.envs.obs_normalizer is None else self.envs.obs_normalizer.rms
-        return None if rms is None else rms.state_dict()
 
     def acting_envs(self) -> VecEnv:
         """The envs whose observation statistics this worker acts with outside its rollouts

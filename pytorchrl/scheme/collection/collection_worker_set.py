@@ -13,7 +13,7 @@ import torch
 
 from pytorchrl.scheme.base.evaluator import EvaluationRequest, Evaluator
 from pytorchrl.scheme.base.inference_servers import InferenceServers
-from pytorchrl.scheme.base.worker_set import FaultTolerance, WorkerSet, replica_ordinal
+from pytorchrl.scheme.base.worker_set import FaultTolerance, WorkerSet, pass_on, replica_ordinal
 from pytorchrl.scheme.collection.collection_worker import CollectionWorker
 from pytorchrl.scheme.collection.thin_worker import Deferred, generation_kwargs, make_collection_worker, thin_recorder_factory
 from pytorchrl.utils.arrays import to_arrays, to_tensors
@@ -115,6 +115,9 @@ class CollectionWorkerSet:
         self.workers: WorkerSet[CollectionWorker] = WorkerSet(
             factory, num_remote=num_workers, resources=resources, compress=compress, fault=fault, name="collection worker"
         )
+        # joiners (replacements, added workers) normalise with a collecting worker's statistics, not
+        # fresh ones (observations at mean 0 and std 1 would be far from what the policy learned on)
+        self.workers.on_join = functools.partial(pass_on, self.workers, get="running_statistics", put="adopt_statistics", control=True)
         # run.eval_parallel: a remote twin of the local worker as it is when it does not collect (its test envs seeded alike)
         self._evaluator_factory = functools.partial(
             _make_collection_worker, worker_kwargs=worker_kwargs, offset=index_offset, local_collects=False, set_generation=seed_generation
@@ -376,6 +379,29 @@ class CollectionWorkerSet:
         if self.statistics_from is not None:
             return self.statistics_from()
         return self._ask_any("normalization_state") if self.remote else self.local_worker.normalization_state()
+
+    def running_statistics(self) -> dict[str, Any]:
+        """The normalisers' statistics of a collecting worker of this set (see
+        :meth:`VecEnv.running_statistics <pytorchrl.envs.vec_env.VecEnv.running_statistics>`;
+        empty without normalisation or without an answer)."""
+        if not self.remote:
+            return self.local_worker.running_statistics()
+        ws = self.workers
+        for worker in list(ws.remote_workers):
+            ok, statistics = ws.try_get(ws.call(worker, "running_statistics", control=True))
+            if ok:
+                return statistics
+        return {}
+
+    def adopt_statistics(self, statistics: dict[str, Any]) -> None:
+        """Every collecting worker of this set normalises with ``statistics`` from here on (a
+        remote gradient worker that replaced a dead one takes a surviving one's)."""
+        if not self.remote:
+            self.local_worker.adopt_statistics(statistics)
+            return
+        ws = self.workers
+        for ref in [ws.call(w, "adopt_statistics", statistics) for w in ws.remote_workers]:
+            ws.try_get(ref)  # a worker that dies meanwhile is found, and replaced, at its next call
 
     def _take_remote_statistics(self) -> None:
         """When the local worker has no train envs, give it a collecting worker's observation

@@ -33,7 +33,29 @@ from pytorchrl.utils.arrays import as_numpy
 from pytorchrl.utils.seeding import ACTING_ROLE, derive_seed, generation_seed
 
 
-class ThinCollectionWorker:
+class TrainEnvStatistics:
+    """The normaliser statistics of a collection worker's train envs (``self.envs``, None on a
+    worker that does not collect), shared by the torch and the thin workers."""
+
+    envs: Any
+
+    def normalization_state(self) -> dict[str, Any] | None:
+        """The train envs' observation statistics (None without normalisation)."""
+        rms = None if self.envs is None or self.envs.obs_normalizer is None else self.envs.obs_normalizer.rms
+        return None if rms is None else rms.state_dict()
+
+    def running_statistics(self) -> dict[str, Any]:
+        """The train envs' normalisers' statistics (see :meth:`VecEnv.running_statistics <pytorchrl.envs.vec_env.VecEnv.running_statistics>`)."""
+        return {} if self.envs is None else self.envs.running_statistics()
+
+    def adopt_statistics(self, state: dict[str, Any]) -> None:
+        """Normalise the train envs with another worker's statistics from here on (a worker
+        that joins a run mid-way: a replacement, or one added)."""
+        if self.envs is not None:
+            self.envs.adopt_statistics(state)
+
+
+class ThinCollectionWorker(TrainEnvStatistics):
     """Steps a train :class:`~pytorchrl.envs.vec_env.VecEnv`, acts through an
     :class:`~pytorchrl.scheme.inference.array_policy.ArrayPolicy`, records in a
     :class:`~pytorchrl.agent.storages.on_policy.recorder.RolloutRecorder` (or its replay twin,
@@ -88,11 +110,6 @@ class ThinCollectionWorker:
     def preempt(self, round_id: int) -> None:
         """End round ``round_id``'s rollout early (called while :meth:`collect_data` runs)."""
         self._preempted = round_id
-
-    def normalization_state(self) -> dict[str, Any] | None:
-        """The train envs' observation statistics (None without normalisation)."""
-        rms = None if self.envs.obs_normalizer is None else self.envs.obs_normalizer.rms
-        return None if rms is None else rms.state_dict()
 
     def state_dict(self) -> dict[str, Any]:
         """As a :class:`~.collection_worker.CollectionWorker`'s, in numpy."""

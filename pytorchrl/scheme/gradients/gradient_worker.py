@@ -161,6 +161,14 @@ class GradientWorker:
     def num_collection_workers(self) -> int:
         return self.col_workers.num_remote_workers
 
+    def running_statistics(self) -> dict[str, Any]:
+        """Its collection workers' normalisers' statistics (:meth:`CollectionWorkerSet.running_statistics`)."""
+        return self.col_workers.running_statistics()
+
+    def adopt_statistics(self, statistics: dict[str, Any]) -> None:
+        """Its collection workers normalise with ``statistics`` from here on (a replacement's)."""
+        self.col_workers.adopt_statistics(statistics)
+
     def normalization_state(self) -> dict[str, Any] | None:
         """This worker's collection workers' observation statistics (see :meth:`CollectionWorkerSet.normalization_state`)."""
         return self.col_workers.normalization_state()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from pytorchrl.scheme.base.worker_set import FaultTolerance, WorkerSet, replica_ordinal
+from pytorchrl.scheme.base.worker_set import FaultTolerance, WorkerSet, pass_on, replica_ordinal
 from pytorchrl.scheme.gradients.gradient_worker import GradientWorker
 from pytorchrl.utils.seeding import generation_seed
 
@@ -46,6 +46,9 @@ class GradientWorkerSet:
         self.workers: WorkerSet[GradientWorker] = WorkerSet(
             factory, num_remote=num_workers, resources=resources, compress=compress, fault=fault, name="gradient worker"
         )
+        # a replacement's new collection workers normalise with a surviving replica's statistics,
+        # not fresh ones (its weights and optimizer come from the master: UpdateWorker)
+        self.workers.on_join = functools.partial(pass_on, self.workers, get="running_statistics", put="adopt_statistics")
 
     @property
     def local_worker(self) -> GradientWorker:
