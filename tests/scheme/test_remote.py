@@ -351,3 +351,16 @@ def test_remote_td3_replicas_end_the_masters_warm_up_and_step_its_policy(ray_ses
         assert not torch.equal(policy, master.actor.policy_head.weight)
     finally:
         learner.close()
+
+
+def test_hyperparameters_changed_mid_run_reach_the_remote_gradient_workers(ray_session):
+    """The replicas compute the losses, so a changed ``clip_range`` must reach them (the master's
+    state they reload carries the learning rate only); PPO reports the clip range it used."""
+    learner, info = train_updates({"num_grad_workers": 2}, 2)
+    try:
+        assert info["clip_range"] == pytest.approx(0.2)
+        learner.scheme.update_worker.set_hyperparameters({"clip_range": 0.05, "lr": 1e-4})
+        info = learner.step()
+        assert info["clip_range"] == pytest.approx(0.05) and info["lr"] == pytest.approx(1e-4)
+    finally:
+        learner.close()

@@ -173,9 +173,13 @@ class GradientWorker:
         """This worker's collection workers' observation statistics (see :meth:`CollectionWorkerSet.normalization_state`)."""
         return self.col_workers.normalization_state()
 
-    def load_algorithm_state(self, state: dict[str, Any]) -> None:
-        """Take the master's weights, optimizer state and version (identical replicas)."""
+    def load_algorithm_state(self, state: dict[str, Any], hyperparameters: dict[str, Any] | None = None) -> None:
+        """Take the master's weights, optimizer state and version (identical replicas), and the
+        tunable hyper-parameters the master changed since the start (the state holds only the
+        learning rate)."""
         self.algo.load_state_dict(state)
+        if hyperparameters:
+            self.algo.set_hyperparameters(hyperparameters)
 
     def state_dict(self) -> dict[str, Any]:
         return {"algorithm": self.algo.state_dict(), **self.collection_state_dict()}

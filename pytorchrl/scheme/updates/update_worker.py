@@ -42,6 +42,7 @@ class UpdateWorker:
         self._pending: dict[Any, Any] = {}
         self._average: Any = None  # decentralised: the averaged gradient replicas apply next
         self.lost_batches = 0  # gradients lost with a dead gradient worker
+        self._hyperparameters: dict[str, Any] = {}  # changed since the start: every replica takes them with the master's state
 
     @property
     def remote(self) -> bool:
@@ -73,8 +74,9 @@ class UpdateWorker:
         return info
 
     def _load_master(self, worker: Any) -> None:
-        """Give a gradient worker the master's weights, optimizer state and version."""
-        ok, reason = self._workers.try_get(self._workers.call(worker, "load_algorithm_state", self.algo.state_dict()))
+        """Give a gradient worker the master's weights, optimizer state and version, and the
+        hyper-parameters changed since the start (:meth:`set_hyperparameters`)."""
+        ok, reason = self._workers.try_get(self._workers.call(worker, "load_algorithm_state", self.algo.state_dict(), self._hyperparameters))
         if not ok:
             self._workers.fail(worker, reason)
 
@@ -178,9 +180,12 @@ class UpdateWorker:
         self._progress = progress
 
     def set_hyperparameters(self, values: dict[str, Any]) -> None:
-        """Change the master's tunable hyper-parameters; remote gradient workers reload the
-        master's state (weights, optimizer, learning rate) before their next step."""
+        """Change the tunable hyper-parameters of the master and of every remote gradient worker:
+        before its next step each reloads the master's state (weights, optimizer, learning rate)
+        and takes the values changed so far (their losses read ``clip_range``, ``ent_coef`` and
+        the like, which that state does not carry), as a replacement does when it joins."""
         self.algo.set_hyperparameters(values)
+        self._hyperparameters.update(values)
         self._replicas_synced = False
 
     def state_dict(self) -> dict[str, Any]:
