@@ -227,6 +227,13 @@ def _check_inference(scheme: SchemeConfig) -> None:
             f"config key 'scheme.inference' = 'central' with scheme.num_grad_workers = {scheme.num_grad_workers}: central inference "
             "serves the collection workers of one learner; set scheme.num_grad_workers = 0 (or use inference 'local')"
         )
+    sync_every, lag = scheme.inference_server.weight_sync_every, scheme.max_policy_lag
+    if scheme.col_communication == "asynchronous" and lag is not None and lag < sync_every - 1:
+        # the servers may stay sync_every - 1 versions behind while collect() waits: every rollout dropped, none kept
+        raise ConfigError(
+            f"config key 'scheme.max_policy_lag' = {lag} is below scheme.inference_server.weight_sync_every - 1 = {sync_every - 1}: "
+            f"the servers may act that many versions behind, so every rollout would be dropped; allowed: >= {sync_every - 1} (or null)"
+        )
 
 
 def _check_sequences(config: Config) -> None:

@@ -347,6 +347,7 @@ def _start_inference(config: SchemeConfig, actor_factory: Callable[..., Any]) ->
     server_factory = functools.partial(
         InferenceServer, actor_factory, device="cuda" if server.num_gpus else "cpu",
         max_batch_size=server.max_batch_size, max_wait_ms=server.max_wait_ms,
+        score_while_acting=config.col_communication == "asynchronous",  # weights change under a rollout in progress
     )
     return InferenceServers(
         server_factory, num_servers=server.num_servers, num_clients=config.num_col_workers,

@@ -124,6 +124,8 @@ def test_remote_workers_act_with_the_servers_weights_of_the_round_and_hold_no_to
         learner.step()
         col = learner.scheme.collection_workers
         assert type(col.local_worker.policy).__name__ == "LocalPolicy"  # evaluation keeps a local copy
+        for name in learner.scheme.inference.names:  # synchronous rounds hold the weights: an MLP scores its rollouts at their end
+            assert compression.unpack(call_surviving(name, lambda h: h.call.remote("array_spec"), 30)) == {"scores_while_acting": False}
         assert col.thin and col.workers.call_all("imports_torch") == [False, False]
         for name in learner.scheme.inference.names:
             weights = compression.unpack(call_surviving(name, lambda h: h.call.remote("get_weights"), 30))
@@ -151,10 +153,16 @@ def test_weight_sync_every_holds_the_servers_weights_back_and_policy_lag_counts_
 
 
 def test_asynchronous_collection_trains_and_logs_policy_lag(ray_session):
+    """Asynchronous collection changes the servers' weights under rollouts in progress, so the
+    workers score each step as they act (the MLP actor would score its rollout when it ends,
+    with whatever weights the servers hold then: log-probabilities of weights that never acted)."""
     scheme = {**CENTRAL, "col_communication": "asynchronous"}
     algorithm = {"name": "appo", "num_epochs": 1, "minibatch_size": 128, "lr": 1e-3}
     learner, infos = train(scheme, 10, algorithm=algorithm)
     try:
+        for name in learner.scheme.inference.names:
+            spec = compression.unpack(call_surviving(name, lambda h: h.call.remote("array_spec"), 30))
+            assert spec == {"scores_while_acting": True}
         assert learner.scheme.algorithm.version == 10
         lags = [i["policy_lag_mean"] for i in infos if "policy_lag_mean" in i]
         assert lags and all(lag >= 0 for lag in lags)
@@ -230,6 +238,8 @@ CARTPOLE = "configs/ppo/cartpole.yaml"
          "'scheme.inference_server.max_wait_ms' = -1.0 is out of range"),
         (["scheme.inference=central", "scheme.num_col_workers=1", "scheme.num_grad_workers=1"], "central inference serves the collection workers of one learner; set scheme.num_grad_workers = 0"),
         (["scheme.inference=centre"], "'scheme.inference' = 'centre' is not allowed"),
+        (["scheme.inference=central", "scheme.num_col_workers=1", "scheme.col_communication=asynchronous", "scheme.inference_server.weight_sync_every=4",
+          "scheme.max_policy_lag=2"], "'scheme.max_policy_lag' = 2 is below scheme.inference_server.weight_sync_every - 1 = 3"),
         (["scheme.inference=central", "scheme.num_col_workers=1", "scheme.inference_server.num_cpus=64"],
          "one inference server asks for 64 CPU"),
     ],

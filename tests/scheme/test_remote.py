@@ -135,6 +135,28 @@ def test_async_collection_drops_batches_older_than_max_policy_lag(ray_session):
         learner.close()
 
 
+def test_rollouts_dropped_for_policy_lag_still_count_their_env_steps(ray_session):
+    """A dropped rollout's data is not trained on, but its env steps and episodes happened: they
+    count in ``env_steps`` (and so ``target_steps``) and the return statistics. A new version
+    before every collection makes the other worker's rollout one version too old."""
+    learner = make_learner({"num_col_workers": 2, "col_communication": "asynchronous", "max_policy_lag": 0})
+    try:
+        col = learner.scheme.collection_workers
+        weights = learner.scheme.algorithm.get_weights(acting=True)
+        steps, calls = 0, 0
+        for version in range(1, 40):
+            col.sync_weights(weights, version)
+            _, info = col.collect()
+            steps, calls = steps + info["env_steps"], calls + 1
+            assert set(info["policy_lags"]) == {0}  # the dropped ones' lag is not what training used
+            if col.dropped_batches >= 2:
+                break
+        assert col.dropped_batches >= 2
+        assert steps == 4 * 16 * (calls + col.dropped_batches)  # 4 envs x 16 steps a rollout, the dropped ones too
+    finally:
+        learner.close()
+
+
 def test_async_collection_logs_policy_lag(ray_session):
     learner = make_learner({"num_col_workers": 2, "col_communication": "asynchronous"})
     try:

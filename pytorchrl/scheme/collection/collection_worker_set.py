@@ -132,6 +132,7 @@ class CollectionWorkerSet:
         self.preempted_batches = 0
         self.lost_batches = 0
         self._retiring: set[Any] = set()  # asynchronous: removed workers whose last rollout is under way
+        self._spent: list[dict[str, Any]] = []  # asynchronous: the infos of rollouts dropped for policy lag
         # collect() holds it: add_workers/remove_workers from another thread wait for the round's end
         self._lock = threading.RLock()
 
@@ -167,6 +168,7 @@ class CollectionWorkerSet:
             counts = (self.dropped_batches, self.preempted_batches, self.lost_batches)
             results = self._collect_sync() if self.communication == "synchronous" else self._collect_async(version)
             info = merge_collection_info([i for _, i in results], current_version=version)
+            self._count_spent(info)
             info["dropped_batches"] = self.dropped_batches - counts[0]
             info["preempted_batches"] = self.preempted_batches - counts[1]
             info["lost_batches"] = self.lost_batches - counts[2]
@@ -213,6 +215,18 @@ class CollectionWorkerSet:
                     for ref in list(pending):
                         self._lose(pending.pop(ref), "no answer to a preemption within scheme.worker_timeout_s")
         return results
+
+    def _count_spent(self, info: dict[str, Any]) -> None:
+        """Add what the rollouts dropped for policy lag spent to ``info``: their env steps, the
+        episodes they finished and their env restarts happened all the same (the data is what
+        is dropped), so ``env_steps``, ``target_steps`` and the return statistics count them;
+        their lag does not enter ``policy_lags`` (what training used)."""
+        for spent in self._spent:
+            info["env_steps"] += spent["env_steps"]
+            info["episode_returns"] += spent["episode_returns"]
+            info["episode_lengths"] += spent["episode_lengths"]
+            info["env_restarts"] += spent.get("env_restarts", 0)
+        self._spent.clear()
 
     def _take(self, ref: Any, worker: Any, results: list[Any]) -> bool:
         """Append the result of ``ref`` to ``results``; a dead worker is replaced instead."""
@@ -267,6 +281,7 @@ class CollectionWorkerSet:
                 ws.kill(worker)
             if self.max_policy_lag is not None and version - info["policy_version"] > self.max_policy_lag:
                 self.dropped_batches += 1
+                self._spent.append(info)
                 if not retiring:
                     self._submit(worker)
                 continue

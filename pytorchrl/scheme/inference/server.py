@@ -48,7 +48,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -213,10 +213,15 @@ class InferenceServer:
     :param max_batch_size: observation rows that start a batch at once; a batch takes whole
         requests, never more rows than this (unless one request alone has more).
     :param max_wait_ms: the longest the first queued request waits for others.
+    :param score_while_acting: clients score every step as they act (log-probabilities and
+        values of the weights that acted), even where the actor would score the rollout once it
+        ends: asynchronous collection, whose weights change under a rollout in progress (scored
+        afterwards, its steps would carry the log-probabilities of weights that never acted).
     """
 
     def __init__(
-        self, actor_factory: Callable[..., Any], *, device: str = "cpu", max_batch_size: int = 256, max_wait_ms: float = 1.0
+        self, actor_factory: Callable[..., Any], *, device: str = "cpu", max_batch_size: int = 256, max_wait_ms: float = 1.0,
+        score_while_acting: bool = False,
     ) -> None:
         if max_batch_size < 1 or max_wait_ms < 0:
             raise ValueError(f"need max_batch_size >= 1 and max_wait_ms >= 0, got {max_batch_size} and {max_wait_ms}")
@@ -224,6 +229,8 @@ class InferenceServer:
         self.max_batch_size, self.max_wait_s = max_batch_size, max_wait_ms / 1e3
         actor = actor_factory(self.device)
         self.spec: PolicySpec = policy_spec(actor)
+        if score_while_acting and not self.spec.scores_while_acting:
+            self.spec = replace(self.spec, scores_while_acting=True)
         self.policy = LocalPolicy(actor)
         self._log_std: torch.Tensor | None = actor.action_head.log_std if self.spec.noise_scaled_by_std else None
         self._settings: dict[int, tuple[tuple[str, Any], ...]] = {}  # per worker: its COLLECTOR_ATTRIBUTES
