@@ -37,6 +37,7 @@ import contextlib
 import csv
 import dataclasses
 import difflib
+import functools
 import json
 import math
 import os
@@ -192,6 +193,26 @@ def tune_domains(parsed: dict[str, tuple[str, Any]]) -> dict[str, Any]:
     return domains
 
 
+def pbt_mutations(parsed: dict[str, tuple[str, Any]]) -> dict[str, Any]:
+    """What PBT perturbs, as it perturbs each kind: a ``choice`` as the list of its values (PBT
+    shifts a value to a neighbour or resamples; given a domain it multiplied the value by 0.8 or
+    1.2, off the list, and failed on a string or null), the ranges as their domains."""
+    domains = tune_domains(parsed)
+    return {key: list(arg) if dist == "choice" else domains[key] for key, (dist, arg) in parsed.items()}
+
+
+def within_space(config: dict[str, Any], *, parsed: dict[str, tuple[str, Any]]) -> dict[str, Any]:
+    """PBT's explore step, kept inside the space: a range's value multiplied by 0.8 or 1.2 is
+    clipped to the range (``randint``: an integer below its upper bound), so a perturbed trial
+    never asks for a value the space, and often the config, does not allow."""
+    for key, (dist, arg) in parsed.items():
+        if dist in ("uniform", "loguniform") and key in config:
+            config[key] = min(max(float(config[key]), float(arg[0])), float(arg[1]))
+        elif dist == "randint" and key in config:
+            config[key] = min(max(round(float(config[key])), int(float(arg[0]))), int(float(arg[1])) - 1)
+    return config
+
+
 def check_pbt_keys(parsed: dict[str, tuple[str, Any]], algorithm: str) -> None:
     """PBT perturbs a running trial: only hyper-parameters its algorithm can change mid-run."""
     from pytorchrl.agent.algorithms import ALGORITHMS
@@ -212,16 +233,28 @@ def check_pbt_keys(parsed: dict[str, tuple[str, Any]], algorithm: str) -> None:
 # ----------------------------------------------------------------------------- the trial
 
 
+#: the reported count of PBT's perturbation intervals, PBT's ``time_attr`` (one interval = 1)
+PBT_TIME = "pbt_intervals"
+
+
 class TuneReporter:
     """A learner writer that reports each log row with the metric to Ray Tune, with a
     checkpoint of the learner on the first report of every ``checkpoint_every`` env steps (PBT's
-    perturbation interval: one checkpoint per decision, not one per report)."""
+    perturbation interval: one checkpoint per decision, not one per report).
 
-    def __init__(self, learner: Any, metric: str, checkpoint_every: int | None = None) -> None:
+    PBT decides at the first report of each interval too: the rows carry :data:`PBT_TIME`
+    (``env_steps // checkpoint_every``), its ``time_attr``, with a perturbation interval of 1.
+    (With ``env_steps`` and the interval in steps, PBT counted from the steps of its last
+    decision, off the checkpoints' grid, and skipped the exploits that found no checkpoint.) A
+    trial restarted from another's checkpoint checkpoints at its first report: PBT may decide
+    there, when the source was an interval ahead of it.
+    """
+
+    def __init__(self, learner: Any, metric: str, checkpoint_every: int | None = None, *, restored: bool = False) -> None:
         self.learner = learner
         self.metric = metric
         self.checkpoint_every = checkpoint_every
-        self._bucket = learner.env_steps // checkpoint_every if checkpoint_every else 0
+        self._bucket = learner.env_steps // checkpoint_every - int(restored) if checkpoint_every else 0
 
     def write(self, row: dict[str, Any]) -> None:
         from ray import tune as ray_tune
@@ -231,6 +264,8 @@ class TuneReporter:
             return
         metrics = {k: v for k, v in row.items() if v is not None}
         bucket = row["env_steps"] // self.checkpoint_every if self.checkpoint_every else 0
+        if self.checkpoint_every:
+            metrics[PBT_TIME] = bucket
         if bucket <= self._bucket:
             ray_tune.report(metrics)
             return
@@ -263,7 +298,7 @@ def run_trial(params: dict[str, Any], *, base: dict[str, Any], root: str, metric
             with checkpoint.as_directory() as directory:
                 state, _ = load_checkpoint(Path(directory) / _CHECKPOINT, RUN_STATE_KEYS)
             restore(learner, state, params)
-        learner.writers.append(TuneReporter(learner, metric, checkpoint_every))
+        learner.writers.append(TuneReporter(learner, metric, checkpoint_every, restored=checkpoint is not None))
         if checkpoint is not None:
             learner.continue_round(run_dir / "progress.csv")
         learner.train(stop_signals=False)  # the trial's process is a Ray worker: its SIGTERM is Ray's
@@ -356,14 +391,15 @@ def tune(
         print(f"pytorchrl: tune: {samples} samples ({scheduler}) into {root}; starting Ray", file=sys.stderr, flush=True)
     configure_ray(address=address or base_config.scheme.ray.address, num_cpus=base_config.scheme.ray.num_cpus)
     ensure_ray()
-    check_trial_fits(base_config, trial_cpus)
+    for shape in trial_shapes(base, parsed):  # the base config, and each value of a key that sizes a trial
+        check_trial_fits(shape, trial_cpus)
     make_dir(root, where)
     start = time.perf_counter()
     report_every = run.eval_every or run.log_every
     interval = (2 * report_every if perturbation_interval is None else perturbation_interval) if scheduler == "pbt" else None
     trainable = ray_tune.with_resources(
         ray_tune.with_parameters(run_trial, base=base, root=str(root), metric=metric, checkpoint_every=interval),
-        trial_resources(base_config, trial_cpus),
+        functools.partial(trial_resources_of, base=base, learner_cpus=trial_cpus),  # per trial: its values may size it
     )
     tuner = ray_tune.Tuner(
         trainable,
@@ -481,6 +517,28 @@ def _legacy_tune_output() -> Iterator[None]:
             os.environ["RAY_AIR_NEW_OUTPUT"] = previous
 
 
+def trial_resources_of(params: dict[str, Any], *, base: dict[str, Any], learner_cpus: float | None = None) -> Any:
+    """:func:`trial_resources` of the trial with ``params`` (a space may set its worker counts,
+    their resources, ``run.torch_threads`` or ``run.device``)."""
+    return trial_resources(from_dict(set_values(base, params)), learner_cpus)
+
+
+#: the config keys (and sections) whose values change what a trial reserves
+_SIZING = ("scheme.", "run.torch_threads", "run.device")
+
+
+def trial_shapes(base: dict[str, Any], parsed: dict[str, tuple[str, Any]]) -> list[Config]:
+    """The base config, and one config per value a sizing key of the space can take (a
+    ``choice``'s or ``grid``'s values, a range's ends), the others at the base's: what
+    :func:`check_trial_fits` checks before the search starts."""
+    shapes = [from_dict(base)]
+    for key, (dist, arg) in parsed.items():
+        if key.startswith(_SIZING):
+            values = list(arg) if dist in ("choice", "grid") else [arg[0], int(float(arg[1])) - 1 if dist == "randint" else arg[1]]
+            shapes += [from_dict(set_values(base, {key: value})) for value in values]
+    return shapes
+
+
 def trial_resources(config: Config, learner_cpus: float | None = None) -> Any:
     """A Tune placement group for one trial: its learner (``learner_cpus``, default
     ``run.torch_threads``), then each remote worker's bundle."""
@@ -520,11 +578,13 @@ def _scheduler(name: str, config: Config, parsed: dict[str, tuple[str, Any]], in
     report_every = run.eval_every or run.log_every
     if name == "asha":
         grace = max(report_every, run.target_steps // 8) if grace is None else grace
-        return ASHAScheduler(time_attr="env_steps", max_t=run.target_steps, grace_period=grace, reduction_factor=2)
+        # stop_last_trials False: a trial that reaches target_steps ends its run (summary.json, final checkpoint)
+        return ASHAScheduler(time_attr="env_steps", max_t=run.target_steps, grace_period=grace, reduction_factor=2, stop_last_trials=False)
     if name == "pbt":
         return PopulationBasedTraining(
-            time_attr="env_steps", perturbation_interval=interval or 2 * report_every,
-            hyperparam_mutations=tune_domains(parsed), quantile_fraction=0.25, resample_probability=0.25,
+            time_attr=PBT_TIME, perturbation_interval=1,  # the checkpoints' grid: TuneReporter
+            hyperparam_mutations=pbt_mutations(parsed), custom_explore_fn=functools.partial(within_space, parsed=parsed),
+            quantile_fraction=0.25, resample_probability=0.25,
         )
     return FIFOScheduler()
 

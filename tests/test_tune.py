@@ -186,6 +186,69 @@ def test_a_trial_reserves_its_learner_and_each_remote_worker():
     assert trial_resources(load_config(CONFIGS / "ppo" / "cartpole.yaml"), 0.5).bundles == [{"CPU": 0.5}]
 
 
+def test_a_trials_values_size_its_placement_group():
+    """A space that sets the worker count gives each trial the group its own values need."""
+    from pytorchrl.tuning import trial_resources_of
+
+    assert trial_resources_of({"scheme.num_col_workers": 2}, base=BASE).bundles == [{"CPU": 1.0}, {"CPU": 1.0}, {"CPU": 1.0}]
+    assert trial_resources_of({"algorithm.lr": 1e-3}, base=BASE).bundles == [{"CPU": 1.0}]
+
+
+def test_a_space_whose_worker_count_cannot_fit_is_checked_at_its_largest_value():
+    from pytorchrl.tuning import trial_shapes
+
+    parsed = check_space({"scheme.num_col_workers": {"choice": [0, 4]}, "algorithm.lr": {"loguniform": [1e-4, 1e-3]}}, BASE)
+    assert [c.scheme.num_col_workers for c in trial_shapes(BASE, parsed)] == [0, 0, 4]
+    parsed = check_space({"scheme.num_col_workers": {"randint": [1, 5]}}, BASE)
+    assert [c.scheme.num_col_workers for c in trial_shapes(BASE, parsed)] == [0, 1, 4]
+
+
+def test_pbt_shifts_a_choice_along_its_values_and_keeps_ranges_inside_their_bounds():
+    """Given a domain, Ray's PBT multiplied a choice's value by 0.8 or 1.2 (off the list; a
+    string or null failed); a range's perturbed value could leave the range and the config's bounds."""
+    import random
+
+    from ray.tune.schedulers.pbt import _explore
+
+    from pytorchrl.tuning import pbt_mutations, within_space
+
+    parsed = check_space(
+        {"algorithm.target_kl": {"choice": [None, 0.01, 0.02]}, "algorithm.clip_range": {"uniform": [0.1, 0.3]}, "algorithm.num_epochs": {"randint": [2, 5]}},
+        BASE,
+    )
+    mutations = pbt_mutations(parsed)
+    assert mutations["algorithm.target_kl"] == [None, 0.01, 0.02]
+    random.seed(0)
+    config = {"algorithm.target_kl": 0.01, "algorithm.clip_range": 0.3, "algorithm.num_epochs": 4}
+    for _ in range(50):
+        explored, _ = _explore(config, mutations, 0.25, (1.2, 0.8), lambda c: within_space(c, parsed=parsed))
+        assert explored["algorithm.target_kl"] in (None, 0.01, 0.02)
+        assert 0.1 <= explored["algorithm.clip_range"] <= 0.3
+        assert explored["algorithm.num_epochs"] in (2, 3, 4)
+
+
+def test_pbt_decides_and_checkpoints_on_one_grid_of_intervals(monkeypatch, tmp_path):
+    """Every report carries the interval count PBT decides on, and the first report of each
+    interval carries a checkpoint; a trial restored from another's checkpoints at its first report."""
+    from ray import tune as ray_tune
+
+    from pytorchrl.tuning import PBT_TIME, TuneReporter
+
+    reports = []
+    monkeypatch.setattr(ray_tune, "report", lambda metrics, checkpoint=None: reports.append((metrics[PBT_TIME], checkpoint is not None)))
+    learner = type("L", (), {"env_steps": 0, "checkpoint": lambda self, path: path.mkdir()})()
+    reporter = TuneReporter(learner, "eval_return_mean", 1000)
+    for steps in (400, 800, 1200, 1600, 2000, 3100):
+        reporter.write({"env_steps": steps, "eval_return_mean": 1.0})
+    assert reports == [(0, False), (0, False), (1, True), (1, False), (2, True), (3, True)]
+    reports.clear()
+    learner.env_steps = 2000
+    restored = TuneReporter(learner, "eval_return_mean", 1000, restored=True)
+    for steps in (2000, 2400, 3000):
+        restored.write({"env_steps": steps, "eval_return_mean": 1.0})
+    assert reports == [(2, True), (2, False), (3, True)]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(420)  # past the worker start-up limit (300 s): a worker that never starts fails the trial with its reason
 def test_a_trial_with_a_remote_worker_runs_inside_its_placement_group(tmp_path, idle_ray):
