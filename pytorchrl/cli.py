@@ -319,13 +319,20 @@ def _plot(args: argparse.Namespace) -> int:
 
 def _tune(args: argparse.Namespace) -> int:
     from pytorchrl.tuning import format_table, tune
+    from pytorchrl.utils.streams import stdout_to_stderr
 
     _check_overrides(args.overrides)
-    result = tune(
-        args.config, args.space, directory=args.dir, samples=args.samples, scheduler=args.scheduler, metric=args.metric,
-        overrides=args.overrides, address=args.address, perturbation_interval=args.perturbation_interval, grace_steps=args.grace_steps,
-        trial_cpus=args.trial_cpus,
-    )
+    with stdout_to_stderr():  # stdout is the JSON result alone: the trials' worker output goes to stderr, as train's does
+        ray_before = _ray_running()
+        try:
+            result = tune(
+                args.config, args.space, directory=args.dir, samples=args.samples, scheduler=args.scheduler, metric=args.metric,
+                overrides=args.overrides, address=args.address, perturbation_interval=args.perturbation_interval, grace_steps=args.grace_steps,
+                trial_cpus=args.trial_cpus,
+            )
+        finally:
+            if not ray_before and _ray_running():  # stopping, Ray prints its last worker lines to sys.stdout
+                sys.modules["ray"].shutdown()
     print(format_table(result, args.metric), file=sys.stderr)
     print(f"pytorchrl: best trial {result.best_trial} ({args.metric} {result.best_metric:.6g}); wrote {result.best_config_path}", file=sys.stderr)
     print(json.dumps({

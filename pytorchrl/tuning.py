@@ -425,7 +425,7 @@ def tune(
     wall = time.perf_counter() - start
     results = [grid[i] for i in range(len(grid))]
     trials = _trial_rows(results, parsed, metric, root, run.target_steps)
-    ok = [t for t in trials if t[metric] is not None]
+    ok = [t for t in trials if t[metric] is not None and t["status"] != "error"]  # a trial that failed is no best
     if not ok:
         errors = [str(r.error).strip().splitlines()[-1] for r in results if r.error is not None]
         raise InputError(f"tune: no trial reported {metric!r}" + (f"; first error: {errors[0]}" if errors else ""))
@@ -554,11 +554,17 @@ def trial_resources(config: Config, learner_cpus: float | None = None) -> Any:
 
 
 def trial_groups(config: Config, learner_cpus: float | None = None) -> list[tuple[str, int, dict[str, Any]]]:
-    """``(name, count, resources)`` of what one trial reserves: its learner, then its remote workers."""
+    """``(name, count, resources)`` of what one trial reserves: its learner (with ``run.device:
+    cuda``, a GPU, less the share its central inference servers reserve on it; ``auto`` reserves
+    none, so Tune counts a learner's GPU only with ``cuda``), then its remote workers."""
     from pytorchrl.scheme.scheme import remote_worker_groups, with_server_gpus
 
-    learner = {"num_cpus": float(config.run.torch_threads if learner_cpus is None else learner_cpus)}
-    return [("trial learner (--trial-cpus)", 1, learner), *remote_worker_groups(with_server_gpus(config.scheme, config.run.device))]
+    scheme = with_server_gpus(config.scheme, config.run.device)
+    learner: dict[str, Any] = {"num_cpus": float(config.run.torch_threads if learner_cpus is None else learner_cpus)}
+    if config.run.device.startswith("cuda"):
+        servers = scheme.inference_server.num_servers * (scheme.inference_server.num_gpus or 0.0) if scheme.inference == "central" else 0.0
+        learner["num_gpus"] = max(0.0, 1.0 - servers)
+    return [("trial learner (--trial-cpus)", 1, learner), *remote_worker_groups(scheme)]
 
 
 def check_trial_fits(config: Config, learner_cpus: float | None = None) -> None:

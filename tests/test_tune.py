@@ -184,6 +184,10 @@ def test_a_trial_reserves_its_learner_and_each_remote_worker():
     config = load_config(CONFIGS / "ppo" / "cartpole.yaml", ["scheme.num_col_workers=2", "scheme.col_worker_resources.num_cpus=0.5"])
     assert trial_resources(config).bundles == [{"CPU": 1.0}, {"CPU": 0.5}, {"CPU": 0.5}]
     assert trial_resources(load_config(CONFIGS / "ppo" / "cartpole.yaml"), 0.5).bundles == [{"CPU": 0.5}]
+    # a CUDA learner reserves its GPU (Tune counted none), less what its central servers take on it
+    assert trial_resources(load_config(CONFIGS / "ppo" / "cartpole.yaml", ["run.device=cuda"])).bundles == [{"CPU": 1.0, "GPU": 1.0}]
+    central = load_config(CONFIGS / "ppo" / "cartpole.yaml", ["run.device=cuda", "scheme.inference=central", "scheme.num_col_workers=1"])
+    assert trial_resources(central).bundles == [{"CPU": 1.0, "GPU": 0.5}, {"CPU": 1.0}, {"CPU": 1.0, "GPU": 0.5}]
 
 
 def test_a_trials_values_size_its_placement_group():
