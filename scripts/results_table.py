@@ -122,6 +122,9 @@ class Run:
     env_steps: int
     wall_time_s: float
     machine: str
+    #: ``run.stop_at_return`` when the run stopped there: its final return is the evaluation that
+    #: first reached it (picked for being high), not an agent's at the budget
+    stopped_at: float | None = None
 
 
 #: a manifest entry's ``metric`` -> the progress.csv column it reads
@@ -149,6 +152,7 @@ def read_run(run_dir: Path, threshold: float | None, metric: str = "eval") -> Ru
         seed=int(config["run"]["seed"]), env_id=config["env"]["env_id"], algorithm=config["algorithm"]["name"],
         final_return=final, steps_to_threshold=reached, env_steps=int(summary["env_steps"]),
         wall_time_s=float(summary["wall_time_s"]), machine=summary.get("machine") or "not recorded",
+        stopped_at=config["run"].get("stop_at_return") if summary.get("stop_reason") == "stop_at_return" else None,
     )
 
 
@@ -230,10 +234,11 @@ def table_row(entry: dict[str, Any], runs: Sequence[Run], labels: tuple[str, str
         return row
     finals = [r.final_return for r in runs if r.final_return is not None]
     reached = [r.steps_to_threshold for r in runs if r.steps_to_threshold is not None]
-    steps = "" if entry.get("threshold") is None else (
-        f"{len(reached)}/{len(runs)} reached {_number(entry['threshold'])}" + (f", median {_number(statistics.median(reached))}" if reached else "")
-    )
+    steps = "" if entry.get("threshold") is None else f"{len(reached)}/{len(runs)} reached {_number(entry['threshold'])}" + _reached_at(reached, len(runs))
     measured = " (training, last 100 episodes)" if entry.get("metric") == "train" else ""
+    stopped = [r.stopped_at for r in runs if r.stopped_at is not None]
+    if stopped and entry.get("metric") != "train":  # the anchors are agents at their budget: say what this figure is
+        measured += f" ({len(stopped)}/{len(runs)} stopped at their first evaluation >= {_number(stopped[0])}: that evaluation)"
     row.update(
         env=runs[0].env_id, algorithm=runs[0].algorithm, seeds=", ".join(str(r.seed) for r in sorted(runs, key=lambda r: r.seed)),
         **{
@@ -245,6 +250,16 @@ def table_row(entry: dict[str, Any], runs: Sequence[Run], labels: tuple[str, str
         },
     )
     return row
+
+
+def _reached_at(reached: Sequence[int], seeds: int) -> str:
+    """When the seeds that reached the threshold did: the median over them, said to be over
+    those alone when some seeds never did (theirs is no step)."""
+    if not reached:
+        return ""
+    if len(reached) == 1 < seeds:
+        return f", at {_number(reached[0])}"
+    return f", median {_number(statistics.median(reached))}" + ("" if len(reached) == seeds else f" of those {len(reached)}")
 
 
 Roots = Path | Sequence[Path]
@@ -457,8 +472,13 @@ def missing_commands(manifest: Path, root: Roots, seeds: Sequence[int], repo: Pa
     return commands
 
 
+#: the stop reasons of a run that counts: it ran its budget, or stopped at its return target
+#: (not interrupted, out of time, or stopped by a non-finite update, with a stale last evaluation)
+FINISHED = ("target_steps", "stop_at_return")
+
+
 def _finished(summary: Path) -> bool:
-    return json.loads(summary.read_text()).get("stop_reason") != "interrupted"
+    return json.loads(summary.read_text()).get("stop_reason") in FINISHED
 
 
 class MarkerError(ValueError):

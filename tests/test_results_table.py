@@ -16,7 +16,7 @@ results_table = load_script("results_table")
 
 def _run(
     root: Path, name: str, seed: int, curve: list[tuple[int, float | None]], wall: float, machine: str = "CPU X, 2 cores",
-    overrides: tuple[str, ...] = (), train: list[float | None] | None = None,
+    overrides: tuple[str, ...] = (), train: list[float | None] | None = None, stop_reason: str = "target_steps",
 ) -> None:
     """A run directory of configs/ppo/cartpole.yaml (with ``overrides``), as ``train`` writes one;
     ``train``: a training-return column beside the curve, one value per row."""
@@ -34,16 +34,17 @@ def _run(
         rows = ["env_steps,train_return_mean,eval_return_mean"] + [f"{steps},{cell(t)},{cell(value)}" for (steps, value), t in zip(curve, train, strict=True)]
     (run / "progress.csv").write_text("\n".join(rows) + "\n")
     final = next(value for _, value in reversed(curve) if value is not None)
-    (run / "summary.json").write_text(json.dumps({"env_steps": curve[-1][0], "wall_time_s": wall, "final_eval_return_mean": final, "machine": machine}))
+    (run / "summary.json").write_text(json.dumps({
+        "env_steps": curve[-1][0], "wall_time_s": wall, "final_eval_return_mean": final, "machine": machine, "stop_reason": stop_reason,
+    }))
 
 
 def test_two_run_directories_make_exact_rows_and_a_config_without_runs_says_so(tmp_path):
     _run(tmp_path, "ppo-cartpole-seed0", 0, [(1000, 100.0), (2000, None), (3000, 480.0), (4000, 500.0)], 12.0)
     _run(tmp_path, "ppo-cartpole-seed1", 1, [(1000, 50.0), (2000, 200.0), (4000, 300.7)], 20.0)
     (tmp_path / "ppo-cartpole-seed2").mkdir()  # a run that never finished: no summary.json, not counted
-    _run(tmp_path, "ppo-cartpole-seed3", 3, [(1000, 10.0)], 5.0)  # stopped to be resumed: not counted either
-    summary = tmp_path / "ppo-cartpole-seed3" / "summary.json"
-    summary.write_text(json.dumps({**json.loads(summary.read_text()), "stop_reason": "interrupted"}))
+    _run(tmp_path, "ppo-cartpole-seed3", 3, [(1000, 10.0)], 5.0, stop_reason="interrupted")  # stopped to be resumed: not counted either
+    _run(tmp_path, "ppo-cartpole-seed4", 4, [(1000, 490.0)], 5.0, stop_reason="nonfinite_updates")  # diverged: its evaluation is stale
     manifest = tmp_path / "results.yaml"
     manifest.write_text(yaml.safe_dump([
         {"config": "configs/ppo/cartpole.yaml", "runs": "ppo-cartpole-seed*", "threshold": 475,
@@ -53,7 +54,7 @@ def test_two_run_directories_make_exact_rows_and_a_config_without_runs_says_so(t
     rows = results_table.results_table(manifest, tmp_path)
     assert rows[0] == {
         "env": "CartPole-v1", "algorithm": "ppo", "config": "configs/ppo/cartpole.yaml", "seeds": "0, 1",
-        "final return (median)": "400", "spread (min to max)": "301 to 500", "steps to threshold": "1/2 reached 475, median 3,000",
+        "final return (median)": "400", "spread (min to max)": "301 to 500", "steps to threshold": "1/2 reached 475, at 3,000",
         "wall-clock (median)": "16 s", "CPU": "CPU X, 2 cores", "anchor": "500 in 100,000 steps (zoo)", "anchor's protocol": "agent steps",
         "our protocol": "agent steps; deterministic evaluation, 10 episodes every 4,096 steps",  # from the config's run section
     }
@@ -61,6 +62,19 @@ def test_two_run_directories_make_exact_rows_and_a_config_without_runs_says_so(t
     assert (rows[1]["env"], rows[1]["algorithm"]) == ("Acrobot-v1", "ppo")  # named from the config
     text = results_table.markdown(rows)
     assert text.splitlines()[2].startswith("| CartPole-v1 | ppo | configs/ppo/cartpole.yaml | 0, 1 | 400 |")
+
+
+def test_a_run_stopped_at_its_return_target_says_its_final_figure_is_that_evaluation(tmp_path):
+    """A run stopped at the first evaluation at or above ``run.stop_at_return`` reports that
+    evaluation, which is picked for being high; the anchors are agents at their budget."""
+    _run(tmp_path, "ppo-cartpole-seed0", 0, [(1000, 100.0), (2000, 480.0)], 12.0, stop_reason="stop_at_return")
+    _run(tmp_path, "ppo-cartpole-seed1", 1, [(1000, 50.0), (4000, 470.0)], 20.0)
+    _run(tmp_path, "ppo-cartpole-seed2", 2, [(1000, 490.0), (4000, 495.0)], 20.0, stop_reason="stop_at_return")
+    manifest = tmp_path / "results.yaml"
+    manifest.write_text(yaml.safe_dump([{"config": "configs/ppo/cartpole.yaml", "runs": "ppo-cartpole-seed*", "threshold": 475}]))
+    (row,) = results_table.results_table(manifest, tmp_path)
+    assert row["final return (median)"] == "480 (2/3 stopped at their first evaluation >= 475: that evaluation)"
+    assert row["steps to threshold"] == "2/3 reached 475, median 1,500 of those 2"
 
 
 def test_the_shipped_manifest_names_shipped_configs():
@@ -134,7 +148,7 @@ def test_run_records_keep_the_row_when_the_run_directories_are_gone(tmp_path):
 
     shutil.rmtree(runs)
     assert results_table.main([str(manifest), "--root", str(records), "-o", str(table)]) == 0
-    assert table.read_text() == before and "| 0, 1 | 390 | 300 to 480 | 1/2 reached 475, median 3,000 |" in before
+    assert table.read_text() == before and "| 0, 1 | 390 | 300 to 480 | 1/2 reached 475, at 3,000 |" in before
 
     _run(runs, "ppo-cartpole-seed1", 1, [(1000, 500.0)], 1.0)  # a newer run of seed 1 beside its record
     assert results_table.results_table(manifest, [runs, records])[0]["final return (median)"] == "490"  # 480 and 500
@@ -216,7 +230,7 @@ def test_a_training_return_row_reads_the_training_column_and_says_so(tmp_path, c
     row = results_table.results_table(manifest, [runs])[0]
     assert row["final return (median)"] == "450 (training, last 100 episodes)"  # 460 and 440
     assert row["spread (min to max)"] == "440 to 460"
-    assert row["steps to threshold"] == "1/2 reached 450, median 3,000"
+    assert row["steps to threshold"] == "1/2 reached 450, at 3,000"
     manifest.write_text(yaml.safe_dump([entry]))  # the default: evaluations
     row = results_table.results_table(manifest, [runs])[0]
     assert (row["final return (median)"], row["steps to threshold"]) == ("485", "2/2 reached 450, median 2,000")
