@@ -101,7 +101,14 @@ def inapplicable_keys(config: Config, observation_space: gym.Space) -> list[tupl
     if config.run.eval_every == 0:
         found += _group(config.run, "run", ["eval_parallel"], "run.eval_every is 0: the one evaluation, at the end, is waited for")
     if not scheme.num_col_workers:
-        found += _group(scheme, "scheme", ["col_worker_resources"], "scheme.num_col_workers is 0")
+        found += _group(
+            scheme, "scheme", ["col_worker_resources", "col_communication", "fraction_workers", "fraction_samples", "max_policy_lag"],
+            "scheme.num_col_workers is 0",
+        )
+    elif scheme.col_communication == "asynchronous":
+        found += _group(scheme, "scheme", ["fraction_workers", "fraction_samples"], "scheme.col_communication is 'asynchronous': each rollout is taken as it arrives, none is preempted")
+    else:
+        found += _group(scheme, "scheme", ["max_policy_lag"], "scheme.col_communication is 'synchronous': every rollout of a round is kept")
     if not scheme.num_grad_workers:
         found += _group(scheme, "scheme", ["grad_worker_resources"], "scheme.num_grad_workers is 0")
     if scheme.inference == "local":

@@ -69,6 +69,15 @@ def test_defaults_and_keys_that_apply_do_not_warn():
         warn_inapplicable(from_dict(resumed), VECTOR)
 
 
+def test_collection_keys_apply_only_to_their_mode():
+    """Preemption is a synchronous round's, the lag bound an asynchronous collection's, and
+    neither applies when the driver's worker collects alone."""
+    remote = {"num_col_workers": 2}
+    assert _keys({"scheme": {**remote, "col_communication": "asynchronous", "fraction_workers": 0.5, "max_policy_lag": 4}}) == ["scheme.fraction_workers"]
+    assert _keys({"scheme": {**remote, "fraction_samples": 0.5, "max_policy_lag": 4}}) == ["scheme.max_policy_lag"]
+    assert _keys({"scheme": {"col_communication": "asynchronous", "max_policy_lag": 4}}) == ["scheme.col_communication", "scheme.max_policy_lag"]
+
+
 def test_a_run_saved_before_the_servers_gpu_default_was_null_does_not_warn():
     old = config_to_dict(from_dict({}))
     old["scheme"]["inference_server"]["num_gpus"] = 0.0  # its config.yaml

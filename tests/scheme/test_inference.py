@@ -280,6 +280,17 @@ def test_new_weights_never_mix_into_a_running_batch(make_server):
 # ------------------------------------------------------------------------------- (c) batching
 
 
+@pytest.mark.parametrize(("config", "scored"), [("ppo/cartpole.yaml", True), ("dqn/cartpole.yaml", False), ("sac/pendulum.yaml", False)])
+def test_asynchronous_collection_scores_on_policy_steps_as_they_are_acted(make_server, config, scored):
+    """Asynchronous collection changes the weights under a rollout, so an on-policy actor's
+    clients score each step as it is acted; a replay actor's are never scored (it has no
+    ``act_scored``: asked to score, its workers failed)."""
+    setup = Setup(config)
+    server = make_server(setup, score_while_acting=True)
+    assert server.spec.scores_while_acting is scored and server.array_spec() == {"scores_while_acting": scored}
+    assert make_server(setup).spec.scores_while_acting is False  # synchronous rounds: an MLP scores its rollout at the end
+
+
 def test_a_lone_request_is_answered_after_max_wait_ms(make_server):
     setup = Setup("ppo/cartpole.yaml")
     server = make_server(setup, max_batch_size=1000, max_wait_ms=50)

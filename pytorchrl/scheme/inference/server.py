@@ -213,9 +213,9 @@ class InferenceServer:
     :param max_batch_size: observation rows that start a batch at once; a batch takes whole
         requests, never more rows than this (unless one request alone has more).
     :param max_wait_ms: the longest the first queued request waits for others.
-    :param score_while_acting: clients score every step as they act (log-probabilities and
-        values of the weights that acted), even where the actor would score the rollout once it
-        ends: asynchronous collection, whose weights change under a rollout in progress (scored
+    :param score_while_acting: clients of an actor that scores (on-policy: ``act_scored``) score
+        every step as they act (log-probabilities and values of the weights that acted), even
+        where the actor would score the rollout once it ends: asynchronous collection, whose weights change under a rollout in progress (scored
         afterwards, its steps would carry the log-probabilities of weights that never acted).
     """
 
@@ -229,7 +229,7 @@ class InferenceServer:
         self.max_batch_size, self.max_wait_s = max_batch_size, max_wait_ms / 1e3
         actor = actor_factory(self.device)
         self.spec: PolicySpec = policy_spec(actor)
-        if score_while_acting and not self.spec.scores_while_acting:
+        if score_while_acting and not self.spec.scores_while_acting and hasattr(actor, "act_scored"):  # replay actors are not scored
             self.spec = replace(self.spec, scores_while_acting=True)
         self.policy = LocalPolicy(actor)
         self._log_std: torch.Tensor | None = actor.action_head.log_std if self.spec.noise_scaled_by_std else None
