@@ -402,18 +402,25 @@ class WorkerSet(Generic[W]):
             self.remote_workers, self._starting = [], {}
 
 
+def first_answer(workers: WorkerSet[Any], method: str, *, control: bool = False, skip: Sequence[Any] = ()) -> tuple[bool, Any]:
+    """``(True, answer)`` of the first active remote worker (not in ``skip``) that answers
+    ``method`` (no arguments; ``control``: beside a long call in progress), else ``(False,
+    None)``. One that fails is left to whoever replaces workers (it is found at its next call)."""
+    for worker in [w for w in workers.remote_workers if w not in skip]:
+        ok, value = workers.try_get(workers.call(worker, method, control=control))
+        if ok:
+            return True, value
+    return False, None
+
+
 def pass_on(workers: WorkerSet[Any], joined: list[Any], get: str, put: str, *, control: bool = False) -> None:
     """Give the workers that ``joined`` a running set what an established one has built up: the
-    answer of the first other worker to ``get`` (a method of no arguments; ``control``: asked
-    beside a long call in progress) goes to each joiner's ``put`` (nothing when it is empty, or
-    when no other worker answers). A joiner that dies meanwhile is found at its next call."""
-    for worker in [w for w in workers.remote_workers if w not in joined]:
-        ok, value = workers.try_get(workers.call(worker, get, control=control))
-        if ok:
-            if value:
-                for ref in [workers.call(w, put, value) for w in joined]:
-                    workers.try_get(ref)
-            return
+    :func:`first_answer` of another worker to ``get`` goes to each joiner's ``put`` (nothing
+    when it is empty, or when none answers). A joiner that dies meanwhile is found at its next call."""
+    _, value = first_answer(workers, get, control=control, skip=joined)
+    if value:
+        for ref in [workers.call(w, put, value) for w in joined]:
+            workers.try_get(ref)
 
 
 def failure_reason(error: BaseException) -> str:

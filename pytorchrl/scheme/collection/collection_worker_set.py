@@ -13,7 +13,7 @@ import torch
 
 from pytorchrl.scheme.base.evaluator import EvaluationRequest, Evaluator
 from pytorchrl.scheme.base.inference_servers import InferenceServers
-from pytorchrl.scheme.base.worker_set import FaultTolerance, WorkerSet, pass_on, replica_ordinal
+from pytorchrl.scheme.base.worker_set import FaultTolerance, WorkerSet, first_answer, pass_on, replica_ordinal
 from pytorchrl.scheme.collection.collection_worker import CollectionWorker
 from pytorchrl.scheme.collection.thin_worker import Deferred, generation_kwargs, make_collection_worker, thin_recorder_factory
 from pytorchrl.utils.arrays import to_arrays, to_tensors
@@ -401,12 +401,7 @@ class CollectionWorkerSet:
         empty without normalisation or without an answer)."""
         if not self.remote:
             return self.local_worker.running_statistics()
-        ws = self.workers
-        for worker in list(ws.remote_workers):
-            ok, statistics = ws.try_get(ws.call(worker, "running_statistics", control=True))
-            if ok:
-                return statistics
-        return {}
+        return first_answer(self.workers, "running_statistics", control=True)[1] or {}
 
     def adopt_statistics(self, statistics: dict[str, Any]) -> None:
         """Every collecting worker of this set normalises with ``statistics`` from here on (a

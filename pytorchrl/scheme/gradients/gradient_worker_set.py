@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from pytorchrl.scheme.base.worker_set import FaultTolerance, WorkerSet, pass_on, replica_ordinal
+from pytorchrl.scheme.base.worker_set import FaultTolerance, WorkerSet, first_answer, pass_on, replica_ordinal
 from pytorchrl.scheme.gradients.gradient_worker import GradientWorker
 from pytorchrl.utils.seeding import generation_seed
 
@@ -60,12 +60,7 @@ class GradientWorkerSet:
         ``predict`` and the parallel evaluator normalise with. None when none answers (the
         evaluation keeps the statistics it had); a dead one is left to the update worker, which
         replaces it and gives its replacement the master's state."""
-        ws = self.workers
-        for worker in list(ws.remote_workers):
-            ok, value = ws.try_get(ws.call(worker, "normalization_state"))
-            if ok:
-                return value
-        return None
+        return first_answer(self.workers, "normalization_state")[1]
 
     def close(self) -> None:
         self.workers.close()
