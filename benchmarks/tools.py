@@ -115,12 +115,14 @@ def pbt_pendulum(seeds: list[int], *, samples: int = 4, threshold: float = -250.
 
 def _steps_to(progress_csv: Path, threshold: float) -> float:
     """Env steps of the first evaluation at or above ``threshold`` in a run's progress.csv (inf: never)."""
+    from pytorchrl.plotting import evaluated_steps
+
     if not progress_csv.is_file():
         return float("inf")
     with open(progress_csv, newline="") as f:
         for row in csv.DictReader(f):
             if row["eval_return_mean"] and float(row["eval_return_mean"]) >= threshold:
-                return float(row["env_steps"])
+                return float(evaluated_steps(row))
     return float("inf")
 
 

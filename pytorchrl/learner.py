@@ -504,7 +504,9 @@ class Learner:
         self.last_eval = sum(returns) / len(returns)
         self.last_eval_success = sum(successes) / len(successes) if successes else None
         self._eval_steps = steps
-        self._interval.eval_row = {"eval_return_mean": self.last_eval, "eval_return_std": _std(returns), "eval_success_rate": self.last_eval_success}
+        self._interval.eval_row = {
+            "eval_return_mean": self.last_eval, "eval_return_std": _std(returns), "eval_success_rate": self.last_eval_success, "eval_env_steps": steps,
+        }
         self._progress.evaluated(self.last_eval)
         target = self.run.stop_at_return
         if target is not None and self.solved_at is None and self._reached_at is None and self.last_eval >= target:

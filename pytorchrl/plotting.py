@@ -57,10 +57,21 @@ class Run:
         return f"{algo} {env}" if algo and env else self.path.name
 
     def series(self, x: str, metric: str) -> tuple[np.ndarray, np.ndarray]:
-        """The rows where ``metric`` has a value (evaluations are every few rows)."""
+        """The rows where ``metric`` has a value (evaluations are every few rows); an evaluation
+        is drawn at the env steps of the weights it evaluated (``eval_env_steps``, where the run
+        wrote it: the row that logs it may come later)."""
         xs, ys = np.asarray(self.columns[x]), np.asarray(self.columns[metric])
+        if x == "env_steps" and metric.startswith("eval_") and "eval_env_steps" in self.columns:
+            made_at = np.asarray(self.columns["eval_env_steps"])
+            xs = np.where(np.isnan(made_at), xs, made_at)
         keep = ~np.isnan(ys) & ~np.isnan(xs)
         return xs[keep], ys[keep]
+
+
+def evaluated_steps(row: dict[str, str]) -> int:
+    """The env steps of the weights a progress.csv row's evaluation evaluated: its
+    ``eval_env_steps``, or the row's own steps where the run wrote none (an older run)."""
+    return int(float(row.get("eval_env_steps") or row["env_steps"]))
 
 
 def load_run(path: str | Path) -> Run:

@@ -364,9 +364,14 @@ def tune(
         raise InputError(f"--samples = {samples} is out of range: must be >= 1")
     if trial_cpus is not None and trial_cpus <= 0:
         raise InputError(f"--trial-cpus = {trial_cpus} is out of range: must be > 0")
-    for option, steps in (("--grace-steps", grace_steps), ("--perturbation-interval", perturbation_interval)):
-        if steps is not None and steps < 1:
-            raise InputError(f"{option} = {steps} is out of range: must be >= 1 (env steps)")
+    budget = base_config.run.target_steps
+    for option, steps, meant_for in (("--grace-steps", grace_steps, "asha"), ("--perturbation-interval", perturbation_interval, "pbt")):
+        if steps is None:
+            continue
+        if scheduler != meant_for:  # silently unused otherwise: the user believes it shaped the search
+            raise InputError(f"{option} applies to --scheduler {meant_for} only, not {scheduler}")
+        if not 1 <= steps < budget:  # at the budget or past it, ASHA never stops a trial and PBT never perturbs one
+            raise InputError(f"{option} = {steps} is out of range: must be >= 1 and below run.target_steps = {budget} (env steps)")
     where = str(space) if isinstance(space, (str, Path)) else "search space"
     raw_space = load_space(space) if isinstance(space, (str, Path)) else dict(space)
     parsed = check_space(raw_space, base, where)

@@ -89,7 +89,7 @@ REPO = Path(__file__).resolve().parent.parent
 RECORDS = REPO / "benchmarks" / "runs"
 #: the progress.csv columns a run record keeps: the table's and the figures' (``pytorchrl plot``
 #: draws ``eval_return_mean`` against ``env_steps`` or ``wall_time_s``), and the training return
-RECORD_COLUMNS = ("env_steps", "wall_time_s", "eval_return_mean", "eval_return_std", "eval_success_rate", "train_return_mean", "fps")
+RECORD_COLUMNS = ("env_steps", "wall_time_s", "eval_return_mean", "eval_return_std", "eval_success_rate", "eval_env_steps", "train_return_mean", "fps")
 #: config keys (dotted; a trailing dot: a whole section) a run may change without leaving its
 #: row: they decide how fast and where it runs and what else it writes, not what it learns, how
 #: its evaluations are made or when it stops. Not here: ``run.target_steps`` (PPO anneals over
@@ -134,7 +134,10 @@ METRICS = {"eval": "eval_return_mean", "train": "train_return_mean"}
 def read_run(run_dir: Path, threshold: float | None, metric: str = "eval") -> Run:
     """One run directory's figures, by ``metric`` (:data:`METRICS`; see the module doc):
     ``steps_to_threshold`` is the first ``env_steps`` of progress.csv whose metric column is at
-    least ``threshold`` (None: never, or no threshold)."""
+    least ``threshold`` (an evaluation's own ``eval_env_steps`` where the run wrote them; None:
+    never, or no threshold)."""
+    from pytorchrl.plotting import evaluated_steps
+
     column = METRICS[metric]
     config = _run_config(run_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -146,7 +149,7 @@ def read_run(run_dir: Path, threshold: float | None, metric: str = "eval") -> Ru
                 continue
             last = float(value)
             if reached is None and threshold is not None and last >= threshold:
-                reached = int(float(row["env_steps"]))
+                reached = evaluated_steps(row) if metric == "eval" else int(float(row["env_steps"]))
     final = summary.get("final_eval_return_mean") if metric == "eval" else last
     return Run(
         seed=int(config["run"]["seed"]), env_id=config["env"]["env_id"], algorithm=config["algorithm"]["name"],

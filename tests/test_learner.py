@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import io
 import math
 import subprocess
@@ -105,3 +106,25 @@ def test_progress_line_after_an_overshooting_last_rollout_shows_no_negative_eta(
     ProgressLine(2_500_000, stream=out).update({"env_steps": 2_500_608, "fps": 600.0, "wall_time_s": 4711.0}, force=True)
     line = out.getvalue()
     assert "eta 0:00" in line and "-" not in line.split("eta")[1]
+
+
+@pytest.mark.timeout(60)
+def test_an_evaluation_logged_in_a_later_row_says_and_is_drawn_at_the_steps_it_evaluated(tmp_path):
+    """Rounds of 64 steps, rows every 128, evaluations every 96: the one due at 192 is made at
+    192 and logged in the row at 256, which names 192; plots and TensorBoard place it there."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from pytorchrl.plotting import load_run
+
+    learner = _learner({"target_steps": 384, "log_every": 128, "eval_every": 96, "eval_episodes": 1, "stop_at_return": None}, run_dir=tmp_path)
+    learner.train()
+    learner.close()
+    with open(tmp_path / "progress.csv", newline="") as f:
+        rows = [(int(r["env_steps"]), r["eval_env_steps"]) for r in csv.DictReader(f)]
+    assert rows == [(128, "128"), (256, "192"), (384, "384")]  # 320's evaluation is replaced by 384's in one row
+    xs, _ = load_run(tmp_path).series("env_steps", "eval_return_mean")
+    assert list(xs) == [128, 192, 384]
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("eval/return_mean")] == [128, 192, 384]
+    assert [e.step for e in events.Scalars("train/return_mean")][:2] == [128, 256]

@@ -77,6 +77,20 @@ def test_a_run_stopped_at_its_return_target_says_its_final_figure_is_that_evalua
     assert row["steps to threshold"] == "2/3 reached 475, median 1,500 of those 2"
 
 
+def test_steps_to_threshold_are_the_evaluated_weights_steps_where_the_run_wrote_them(tmp_path):
+    """A row that logs an evaluation made earlier (beside training, or due between two rows)
+    names its steps in ``eval_env_steps``: the threshold was reached there, not at the row."""
+    _run(tmp_path, "ppo-cartpole-seed0", 0, [(1000, 100.0), (2000, 480.0)], 12.0)
+    progress = tmp_path / "ppo-cartpole-seed0" / "progress.csv"
+    progress.write_text("env_steps,eval_return_mean,eval_env_steps\n1000,100.0,1000\n2000,480.0,1500\n")
+    manifest = tmp_path / "results.yaml"
+    manifest.write_text(yaml.safe_dump([{"config": "configs/ppo/cartpole.yaml", "runs": "ppo-cartpole-seed*", "threshold": 475}]))
+    (row,) = results_table.results_table(manifest, tmp_path)
+    assert row["steps to threshold"] == "1/1 reached 475, median 1,500"
+    record = results_table.archive_run(tmp_path / "ppo-cartpole-seed0", tmp_path / "records")
+    assert "eval_env_steps" in (record / "progress.csv").read_text().splitlines()[0]  # the record keeps them
+
+
 def test_the_shipped_manifest_names_shipped_configs():
     entries = results_table.entries(REPO / "benchmarks" / "results.yaml")
     assert entries and all((REPO / entry["config"]).is_file() for entry in entries)

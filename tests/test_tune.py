@@ -87,10 +87,14 @@ def test_bad_tune_input_is_exit_2_with_one_line(tmp_path, capsys):
         ["--space", str(space), "--metric", "eval_return"],
         ["--space", str(space), "--grace-steps", "-5"],
         ["--space", str(space), "--scheduler", "pbt", "--perturbation-interval", "0"],
+        ["--space", str(space), "--scheduler", "pbt", "--perturbation-interval", "100000"],  # cartpole's whole budget
+        ["--space", str(space), "--grace-steps", "4096", "--scheduler", "pbt"],
     ]
     expected = [
         "did you mean 'algorithm.lr'", "missing.yaml' does not exist", "(did you mean 'asha'?)", "(did you mean 'eval_return_mean'?)",
         "--grace-steps = -5 is out of range: must be >= 1", "--perturbation-interval = 0 is out of range: must be >= 1",
+        "--perturbation-interval = 100000 is out of range: must be >= 1 and below run.target_steps = 100000",
+        "--grace-steps applies to --scheduler asha only, not pbt",
     ]
     for args, text in zip(cases, expected, strict=True):
         space.write_text("algorithm.lrr: {loguniform: [1.0e-4, 1.0e-3]}\n" if args == cases[0] else "algorithm.lr: {loguniform: [1.0e-4, 1.0e-3]}\n")

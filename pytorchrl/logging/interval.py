@@ -67,6 +67,9 @@ class LogInterval:
             "eval_return_mean": None,
             "eval_return_std": None,
             "eval_success_rate": None,  # goal envs (info["is_success"]); empty for the others
+            # the env steps of the weights evaluated: a row logs an evaluation made at or before its
+            # own env_steps (one made beside training, or due between two rows, comes in later)
+            "eval_env_steps": None,
             "policy_version": policy_version,
             "policy_lag_mean": 0.0,
             **totals,

@@ -31,6 +31,7 @@ HELP = {
     "fps": "Environment steps per second over the last log interval.",
     "train_return_mean": "Mean return of the last 100 training episodes (raw game score on Atari).",
     "eval_return_mean": "Mean return of the last deterministic evaluation.",
+    "eval_env_steps": "Env steps of the weights the last evaluation evaluated.",
     "eval_success_rate": "Share of the last evaluation's episodes that ended with info['is_success'] (goal envs).",
     "healthy_workers": "Remote collection workers alive.",
     "worker_restarts": "Dead remote workers replaced so far.",

@@ -67,9 +67,11 @@ class TensorBoardWriter:
 
     def write(self, row: dict[str, Any]) -> None:
         step = int(row["env_steps"])
+        evaluated_at = row.get("eval_env_steps")  # an evaluation goes at the steps of the weights it evaluated
         for key, value in row.items():
-            if key != "env_steps" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                self.writer.add_scalar(_tb_tag(key), value, step)  # NaN shows as NaN
+            if key not in ("env_steps", "eval_env_steps") and isinstance(value, (int, float)) and not isinstance(value, bool):
+                at = int(evaluated_at) if key.startswith("eval_") and key != "eval_time_s" and evaluated_at is not None else step
+                self.writer.add_scalar(_tb_tag(key), value, at)  # NaN shows as NaN
         self.writer.flush()
 
     def close(self) -> None:
