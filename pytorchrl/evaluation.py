@@ -145,8 +145,9 @@ def evaluation_state(state: dict[str, Any]) -> dict[str, Any]:
     """A checkpoint's state for :data:`EVALUATION_LAYOUT`: the remote workers' states are left out
     (the one-process layout has none to load them into) and so is a checkpointed replay buffer.
     When the driver's collection worker did not collect (remote collection workers did, or
-    remote gradient workers' ones), it gets the first remote worker's observation statistics,
-    the ones the full layout evaluates with
+    remote gradient workers' ones), it gets the remote workers' merged observation statistics
+    (a checkpoint from before the merge: the first remote worker's), the ones the full layout
+    evaluates with
     (:meth:`~pytorchrl.scheme.collection.collection_worker_set.CollectionWorkerSet.evaluate`);
     with ``run.eval_parallel``, the evaluation worker's test envs and evaluation stream."""
     scheme = state.get("scheme")
@@ -171,7 +172,10 @@ def evaluation_state(state: dict[str, Any]) -> dict[str, Any]:
 
 def _collected_statistics(collection: dict[str, Any]) -> Any:
     """The observation statistics of a collection set's state: its collecting local worker's, or
-    its first remote worker's (None without normalisation)."""
+    its remote workers' merged ones, or its first remote worker's (None without normalisation)."""
+    merged = collection.get("merged_statistics")
+    if isinstance(merged, dict) and "obs_rms" in merged:
+        return merged["obs_rms"]
     workers = [collection.get("local"), *collection.get("remote", [])]
     return next((w["envs"]["obs_rms"] for w in workers if isinstance(w, dict) and isinstance(w.get("envs"), dict) and "obs_rms" in w["envs"]), None)
 

@@ -48,24 +48,25 @@ SMALL = {"num_cpus": 0.1}  # beside other tests' workers on the session's 2 CPUs
 @pytest.mark.parametrize(
     ("layout", "collected"),
     [
-        ({"num_col_workers": 2, "col_worker_resources": SMALL}, lambda scheme: scheme["local_gradient_worker"]["collection"]["remote"][0]),
+        ({"num_col_workers": 2, "col_worker_resources": SMALL}, lambda scheme: scheme["local_gradient_worker"]["collection"]["merged_statistics"]),
         ({"num_col_workers": 2, "col_worker_resources": SMALL, "inference": "central", "inference_server": SMALL},
-         lambda scheme: scheme["local_gradient_worker"]["collection"]["remote"][0]),
-        ({"num_grad_workers": 1, "grad_worker_resources": SMALL}, lambda scheme: scheme["remote_gradient_workers"][0]["collection"]["local"]),
+         lambda scheme: scheme["local_gradient_worker"]["collection"]["merged_statistics"]),
+        ({"num_grad_workers": 1, "grad_worker_resources": SMALL}, lambda scheme: scheme["remote_gradient_workers"][0]["collection"]["local"]["envs"]),
     ],
     ids=["remote-collection", "central-inference", "remote-gradients"],
 )
 def test_a_run_with_remote_workers_evaluates_in_one_process_as_in_its_layout(ray_session, tmp_path, layout, collected):
-    """The driver's worker did not collect, so the one-process layout takes a collecting worker's
-    statistics, as the run's own layout does: a remote collection worker's (central inference's
-    hold them as numpy arrays, local ones as tensors), or a remote gradient worker's."""
+    """The driver's worker did not collect, so the one-process layout takes the statistics the
+    run's own layout evaluates with: the remote collection workers' merged ones (central
+    inference's workers report them as numpy arrays, torch workers' too), or a remote gradient
+    worker's."""
     run_dir = tmp_path / "remote"
     _train(run_dir, **layout)
     _, state, _ = ckpt.load_newest_checkpoint(run_dir / "checkpoints")
     assert "envs" not in state["scheme"]["local_gradient_worker"]["collection"]["local"]  # the driver's worker did not collect
     local = evaluation_state(state)["scheme"]["local_gradient_worker"]["collection"]["local"]
     rms = local["envs"]["obs_rms"]
-    assert rms == collected(state["scheme"])["envs"]["obs_rms"] and float(rms["count"]) > 1000  # trained statistics, not fresh ones
+    assert rms == collected(state["scheme"])["obs_rms"] and float(rms["count"]) > 1000  # trained statistics, not fresh ones
 
     result = evaluate_checkpoint(run_dir, episodes=6)
     assert result["returns"] == _full_layout_returns(run_dir, 6)

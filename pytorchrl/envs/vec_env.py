@@ -38,7 +38,7 @@ from pytorchrl.envs.making import (
     make_vector_env,
     resolve_env_fn,
 )
-from pytorchrl.envs.normalization import ObservationNormalizer, RewardScaler
+from pytorchrl.envs.normalization import ObservationNormalizer, RewardScaler, set_statistics, take_since
 from pytorchrl.envs.rendering import use_headless_gl
 from pytorchrl.envs.snapshot import restore, snapshot, snapshot_fits, snapshot_gaps
 from pytorchrl.utils.arrays import as_numpy
@@ -362,26 +362,48 @@ class VecEnv:
         """The normalisers' running statistics, ``obs_rms`` and ``ret_rms`` (empty without
         normalisation): what a collection worker that joins a run mid-way takes from one that
         has collected (:meth:`adopt_statistics`), so that it does not start from fresh ones."""
-        state: dict[str, Any] = {}
-        if self.obs_normalizer is not None:
-            state["obs_rms"] = self.obs_normalizer.rms.state_dict()
-        if self.reward_scaler is not None:
-            state["ret_rms"] = self.reward_scaler.rms.state_dict()
-        return state
+        return {key: normalizer.rms.state_dict() for key, normalizer in self._normalizers()}
 
     def adopt_statistics(self, state: dict[str, Any]) -> None:
         """Take another env set's :meth:`running_statistics` (those this one normalises with)."""
-        if self.obs_normalizer is not None and "obs_rms" in state:
-            self.obs_normalizer.rms.load_state_dict(state["obs_rms"])
-        if self.reward_scaler is not None and "ret_rms" in state:
-            self.reward_scaler.rms.load_state_dict(state["ret_rms"])
+        for key, normalizer in self._normalizers():
+            if key in state:
+                set_statistics(normalizer, state[key])  # another's: nothing of it to report as new
+
+    def take_new_statistics(self) -> dict[str, Any]:
+        """The moments of what the normalisers took in since the last call, keyed as
+        :meth:`running_statistics` (empty without normalisation): what a remote collection worker
+        reports with a rollout for its set to merge with the other workers' (ARCHITECTURE.md,
+        "Normalisation statistics across workers")."""
+        return {key: take_since(normalizer) for key, normalizer in self._normalizers()}
+
+    def adopt_merged_statistics(self, merged: dict[str, Any]) -> None:
+        """Normalise with ``merged`` (every worker's statistics, merged by the set) and what these
+        envs took in since they last reported (:meth:`take_new_statistics`), which ``merged``
+        does not hold yet."""
+        for key, normalizer in self._normalizers():
+            if key in merged:
+                since = normalizer.rms.since(normalizer.reported)
+                set_statistics(normalizer, merged[key])
+                normalizer.rms.merge(since)
+
+    def _normalizers(self) -> list[tuple[str, ObservationNormalizer | RewardScaler]]:
+        """The normalisers, by their key in :meth:`running_statistics`."""
+        found: list[tuple[str, ObservationNormalizer | RewardScaler]] = []
+        if self.obs_normalizer is not None:
+            found.append(("obs_rms", self.obs_normalizer))
+        if self.reward_scaler is not None:
+            found.append(("ret_rms", self.reward_scaler))
+        return found
 
     def state_dict(self) -> dict[str, Any]:
         """Normaliser statistics and, unless the envs live in subprocesses or in C (Atari), a
         :func:`~pytorchrl.envs.snapshot.snapshot` of the envs themselves (their generators and
         episodes in progress included) with this wrapper's episode bookkeeping; otherwise how
         many times they were reseeded (:meth:`reset_from_state`)."""
-        state: dict[str, Any] = {"reseeds": self._reseeds, **self.running_statistics()}
+        state: dict[str, Any] = {
+            "reseeds": self._reseeds, **self.running_statistics(), "reported": {key: dict(n.reported) for key, n in self._normalizers()},
+        }
         if self.reward_scaler is not None:
             state["scaler_returns"] = self.reward_scaler.returns.copy()
         if self._snapshots:
@@ -402,7 +424,9 @@ class VecEnv:
         :return: whether the envs were restored; if not, call :meth:`reset_from_state` (a reset
             with fresh seeds).
         """
-        self.adopt_statistics(state)
+        for key, normalizer in self._normalizers():
+            if key in state:  # a checkpoint from before "reported": nothing of it to report as new
+                set_statistics(normalizer, state[key], reported=state.get("reported", {}).get(key))
         if self.reward_scaler is not None and "ret_rms" in state:
             returns = as_numpy(state.get("scaler_returns", np.zeros(0)))
             if returns.shape == self.reward_scaler.returns.shape:  # else another env.num_envs: the envs start afresh
@@ -431,12 +455,23 @@ class VecEnv:
         return torch.from_numpy(self.reset_from_state_arrays())
 
     def reset_from_state_arrays(self) -> np.ndarray:
-        """:meth:`reset_from_state` in numpy."""
+        """:meth:`reset_from_state` in numpy. The reset's observations are normalised with the
+        loaded statistics and not merged into them, so that what was loaded is what the envs
+        normalise with (``pytorchrl evaluate`` evaluates with a checkpoint's statistics, as the
+        run's own layout does)."""
         self._reseeds = getattr(self, "_pending_reseeds", 0) + 1
         seed, role, worker_index = self._seed_keys
         self._seeds = [derive_seed(seed, role, worker_index, i, self._reseeds) for i in range(self.num_envs)]
         self._seeded = False
-        return self.reset_arrays()
+        normalizer = self.obs_normalizer
+        frozen = normalizer is not None and normalizer.frozen
+        if normalizer is not None:
+            normalizer.frozen = True
+        try:
+            return self.reset_arrays()
+        finally:
+            if normalizer is not None:
+                normalizer.frozen = frozen
 
     def close(self) -> None:
         self.env.close()

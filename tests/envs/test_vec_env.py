@@ -56,11 +56,17 @@ def test_next_step_reset_is_marked_invalid_and_episode_stats_exclude_it():
     assert episodes[0][1] == pytest.approx(first_end + 1)  # CartPole pays 1 per real step
 
 
-def test_normalisation_statistics_round_trip_and_frozen_test_env():
-    env = VecEnv("Pendulum-v1", num_envs=2, seed=0, normalize_obs=True, normalize_reward=True)
+def stepped_pendulum(steps: int, seed: int = 0, **normalize: bool) -> VecEnv:
+    """Two Pendulum envs, reset and stepped ``steps`` times (``normalize_obs=True``, ...)."""
+    env = VecEnv("Pendulum-v1", num_envs=2, seed=seed, **normalize)
     env.reset()
-    for _ in range(20):
+    for _ in range(steps):
         env.step(torch.zeros(2, 1))
+    return env
+
+
+def test_normalisation_statistics_round_trip_and_frozen_test_env():
+    env = stepped_pendulum(20, normalize_obs=True, normalize_reward=True)
     state = env.state_dict()
     other = VecEnv("Pendulum-v1", num_envs=2, seed=0, normalize_obs=True, normalize_reward=True)
     other.load_state_dict(state)
@@ -302,3 +308,15 @@ def test_a_factory_built_by_hand_checks_its_arguments_as_a_config_does(kwargs, m
 
     with pytest.raises(ConfigError, match=message):
         VecEnv.create_factory("CartPole-v1", **kwargs)
+
+
+def test_envs_reset_after_a_load_normalise_with_the_loaded_statistics_alone():
+    """``pytorchrl evaluate`` loads a checkpoint's statistics into envs that then reset: merging
+    the reset's observations made it evaluate with other statistics than the run's layout."""
+    trained = stepped_pendulum(10, normalize_obs=True)
+    loaded = VecEnv("Pendulum-v1", num_envs=2, seed=1, normalize_obs=True)
+    assert loaded.load_state_dict({"obs_rms": trained.obs_normalizer.rms.state_dict()}) is False
+    loaded.reset_from_state()
+    assert loaded.obs_normalizer.rms.count == trained.obs_normalizer.rms.count and not loaded.obs_normalizer.frozen
+    loaded.step(torch.zeros(2, 1))
+    assert loaded.obs_normalizer.rms.count == trained.obs_normalizer.rms.count + 2  # training goes on merging

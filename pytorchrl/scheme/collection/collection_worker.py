@@ -96,19 +96,26 @@ class CollectionWorker(TrainEnvStatistics):
     # ---------------------------------------------------------------------- collection
 
     def collect_data(
-        self, weights: dict[str, torch.Tensor] | None = None, version: int | None = None, round_id: int | None = None
+        self, weights: dict[str, torch.Tensor] | None = None, version: int | None = None, round_id: int | None = None,
+        statistics: dict[str, Any] | None = None,
     ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """Step the envs until the storage holds one rollout; return it with its info.
 
         :param weights: act with these weights of policy ``version`` (None: the current ones).
         :param round_id: the collection round; :meth:`preempt` with the same id ends the rollout
             early (after at least one step), and the shorter rollout is returned.
+        :param statistics: normalise with these normaliser statistics, the set's merge of every
+            worker's (:meth:`VecEnv.adopt_merged_statistics <pytorchrl.envs.vec_env.VecEnv.adopt_merged_statistics>`;
+            None: go on with the envs' own).
         :return: ``data, info``; info: ``env_steps``, ``episode_returns``, ``episode_lengths``,
             ``policy_version``, ``collect_time_s``, ``worker_index``, ``preempted``,
-            ``env_restarts`` (envs recreated, ``env.restart_failed_envs``).
+            ``env_restarts`` (envs recreated, ``env.restart_failed_envs``), and with
+            normalisation ``new_statistics`` (what the normalisers took in during the rollout).
         """
         if self.envs is None or self.storage is None:
             raise RuntimeError(f"collection worker {self.index} was built without envs (collect=False)")
+        if statistics:
+            self.envs.adopt_merged_statistics(statistics)
         if weights is not None:
             self.set_weights(weights, version if version is not None else self.policy.version)
         start = time.perf_counter()

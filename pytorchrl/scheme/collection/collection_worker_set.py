@@ -9,14 +9,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 
+from pytorchrl.envs.normalization import RunningMeanStd
 from pytorchrl.scheme.base.evaluator import EvaluationRequest, Evaluator
 from pytorchrl.scheme.base.inference_servers import InferenceServers
 from pytorchrl.scheme.base.worker_set import FaultTolerance, WorkerSet, first_answer, pass_on, replica_ordinal
 from pytorchrl.scheme.collection.collection_worker import CollectionWorker
 from pytorchrl.scheme.collection.thin_worker import Deferred, generation_kwargs, make_collection_worker, thin_recorder_factory
-from pytorchrl.utils.arrays import to_arrays, to_tensors
+from pytorchrl.utils.arrays import as_numpy, to_arrays, to_tensors
 
 
 class CollectionWorkerSet:
@@ -133,6 +135,10 @@ class CollectionWorkerSet:
         self.lost_batches = 0
         self._retiring: set[Any] = set()  # asynchronous: removed workers whose last rollout is under way
         self._spent: list[dict[str, Any]] = []  # asynchronous: the infos of rollouts dropped for policy lag
+        #: remote workers' normaliser statistics merged over all of them (``obs_rms``, ``ret_rms``;
+        #: empty until a rollout reports some): sent with every rollout asked for, so that every
+        #: worker normalises alike (ARCHITECTURE.md, "Normalisation statistics across workers")
+        self._merged: dict[str, RunningMeanStd] = {}
         # collect() holds it: add_workers/remove_workers from another thread wait for the round's end
         self._lock = threading.RLock()
 
@@ -188,7 +194,8 @@ class CollectionWorkerSet:
             ws.wait_for_active()
             version, weights = self._weights_ref()
             self._round += 1
-            pending = {ws.call(w, "collect_data", weights, version, self._round): w for w in ws.remote_workers}
+            statistics = self._merged_statistics()
+            pending = {ws.call(w, "collect_data", weights, version, self._round, statistics): w for w in ws.remote_workers}
             deadline = self._deadline()
             n = len(pending)
             enough_workers = math.ceil(self.fraction_workers * n - 1e-9)
@@ -232,6 +239,7 @@ class CollectionWorkerSet:
         """Append the result of ``ref`` to ``results``; a dead worker is replaced instead."""
         ok, value = self.workers.try_get(ref)
         if ok:
+            self._merge(value[1].get("new_statistics", {}))  # a rollout dropped for policy lag was normalised all the same
             results.append(value)
         else:
             self._lose(worker, value)
@@ -291,11 +299,30 @@ class CollectionWorkerSet:
 
     def _submit(self, worker: Any) -> None:
         version, weights = self._weights_ref()
-        self._pending[self.workers.call(worker, "collect_data", weights, version)] = (worker, self._deadline())
+        self._pending[self.workers.call(worker, "collect_data", weights, version, None, self._merged_statistics())] = (worker, self._deadline())
 
     def _deadline(self) -> float:
         timeout = self.workers.fault.timeout_s
         return math.inf if timeout is None else time.monotonic() + timeout
+
+    def _merge(self, new: dict[str, Any]) -> None:
+        """Merge a remote worker's ``new_statistics`` into the set's (the first from the prior a
+        worker's normalisers start from)."""
+        for key, moments in new.items():
+            if key not in self._merged:
+                self._merged[key] = RunningMeanStd(np.shape(as_numpy(moments["mean"])))
+            self._merged[key].merge(moments)
+
+    def _set_merged(self, statistics: dict[str, Any]) -> None:
+        """Make ``statistics`` (keyed as :meth:`running_statistics`) the merged ones."""
+        self._merged = {}
+        for key, moments in statistics.items():
+            self._merged[key] = RunningMeanStd()
+            self._merged[key].load_state_dict(moments)
+
+    def _merged_statistics(self) -> dict[str, Any] | None:
+        """The merged statistics as the workers take them (None before any came in)."""
+        return {key: rms.state_dict() for key, rms in self._merged.items()} or None
 
     def _weights_ref(self) -> tuple[int, Any]:
         if self._weights is None:
@@ -388,20 +415,26 @@ class CollectionWorkerSet:
             return self.local_worker.acting_envs()
 
     def normalization_state(self) -> dict[str, Any] | None:
-        """The training observation statistics: a collecting worker's (a remote one's when the
-        local one does not collect; a remote gradient worker's, :attr:`statistics_from`, when no
-        worker of this set collects). None without normalisation."""
+        """The training observation statistics: the local worker's when it collects, else the
+        remote workers' merged (before any came in, a remote worker's own); a remote gradient
+        worker's, :attr:`statistics_from`, when no worker of this set collects. None without
+        normalisation."""
         if self.statistics_from is not None:
             return self.statistics_from()
-        return self._ask_any("normalization_state") if self.remote else self.local_worker.normalization_state()
+        if not self.remote:
+            return self.local_worker.normalization_state()
+        if "obs_rms" in self._merged:
+            return self._merged["obs_rms"].state_dict()
+        return self._ask_any("normalization_state")
 
     def running_statistics(self) -> dict[str, Any]:
-        """The normalisers' statistics of a collecting worker of this set (see
-        :meth:`VecEnv.running_statistics <pytorchrl.envs.vec_env.VecEnv.running_statistics>`;
-        empty without normalisation or without an answer)."""
+        """The normalisers' statistics of this set (see
+        :meth:`VecEnv.running_statistics <pytorchrl.envs.vec_env.VecEnv.running_statistics>`):
+        the local worker's, or the remote workers' merged (before any came in, a remote worker's
+        own; empty without normalisation or without an answer)."""
         if not self.remote:
             return self.local_worker.running_statistics()
-        return first_answer(self.workers, "running_statistics", control=True)[1] or {}
+        return self._merged_statistics() or first_answer(self.workers, "running_statistics", control=True)[1] or {}
 
     def adopt_statistics(self, statistics: dict[str, Any]) -> None:
         """Every collecting worker of this set normalises with ``statistics`` from here on (a
@@ -409,6 +442,7 @@ class CollectionWorkerSet:
         if not self.remote:
             self.local_worker.adopt_statistics(statistics)
             return
+        self._set_merged(statistics)
         ws = self.workers
         for ref in [ws.call(w, "adopt_statistics", statistics) for w in ws.remote_workers]:
             ws.try_get(ref)  # a worker that dies meanwhile is found, and replaced, at its next call
@@ -458,6 +492,8 @@ class CollectionWorkerSet:
             if self.remote:
                 answers = [self._ask(w, "state_dict") for w in list(self.workers.remote_workers)]
                 state["remote"] = [value for ok, value in answers if ok]
+                if self._merged:
+                    state["merged_statistics"] = self._merged_statistics()
             if self.evaluator.in_use:
                 state["evaluator"] = self.evaluator.state_dict()
             return state
@@ -467,6 +503,10 @@ class CollectionWorkerSet:
             self.local_worker.load_state_dict(state["local"])
             for worker, worker_state in zip(self.workers.remote_workers, state.get("remote", []), strict=False):
                 self.workers.get(self.workers.call(worker, "load_state_dict", to_arrays(worker_state) if self.thin else worker_state))
+            # a checkpoint from before the merge: the first remote worker's own go on as the merged ones
+            self._set_merged(state.get("merged_statistics") or next(
+                ({k: v for k, v in w["envs"].items() if k in ("obs_rms", "ret_rms")} for w in state.get("remote", []) if "envs" in w), {}
+            ))
             if "evaluator" in state:
                 self.evaluator.load_state_dict(state["evaluator"])
 

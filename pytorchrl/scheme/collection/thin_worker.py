@@ -83,11 +83,15 @@ class ThinCollectionWorker(TrainEnvStatistics):
         self._preempted: int | None = None
         self._started = False
 
-    def collect_data(self, weights: Any = None, version: int | None = None, round_id: int | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    def collect_data(
+        self, weights: Any = None, version: int | None = None, round_id: int | None = None, statistics: dict[str, Any] | None = None,
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Step the envs until the recorder holds one rollout; return it (numpy) with its info
-        (the keys of :meth:`~.collection_worker.CollectionWorker.collect_data`). ``weights``
-        are the server's business: a central-mode worker is never sent any."""
+        (the arguments and keys of :meth:`~.collection_worker.CollectionWorker.collect_data`).
+        ``weights`` are the server's business: a central-mode worker is never sent any."""
         start = time.perf_counter()
+        if statistics:
+            self.envs.adopt_merged_statistics(statistics)
         envs, storage, policy = self.envs, self.storage, self.policy
         if not self._started:
             storage.reset(envs.reset_arrays())
@@ -141,8 +145,10 @@ def rollout_info(envs: Any, *, env_steps: int, version: int, start: float, index
     """What a collection worker reports with a rollout: ``env_steps``, ``episode_returns``,
     ``episode_lengths`` (the episodes ``envs`` finished since the last rollout),
     ``policy_version``, ``collect_time_s`` (since ``start``, a ``perf_counter`` time),
-    ``worker_index``, ``preempted``, ``env_restarts``."""
+    ``worker_index``, ``preempted``, ``env_restarts``, and with normalisation
+    ``new_statistics`` (:meth:`VecEnv.take_new_statistics <pytorchrl.envs.vec_env.VecEnv.take_new_statistics>`)."""
     episodes = envs.pop_episodes()
+    new_statistics = envs.take_new_statistics()
     return {
         "env_steps": env_steps,
         "episode_returns": [r for _, r, _ in episodes],
@@ -152,6 +158,7 @@ def rollout_info(envs: Any, *, env_steps: int, version: int, start: float, index
         "worker_index": index,
         "preempted": preempted,
         "env_restarts": envs.pop_env_restarts(),
+        **({"new_statistics": new_statistics} if new_statistics else {}),
     }
 
 
