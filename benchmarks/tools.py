@@ -97,7 +97,7 @@ def pbt_pendulum(seeds: list[int], *, samples: int = 4, threshold: float = -250.
         with tempfile.TemporaryDirectory() as tmp:
             result = tune(
                 _config_path("ppo/pendulum.yaml"), PENDULUM_SPACE, directory=Path(tmp) / scheduler, samples=samples, scheduler=scheduler,
-                overrides=[f"run.seed={seeds[0]}"], perturbation_interval=16_384, trial_cpus=0.5, verbose=False,
+                overrides=[f"run.seed={seeds[0]}"], perturbation_interval=16_384 if scheduler == "pbt" else None, trial_cpus=0.5, verbose=False,
             )
             print(f"{scheduler}:\n{format_table(result, 'eval_return_mean')}", flush=True)
             steps = sorted(_steps_to(Path(tmp) / scheduler / "trials" / t["trial"] / "progress.csv", threshold) for t in result.trials)

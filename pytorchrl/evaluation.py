@@ -171,8 +171,9 @@ def evaluation_state(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def _collected_statistics(collection: dict[str, Any]) -> Any:
-    """The observation statistics of a collection set's state: its collecting local worker's, or
-    its remote workers' merged ones, or its first remote worker's (None without normalisation)."""
+    """The observation statistics of a collection set's state: its remote workers' merged ones
+    (a set whose local worker collects has none), else its collecting local worker's or its first
+    remote worker's (None without normalisation)."""
     merged = collection.get("merged_statistics")
     if isinstance(merged, dict) and "obs_rms" in merged:
         return merged["obs_rms"]

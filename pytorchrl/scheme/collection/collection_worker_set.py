@@ -423,8 +423,9 @@ class CollectionWorkerSet:
             return self.statistics_from()
         if not self.remote:
             return self.local_worker.normalization_state()
-        if "obs_rms" in self._merged:
-            return self._merged["obs_rms"].state_dict()
+        with self._lock:  # the merge changes with each rollout taken
+            if "obs_rms" in self._merged:
+                return self._merged["obs_rms"].state_dict()
         return self._ask_any("normalization_state")
 
     def running_statistics(self) -> dict[str, Any]:
@@ -434,7 +435,9 @@ class CollectionWorkerSet:
         own; empty without normalisation or without an answer)."""
         if not self.remote:
             return self.local_worker.running_statistics()
-        return self._merged_statistics() or first_answer(self.workers, "running_statistics", control=True)[1] or {}
+        with self._lock:
+            merged = self._merged_statistics()
+        return merged or first_answer(self.workers, "running_statistics", control=True)[1] or {}
 
     def adopt_statistics(self, statistics: dict[str, Any]) -> None:
         """Every collecting worker of this set normalises with ``statistics`` from here on (a
@@ -442,7 +445,8 @@ class CollectionWorkerSet:
         if not self.remote:
             self.local_worker.adopt_statistics(statistics)
             return
-        self._set_merged(statistics)
+        with self._lock:
+            self._set_merged(statistics)
         ws = self.workers
         for ref in [ws.call(w, "adopt_statistics", statistics) for w in ws.remote_workers]:
             ws.try_get(ref)  # a worker that dies meanwhile is found, and replaced, at its next call
@@ -503,9 +507,11 @@ class CollectionWorkerSet:
             self.local_worker.load_state_dict(state["local"])
             for worker, worker_state in zip(self.workers.remote_workers, state.get("remote", []), strict=False):
                 self.workers.get(self.workers.call(worker, "load_state_dict", to_arrays(worker_state) if self.thin else worker_state))
-            # a checkpoint from before the merge: the first remote worker's own go on as the merged ones
+            # a checkpoint from before the merge: the first remote worker's own go on as the merged
+            # ones; one whose local worker collected (resumed with remote workers): the local one's
             self._set_merged(state.get("merged_statistics") or next(
-                ({k: v for k, v in w["envs"].items() if k in ("obs_rms", "ret_rms")} for w in state.get("remote", []) if "envs" in w), {}
+                ({k: v for k, v in w["envs"].items() if k in ("obs_rms", "ret_rms")}
+                 for w in [*state.get("remote", []), state["local"]] if isinstance(w.get("envs"), dict)), {}
             ))
             if "evaluator" in state:
                 self.evaluator.load_state_dict(state["evaluator"])
