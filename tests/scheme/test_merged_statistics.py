@@ -80,3 +80,24 @@ def test_remote_workers_normalise_with_the_statistics_of_all_of_them(ray_session
             assert ws.get(ws.call(worker, "running_statistics", control=True))["obs_rms"]["count"] > merged["obs_rms"]["count"]
     finally:
         learner.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_local_runs_statistics_go_on_in_remote_workers_that_resume_it(ray_session):
+    env = {"normalize_obs": True, "normalize_reward": True}
+    local = crashing_learner({}, {"num_col_workers": 0}, target_steps=10**9, env=env)
+    try:
+        for _ in range(3):
+            local.step()
+        state = local.scheme.collection_workers.state_dict()
+    finally:
+        local.close()
+    remote = crashing_learner({}, {}, target_steps=10**9, env=env)
+    try:
+        workers = remote.scheme.collection_workers
+        workers.load_state_dict(state)
+        merged = workers.running_statistics()
+        for key in ("obs_rms", "ret_rms"):  # the local worker's, not fresh ones
+            assert merged[key]["count"] == pytest.approx(float(state["local"]["envs"][key]["count"])) and merged[key]["count"] > 100
+    finally:
+        remote.close()
