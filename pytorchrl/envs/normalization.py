@@ -119,4 +119,9 @@ def set_statistics(normalizer: ObservationNormalizer | RewardScaler, state: dict
     """Normalise with ``state`` from here on, ``reported`` (default: all of it) as what was
     reported of it."""
     normalizer.rms.load_state_dict(state)
-    normalizer.reported = normalizer.rms.state_dict() if reported is None else dict(reported)
+    if reported is None:
+        normalizer.reported = normalizer.rms.state_dict()
+    else:  # as a state_dict holds it (a checkpoint's holds tensors)
+        earlier = RunningMeanStd()
+        earlier.load_state_dict(reported)
+        normalizer.reported = earlier.state_dict()
