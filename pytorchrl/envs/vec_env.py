@@ -365,10 +365,12 @@ class VecEnv:
         return {key: normalizer.rms.state_dict() for key, normalizer in self._normalizers()}
 
     def adopt_statistics(self, state: dict[str, Any]) -> None:
-        """Take another env set's :meth:`running_statistics` (those this one normalises with)."""
+        """Take another env set's :meth:`running_statistics` (those this one normalises with;
+        nothing of them to report as new), or a :meth:`state_dict`'s (with what it had reported)."""
+        reported = state.get("reported", {})
         for key, normalizer in self._normalizers():
             if key in state:
-                set_statistics(normalizer, state[key])  # another's: nothing of it to report as new
+                set_statistics(normalizer, state[key], reported=reported.get(key))
 
     def take_new_statistics(self) -> dict[str, Any]:
         """The moments of what the normalisers took in since the last call, keyed as
@@ -424,9 +426,7 @@ class VecEnv:
         :return: whether the envs were restored; if not, call :meth:`reset_from_state` (a reset
             with fresh seeds).
         """
-        for key, normalizer in self._normalizers():
-            if key in state:  # a checkpoint from before "reported": nothing of it to report as new
-                set_statistics(normalizer, state[key], reported=state.get("reported", {}).get(key))
+        self.adopt_statistics(state)  # a checkpoint from before "reported": nothing of it to report as new
         if self.reward_scaler is not None and "ret_rms" in state:
             returns = as_numpy(state.get("scaler_returns", np.zeros(0)))
             if returns.shape == self.reward_scaler.returns.shape:  # else another env.num_envs: the envs start afresh

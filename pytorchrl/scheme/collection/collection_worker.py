@@ -106,11 +106,13 @@ class CollectionWorker(TrainEnvStatistics):
             early (after at least one step), and the shorter rollout is returned.
         :param statistics: normalise with these normaliser statistics, the set's merge of every
             worker's (:meth:`VecEnv.adopt_merged_statistics <pytorchrl.envs.vec_env.VecEnv.adopt_merged_statistics>`;
-            None: go on with the envs' own).
+            empty: none merged yet), and report what the normalisers take in; None (a local
+            worker, the only one collecting): go on with the envs' own, reporting nothing.
         :return: ``data, info``; info: ``env_steps``, ``episode_returns``, ``episode_lengths``,
             ``policy_version``, ``collect_time_s``, ``worker_index``, ``preempted``,
             ``env_restarts`` (envs recreated, ``env.restart_failed_envs``), and with
-            normalisation ``new_statistics`` (what the normalisers took in during the rollout).
+            normalisation and ``statistics`` given ``new_statistics`` (what the normalisers took
+            in during the rollout).
         """
         if self.envs is None or self.storage is None:
             raise RuntimeError(f"collection worker {self.index} was built without envs (collect=False)")
@@ -142,7 +144,10 @@ class CollectionWorker(TrainEnvStatistics):
                 score = policy.score_sequence if recurrent else policy.score
                 storage.score(score, from_step=storage.step if scored else 0)
         data = storage.get_data()
-        return data, rollout_info(envs, env_steps=int(data["rewards"].numel()), version=self.policy.version, start=start, index=self.index, preempted=preempted)
+        return data, rollout_info(
+            envs, env_steps=int(data["rewards"].numel()), version=self.policy.version, start=start, index=self.index, preempted=preempted,
+            report_statistics=statistics is not None,
+        )
 
     def preempt(self, round_id: int) -> None:
         """End round ``round_id``'s rollout early (called while :meth:`collect_data` runs)."""

@@ -320,9 +320,10 @@ class CollectionWorkerSet:
             self._merged[key] = RunningMeanStd()
             self._merged[key].load_state_dict(moments)
 
-    def _merged_statistics(self) -> dict[str, Any] | None:
-        """The merged statistics as the workers take them (None before any came in)."""
-        return {key: rms.state_dict() for key, rms in self._merged.items()} or None
+    def _merged_statistics(self) -> dict[str, Any]:
+        """The merged statistics as the workers take them (empty before any came in: a worker
+        given them, empty or not, reports what its normalisers take in)."""
+        return {key: rms.state_dict() for key, rms in self._merged.items()}
 
     def _weights_ref(self) -> tuple[int, Any]:
         if self._weights is None:

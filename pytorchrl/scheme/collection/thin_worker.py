@@ -109,7 +109,10 @@ class ThinCollectionWorker(TrainEnvStatistics):
         if storage.needs_scoring:
             storage.score(policy.score, from_step=storage.step if scored else 0)
         data = storage.get_data()
-        return data, rollout_info(envs, env_steps=int(data["rewards"].size), version=policy.version, start=start, index=self.index, preempted=preempted)
+        return data, rollout_info(
+            envs, env_steps=int(data["rewards"].size), version=policy.version, start=start, index=self.index, preempted=preempted,
+            report_statistics=statistics is not None,
+        )
 
     def preempt(self, round_id: int) -> None:
         """End round ``round_id``'s rollout early (called while :meth:`collect_data` runs)."""
@@ -141,14 +144,17 @@ class ThinCollectionWorker(TrainEnvStatistics):
         self.envs.close()
 
 
-def rollout_info(envs: Any, *, env_steps: int, version: int, start: float, index: int, preempted: bool) -> dict[str, Any]:
+def rollout_info(
+    envs: Any, *, env_steps: int, version: int, start: float, index: int, preempted: bool, report_statistics: bool = False,
+) -> dict[str, Any]:
     """What a collection worker reports with a rollout: ``env_steps``, ``episode_returns``,
     ``episode_lengths`` (the episodes ``envs`` finished since the last rollout),
     ``policy_version``, ``collect_time_s`` (since ``start``, a ``perf_counter`` time),
-    ``worker_index``, ``preempted``, ``env_restarts``, and with normalisation
-    ``new_statistics`` (:meth:`VecEnv.take_new_statistics <pytorchrl.envs.vec_env.VecEnv.take_new_statistics>`)."""
+    ``worker_index``, ``preempted``, ``env_restarts``, and with normalisation and
+    ``report_statistics`` (a remote worker, whose set merges them) ``new_statistics``
+    (:meth:`VecEnv.take_new_statistics <pytorchrl.envs.vec_env.VecEnv.take_new_statistics>`)."""
     episodes = envs.pop_episodes()
-    new_statistics = envs.take_new_statistics()
+    new_statistics = envs.take_new_statistics() if report_statistics else {}
     return {
         "env_steps": env_steps,
         "episode_returns": [r for _, r, _ in episodes],
