@@ -146,7 +146,8 @@ def evaluation_state(state: dict[str, Any]) -> dict[str, Any]:
     (the one-process layout has none to load them into) and so is a checkpointed replay buffer.
     When the driver's collection worker did not collect (remote collection workers did, or
     remote gradient workers' ones), it gets the remote workers' merged observation statistics
-    (a checkpoint from before the merge: the first remote worker's), the ones the full layout
+    (the merge over every remote gradient worker's; a checkpoint from before the merge: the
+    first remote worker's), the ones the full layout
     evaluates with
     (:meth:`~pytorchrl.scheme.collection.collection_worker_set.CollectionWorkerSet.evaluate`);
     with ``run.eval_parallel``, the evaluation worker's test envs and evaluation stream."""
@@ -159,7 +160,10 @@ def evaluation_state(state: dict[str, Any]) -> dict[str, Any]:
         local = dict(collection["local"])
         if "envs" not in local:
             replicas = scheme.get("remote_gradient_workers") or []
-            sets = [collection, *(r["collection"] for r in replicas if isinstance(r, dict) and isinstance(r.get("collection"), dict))]
+            sets = [  # the replicas' merged statistics first (a checkpoint from before them: a replica's)
+                {"merged_statistics": scheme.get("merged_statistics")}, collection,
+                *(r["collection"] for r in replicas if isinstance(r, dict) and isinstance(r.get("collection"), dict)),
+            ]
             statistics = next((s for s in map(_collected_statistics, sets) if s is not None), None)
             if statistics is not None:
                 local["envs"] = {"obs_rms": statistics}  # statistics only: the train envs start afresh

@@ -51,15 +51,15 @@ SMALL = {"num_cpus": 0.1}  # beside other tests' workers on the session's 2 CPUs
         ({"num_col_workers": 2, "col_worker_resources": SMALL}, lambda scheme: scheme["local_gradient_worker"]["collection"]["merged_statistics"]),
         ({"num_col_workers": 2, "col_worker_resources": SMALL, "inference": "central", "inference_server": SMALL},
          lambda scheme: scheme["local_gradient_worker"]["collection"]["merged_statistics"]),
-        ({"num_grad_workers": 1, "grad_worker_resources": SMALL}, lambda scheme: scheme["remote_gradient_workers"][0]["collection"]["local"]["envs"]),
+        ({"num_grad_workers": 1, "grad_worker_resources": SMALL}, lambda scheme: scheme["merged_statistics"]),
     ],
     ids=["remote-collection", "central-inference", "remote-gradients"],
 )
 def test_a_run_with_remote_workers_evaluates_in_one_process_as_in_its_layout(ray_session, tmp_path, layout, collected):
     """The driver's worker did not collect, so the one-process layout takes the statistics the
     run's own layout evaluates with: the remote collection workers' merged ones (central
-    inference's workers report them as numpy arrays, torch workers' too), or a remote gradient
-    worker's."""
+    inference's workers report them as numpy arrays, torch workers' too), or the update
+    worker's merge of the remote gradient workers'."""
     run_dir = tmp_path / "remote"
     _train(run_dir, **layout)
     _, state, _ = ckpt.load_newest_checkpoint(run_dir / "checkpoints")

@@ -6,12 +6,13 @@ Each also keeps the moments it had when it last reported (``reported``): what it
 is the difference (:meth:`RunningMeanStd.since`, the same formula backwards), which a remote
 collection worker sends with each rollout, so that its set merges every worker's into one set
 of statistics (:meth:`RunningMeanStd.merge`) and hands that back to all of them. Nothing is
-added per step.
+added per step. A set's merge reports in turn, the same way, to the update worker, which merges
+the remote gradient workers' sets (:class:`MergedStatistics`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -108,14 +109,22 @@ class RewardScaler:
         return np.clip(out, -self.clip, self.clip).astype(np.float32)
 
 
-def take_since(normalizer: ObservationNormalizer | RewardScaler) -> dict[str, Any]:
+class Reporting(Protocol):
+    """Running moments that report what they took in since they last did: a normaliser, or a
+    :class:`MergedStatistics`' entry."""
+
+    rms: RunningMeanStd
+    reported: dict[str, Any]
+
+
+def take_since(normalizer: Reporting) -> dict[str, Any]:
     """The moments ``normalizer`` took in since it last reported, which it now has."""
     since = normalizer.rms.since(normalizer.reported)
     normalizer.reported = normalizer.rms.state_dict()
     return since
 
 
-def set_statistics(normalizer: ObservationNormalizer | RewardScaler, state: dict[str, Any], *, reported: dict[str, Any] | None = None) -> None:
+def set_statistics(normalizer: Reporting, state: dict[str, Any], *, reported: dict[str, Any] | None = None) -> None:
     """Normalise with ``state`` from here on, ``reported`` (default: all of it) as what was
     reported of it."""
     normalizer.rms.load_state_dict(state)
@@ -125,3 +134,75 @@ def set_statistics(normalizer: ObservationNormalizer | RewardScaler, state: dict
         earlier = RunningMeanStd()
         earlier.load_state_dict(reported)
         normalizer.reported = earlier.state_dict()
+
+
+def rebase(normalizer: Reporting, merged: dict[str, Any]) -> None:
+    """Go on from ``merged`` (a merge of every reporter's statistics, which holds what this one
+    reported) plus what ``normalizer`` took in since it last reported, which it does not hold yet."""
+    since = normalizer.rms.since(normalizer.reported)
+    set_statistics(normalizer, merged)
+    normalizer.rms.merge(since)
+
+
+class _Entry:
+    """One key's merged moments and what of them was last reported up (:class:`Reporting`)."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.rms = RunningMeanStd(shape)
+        self.reported = self.rms.state_dict()  # the prior: nothing merged is reported yet
+
+
+class MergedStatistics:
+    """Normaliser statistics merged from the reports of several reporters, keyed as
+    :meth:`VecEnv.running_statistics <pytorchrl.envs.vec_env.VecEnv.running_statistics>`
+    (``obs_rms``, ``ret_rms``; empty until a report comes in).
+
+    A collection set merges its remote workers' reports (:meth:`merge`) and sends the merge
+    (:meth:`state`) with each rollout it asks for. A set that belongs to a remote gradient worker
+    is itself a reporter to the update worker: it reports what it merged since it last reported
+    (:meth:`take_new`) and goes on from the update worker's merge of every replica's
+    (:meth:`rebase`), as a normaliser does with its set's."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, _Entry] = {}
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._entries
+
+    def __bool__(self) -> bool:
+        return bool(self._entries)
+
+    def _entry(self, key: str, state: dict[str, Any]) -> _Entry:
+        if key not in self._entries:  # the first report: merged into the prior a normaliser starts from
+            self._entries[key] = _Entry(np.shape(as_numpy(state["mean"])))
+        return self._entries[key]
+
+    def merge(self, new: dict[str, Any]) -> None:
+        """Merge a reporter's new moments (keyed ``{key: RunningMeanStd.state_dict()}``)."""
+        for key, moments in new.items():
+            self._entry(key, moments).rms.merge(moments)
+
+    def set(self, statistics: dict[str, Any], reported: dict[str, Any] | None = None) -> None:
+        """Make ``statistics`` the merge, ``reported`` (default: all of it) as what was reported
+        of it: a checkpoint's, or a surviving worker's statistics given to a replacement."""
+        self._entries = {}
+        for key, state in statistics.items():
+            set_statistics(self._entry(key, state), state, reported=None if reported is None else reported.get(key))
+
+    def state(self) -> dict[str, Any]:
+        """The merge, keyed ``{key: RunningMeanStd.state_dict()}`` (empty before any report)."""
+        return {key: entry.rms.state_dict() for key, entry in self._entries.items()}
+
+    def reported_state(self) -> dict[str, Any]:
+        """What of the merge was last reported up, keyed as :meth:`state` (for checkpoints)."""
+        return {key: dict(entry.reported) for key, entry in self._entries.items()}
+
+    def take_new(self) -> dict[str, Any]:
+        """What was merged since the last call, keyed as :meth:`merge` takes it."""
+        return {key: take_since(entry) for key, entry in self._entries.items()}
+
+    def rebase(self, merged: dict[str, Any]) -> None:
+        """Go on from ``merged`` (the merge of every reporter's reports, this one's among them)
+        plus what this merged since it last reported (:func:`rebase`)."""
+        for key, state in merged.items():
+            rebase(self._entry(key, state), state)

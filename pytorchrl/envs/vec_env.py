@@ -38,7 +38,7 @@ from pytorchrl.envs.making import (
     make_vector_env,
     resolve_env_fn,
 )
-from pytorchrl.envs.normalization import ObservationNormalizer, RewardScaler, set_statistics, take_since
+from pytorchrl.envs.normalization import ObservationNormalizer, RewardScaler, rebase, set_statistics, take_since
 from pytorchrl.envs.rendering import use_headless_gl
 from pytorchrl.envs.snapshot import restore, snapshot, snapshot_fits, snapshot_gaps
 from pytorchrl.utils.arrays import as_numpy
@@ -385,9 +385,7 @@ class VecEnv:
         does not hold yet."""
         for key, normalizer in self._normalizers():
             if key in merged:
-                since = normalizer.rms.since(normalizer.reported)
-                set_statistics(normalizer, merged[key])
-                normalizer.rms.merge(since)
+                rebase(normalizer, merged[key])
 
     def _normalizers(self) -> list[tuple[str, ObservationNormalizer | RewardScaler]]:
         """The normalisers, by their key in :meth:`running_statistics`."""

@@ -1,6 +1,8 @@
 """Normaliser statistics across remote collection workers: each rollout reports what its
 normalisers took in, the set merges every worker's, and every worker then normalises with the
-merge (ARCHITECTURE.md, "Normalisation statistics across workers")."""
+merge; across remote gradient workers, each replica's set reports its merge's new moments to the
+update worker, which merges them in turn (ARCHITECTURE.md, "Normalisation statistics across
+workers")."""
 
 from __future__ import annotations
 
@@ -8,8 +10,10 @@ import numpy as np
 import pytest
 import torch
 
+from pytorchrl.config import from_dict
 from pytorchrl.envs import VecEnv
-from pytorchrl.envs.normalization import ObservationNormalizer, RunningMeanStd, take_since
+from pytorchrl.envs.normalization import MergedStatistics, ObservationNormalizer, RunningMeanStd, take_since
+from pytorchrl.learner import Learner
 from tests.envs.test_vec_env import stepped_pendulum
 from tests.scheme.test_faults import crashing_learner
 
@@ -101,3 +105,77 @@ def test_a_local_runs_statistics_go_on_in_remote_workers_that_resume_it(ray_sess
             assert merged[key]["count"] == pytest.approx(float(state["local"]["envs"][key]["count"])) and merged[key]["count"] > 100
     finally:
         remote.close()
+
+
+def test_sets_reporting_their_merges_up_a_level_give_the_statistics_of_one_stream():
+    """Remote gradient workers: each replica's set merges its workers' reports and reports what
+    it merged since it last did to the update worker, whose merge each set then goes on from."""
+    rng = np.random.default_rng(1)
+    whole = RunningMeanStd((2,))
+    workers = [[ObservationNormalizer((2,), clip=10.0) for _ in range(2)] for _ in range(2)]
+    sets, master = [MergedStatistics(), MergedStatistics()], MergedStatistics()
+    for _ in range(3):
+        for replica, normalizers in zip(sets, workers, strict=True):
+            for normalizer in normalizers:
+                batch = rng.normal(-1.0, 3.0, size=(5, 2))
+                whole.update(batch)
+                normalizer.normalize(batch, update=True)
+                replica.merge({"obs_rms": take_since(normalizer)})
+            master.merge(replica.take_new())
+        for replica in sets:
+            replica.rebase(master.state())
+    merged = master.state()["obs_rms"]
+    np.testing.assert_allclose(merged["mean"], whole.mean, rtol=1e-12)
+    np.testing.assert_allclose(merged["var"], whole.var, rtol=1e-12)
+    assert merged["count"] == pytest.approx(whole.count)
+    for replica in sets:  # rebased on the merge, with nothing of their own left to report
+        assert replica.state()["obs_rms"]["count"] == pytest.approx(whole.count)
+        assert replica.take_new()["obs_rms"]["count"] == pytest.approx(0.0, abs=1e-9)
+    sets[0].merge({"obs_rms": {"mean": np.ones(2), "var": np.ones(2), "count": 4.0}})
+    sets[0].rebase(master.state())  # what it merged since it reported stays on top of the merge
+    assert sets[0].state()["obs_rms"]["count"] == pytest.approx(whole.count + 4)
+    assert sets[0].take_new()["obs_rms"]["count"] == pytest.approx(4.0)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    "scheme", [{"num_col_workers": 0}, {"num_col_workers": 1, "grad_communication": "asynchronous"}],
+    ids=["replicas-collect-locally", "async-replicas-with-remote-collectors"],
+)
+def test_remote_gradient_workers_normalise_with_the_statistics_of_every_replica(ray_session, scheme):
+    """Two replicas: the update worker's merge counts every return either replica's envs took in,
+    each replica goes on from it (so each holds about twice its own), evaluation and checkpoints
+    read it, and a checkpoint from before the merge starts it from a replica's statistics."""
+    raw = {
+        "env": {"env_id": "CartPole-v1", "num_envs": 2, "normalize_obs": True, "normalize_reward": True},
+        "storage": {"num_steps": 16},
+        "algorithm": {"name": "ppo", "num_epochs": 1, "minibatch_size": 32},  # a round is one step
+        "run": {"seed": 2, "target_steps": 10**9, "eval_every": 0},
+        "scheme": {
+            "num_grad_workers": 2, "grad_worker_resources": {"num_cpus": 0.1},
+            **({"col_worker_resources": {"num_cpus": 0.1}} if scheme["num_col_workers"] else {}), **scheme,
+        },
+    }
+    learner = Learner.from_config(from_dict(raw), progress=False)
+    try:
+        grad = learner.scheme.grad_workers
+        for _ in range(12):
+            learner.step()
+        merged = grad.merged_statistics()
+        assert merged["ret_rms"]["count"] == pytest.approx(PRIOR + learner.env_steps)  # both replicas' returns
+        ws = grad.workers
+        own = [ws.get(ws.call(w, "running_statistics"))["ret_rms"]["count"] for w in ws.remote_workers]
+        assert sum(own) > 1.5 * merged["ret_rms"]["count"], own  # each replica's own would sum to the merge
+        assert learner.scheme.collection_workers.normalization_state()["count"] == merged["obs_rms"]["count"]  # what evaluation uses
+        state = learner.scheme.update_worker.state_dict()
+        assert state["merged_statistics"]["obs_rms"]["count"] == merged["obs_rms"]["count"]
+        learner.step()
+        learner.scheme.update_worker.load_state_dict(state)
+        assert grad.merged_statistics()["obs_rms"]["count"] == merged["obs_rms"]["count"]
+        del state["merged_statistics"]  # a checkpoint from before the merge: a replica's statistics go on
+        learner.scheme.update_worker.load_state_dict(state)
+        first = ws.get(ws.call(ws.remote_workers[0], "running_statistics"))
+        assert grad.merged_statistics()["ret_rms"]["count"] == first["ret_rms"]["count"]
+    finally:
+        learner.close()

@@ -9,16 +9,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 
-from pytorchrl.envs.normalization import RunningMeanStd
+from pytorchrl.envs.normalization import MergedStatistics
 from pytorchrl.scheme.base.evaluator import EvaluationRequest, Evaluator
 from pytorchrl.scheme.base.inference_servers import InferenceServers
 from pytorchrl.scheme.base.worker_set import FaultTolerance, WorkerSet, first_answer, pass_on, replica_ordinal
 from pytorchrl.scheme.collection.collection_worker import CollectionWorker
 from pytorchrl.scheme.collection.thin_worker import Deferred, generation_kwargs, make_collection_worker, thin_recorder_factory
-from pytorchrl.utils.arrays import as_numpy, to_arrays, to_tensors
+from pytorchrl.utils.arrays import to_arrays, to_tensors
 
 
 class CollectionWorkerSet:
@@ -138,7 +137,7 @@ class CollectionWorkerSet:
         #: remote workers' normaliser statistics merged over all of them (``obs_rms``, ``ret_rms``;
         #: empty until a rollout reports some): sent with every rollout asked for, so that every
         #: worker normalises alike (ARCHITECTURE.md, "Normalisation statistics across workers")
-        self._merged: dict[str, RunningMeanStd] = {}
+        self._merged = MergedStatistics()
         # collect() holds it: add_workers/remove_workers from another thread wait for the round's end
         self._lock = threading.RLock()
 
@@ -239,7 +238,7 @@ class CollectionWorkerSet:
         """Append the result of ``ref`` to ``results``; a dead worker is replaced instead."""
         ok, value = self.workers.try_get(ref)
         if ok:
-            self._merge(value[1].get("new_statistics", {}))  # a rollout dropped for policy lag was normalised all the same
+            self._merged.merge(value[1].get("new_statistics", {}))  # a rollout dropped for policy lag was normalised all the same
             results.append(value)
         else:
             self._lose(worker, value)
@@ -305,25 +304,10 @@ class CollectionWorkerSet:
         timeout = self.workers.fault.timeout_s
         return math.inf if timeout is None else time.monotonic() + timeout
 
-    def _merge(self, new: dict[str, Any]) -> None:
-        """Merge a remote worker's ``new_statistics`` into the set's (the first from the prior a
-        worker's normalisers start from)."""
-        for key, moments in new.items():
-            if key not in self._merged:
-                self._merged[key] = RunningMeanStd(np.shape(as_numpy(moments["mean"])))
-            self._merged[key].merge(moments)
-
-    def _set_merged(self, statistics: dict[str, Any]) -> None:
-        """Make ``statistics`` (keyed as :meth:`running_statistics`) the merged ones."""
-        self._merged = {}
-        for key, moments in statistics.items():
-            self._merged[key] = RunningMeanStd()
-            self._merged[key].load_state_dict(moments)
-
     def _merged_statistics(self) -> dict[str, Any]:
         """The merged statistics as the workers take them (empty before any came in: a worker
         given them, empty or not, reports what its normalisers take in)."""
-        return {key: rms.state_dict() for key, rms in self._merged.items()}
+        return self._merged.state()
 
     def _weights_ref(self) -> tuple[int, Any]:
         if self._weights is None:
@@ -426,7 +410,7 @@ class CollectionWorkerSet:
             return self.local_worker.normalization_state()
         with self._lock:  # the merge changes with each rollout taken
             if "obs_rms" in self._merged:
-                return self._merged["obs_rms"].state_dict()
+                return self._merged.state()["obs_rms"]
         return self._ask_any("normalization_state")
 
     def running_statistics(self) -> dict[str, Any]:
@@ -447,10 +431,29 @@ class CollectionWorkerSet:
             self.local_worker.adopt_statistics(statistics)
             return
         with self._lock:
-            self._set_merged(statistics)
+            self._merged.set(statistics)
         ws = self.workers
         for ref in [ws.call(w, "adopt_statistics", statistics) for w in ws.remote_workers]:
             ws.try_get(ref)  # a worker that dies meanwhile is found, and replaced, at its next call
+
+    def take_new_statistics(self) -> dict[str, Any]:
+        """What this set's normalisers took in since the last call: its merge's (remote workers),
+        or its collecting local worker's; a remote gradient worker reports it to the update
+        worker, which merges every replica's (ARCHITECTURE.md, "Normalisation statistics across
+        workers")."""
+        if not self.remote:
+            return self.local_worker.take_new_statistics()
+        with self._lock:
+            return self._merged.take_new()
+
+    def adopt_merged_statistics(self, merged: dict[str, Any]) -> None:
+        """Go on from ``merged``, the update worker's merge of every replica's reports, plus what
+        this set took in since it last reported; remote workers take it with their next rollout."""
+        if not self.remote:
+            self.local_worker.adopt_merged_statistics(merged)
+            return
+        with self._lock:
+            self._merged.rebase(merged)
 
     def _take_remote_statistics(self) -> None:
         """When the local worker has no train envs, give it a collecting worker's observation
@@ -498,7 +501,8 @@ class CollectionWorkerSet:
                 answers = [self._ask(w, "state_dict") for w in list(self.workers.remote_workers)]
                 state["remote"] = [value for ok, value in answers if ok]
                 if self._merged:
-                    state["merged_statistics"] = self._merged_statistics()
+                    state["merged_statistics"] = self._merged.state()
+                    state["reported_statistics"] = self._merged.reported_state()  # what its gradient worker reported up
             if self.evaluator.in_use:
                 state["evaluator"] = self.evaluator.state_dict()
             return state
@@ -510,10 +514,10 @@ class CollectionWorkerSet:
                 self.workers.get(self.workers.call(worker, "load_state_dict", to_arrays(worker_state) if self.thin else worker_state))
             # a checkpoint from before the merge: the first remote worker's own go on as the merged
             # ones; one whose local worker collected (resumed with remote workers): the local one's
-            self._set_merged(state.get("merged_statistics") or next(
+            self._merged.set(state.get("merged_statistics") or next(
                 ({k: v for k, v in w["envs"].items() if k in ("obs_rms", "ret_rms")}
                  for w in [*state.get("remote", []), state["local"]] if isinstance(w.get("envs"), dict)), {}
-            ))
+            ), reported=state.get("reported_statistics"))
             if "evaluator" in state:
                 self.evaluator.load_state_dict(state["evaluator"])
 

@@ -54,6 +54,18 @@ class TrainEnvStatistics:
         if self.envs is not None:
             self.envs.adopt_statistics(state)
 
+    def take_new_statistics(self) -> dict[str, Any]:
+        """What the train envs' normalisers took in since they last reported (see
+        :meth:`VecEnv.take_new_statistics <pytorchrl.envs.vec_env.VecEnv.take_new_statistics>`):
+        a remote gradient worker's set whose local worker collects reports it up."""
+        return {} if self.envs is None else self.envs.take_new_statistics()
+
+    def adopt_merged_statistics(self, merged: dict[str, Any]) -> None:
+        """Go on from a merge of every reporter's statistics (see
+        :meth:`VecEnv.adopt_merged_statistics <pytorchrl.envs.vec_env.VecEnv.adopt_merged_statistics>`)."""
+        if self.envs is not None:
+            self.envs.adopt_merged_statistics(merged)
+
 
 class ThinCollectionWorker(TrainEnvStatistics):
     """Steps a train :class:`~pytorchrl.envs.vec_env.VecEnv`, acts through an

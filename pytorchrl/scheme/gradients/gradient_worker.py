@@ -34,6 +34,9 @@ class GradientWorker:
     :param seed: the run seed.
     :param col_overrides: keyword overrides for ``col_workers_factory`` (e.g. ``index_offset``,
         or ``evaluation_only`` for a local worker that only holds the master weights).
+    :param report_statistics: report what the collection workers' normalisers took in with the
+        first step of each round (``info["new_statistics"]``), for the update worker to merge
+        with the other replicas' (a remote gradient worker).
     """
 
     def __init__(
@@ -48,9 +51,11 @@ class GradientWorker:
         torch_threads: int = 1,
         seed: int = 0,
         col_overrides: dict[str, Any] | None = None,
+        report_statistics: bool = False,
     ) -> None:
         configure_process(torch_threads)
         self.index = index
+        self.report_statistics = report_statistics
         self.device = torch.device(device)
         self._stream = TorchStream(derive_seed(seed, GRADIENT_ROLE, replica_ordinal(index)))
         self.col_workers = col_workers_factory(**(col_overrides or {}))
@@ -72,16 +77,20 @@ class GradientWorker:
         version: int | None = None,
         gradients: torch.Tensor | None = None,
         progress: float | None = None,
+        statistics: dict[str, Any] | None = None,
     ) -> tuple[torch.Tensor | None, dict[str, Any]]:
         """Gradients of the next minibatch (left in ``.grad`` if not ``return_gradients``) and info.
 
         A remote worker is told what changed since its last step: new ``weights`` of policy
         ``version`` (centralised updates), or the averaged ``gradients`` to apply itself first
-        (decentralised updates), and the training ``progress`` for schedules.
+        (decentralised updates), the training ``progress`` for schedules, and, before a step
+        that starts a round, the normaliser ``statistics`` merged over every replica, which its
+        collection workers go on from (:meth:`CollectionWorkerSet.adopt_merged_statistics`).
 
         Info holds the algorithm's diagnostics, ``num_samples`` (the minibatch's size),
         ``policy_version`` (of the weights the gradient was computed with), ``round_end`` (the
-        round's last minibatch), and, on the first step of a round, the collection info.
+        round's last minibatch), and, on the first step of a round, the collection info (and,
+        with ``report_statistics``, ``new_statistics``).
         Skipped steps (e.g. target KL) return no gradients.
         """
         if gradients is not None:
@@ -90,6 +99,8 @@ class GradientWorker:
             self.algo.set_weights(weights, version)
         if progress is not None:
             self.algo.set_progress(progress)
+        if statistics:
+            self.col_workers.adopt_merged_statistics(statistics)
         info: dict[str, Any] = {}
         with self._stream.active():
             if self._remaining == 0 or self.algo.stop_round:
@@ -116,9 +127,14 @@ class GradientWorker:
         while self._remaining == 0:
             infos.append(self._new_round())
         if len(infos) == 1:
-            return infos[0]
-        merged = merge_step_infos(infos)
-        merged["healthy_workers"] = infos[-1].get("healthy_workers")  # a state, not a count
+            merged = infos[0]
+        else:
+            merged = merge_step_infos(infos)
+            merged["healthy_workers"] = infos[-1].get("healthy_workers")  # a state, not a count
+        if self.report_statistics:
+            new = self.col_workers.take_new_statistics()
+            if new:
+                merged["new_statistics"] = new
         return merged
 
     def _new_round(self) -> dict[str, Any]:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Any
 
+from pytorchrl.envs.normalization import MergedStatistics
 from pytorchrl.scheme.base.worker_set import FaultTolerance, WorkerSet, first_answer, pass_on, replica_ordinal
 from pytorchrl.scheme.gradients.gradient_worker import GradientWorker
 from pytorchrl.utils.seeding import generation_seed
@@ -46,20 +48,53 @@ class GradientWorkerSet:
         self.workers: WorkerSet[GradientWorker] = WorkerSet(
             factory, num_remote=num_workers, resources=resources, compress=compress, fault=fault, name="gradient worker"
         )
-        # a replacement's new collection workers normalise with a surviving replica's statistics,
-        # not fresh ones (its weights and optimizer come from the master: UpdateWorker)
-        self.workers.on_join = functools.partial(pass_on, self.workers, get="running_statistics", put="adopt_statistics")
+        #: the replicas' normaliser statistics merged over all of them (each reports what its
+        #: collection workers took in with the first step of a round; the update worker merges it
+        #: and sends the merge with each replica's next step that starts a round)
+        self._statistics = MergedStatistics()
+        self._statistics_lock = threading.Lock()  # evaluation may read the merge from another thread
+        # a replacement's new collection workers normalise with the merge (before the first
+        # report, a surviving replica's statistics), not fresh ones (its weights and optimizer
+        # come from the master: UpdateWorker)
+        self.workers.on_join = self._give_statistics
 
     @property
     def local_worker(self) -> GradientWorker:
         return self.workers.local_worker
 
+    def merge_statistics(self, new: dict[str, Any]) -> None:
+        """Merge a replica's report (``info["new_statistics"]`` of its step)."""
+        with self._statistics_lock:
+            self._statistics.merge(new)
+
+    def merged_statistics(self) -> dict[str, Any]:
+        """Every replica's normaliser statistics merged (empty before the first report)."""
+        with self._statistics_lock:
+            return self._statistics.state()
+
+    def set_merged_statistics(self, statistics: dict[str, Any]) -> None:
+        """Make ``statistics`` the merge (a checkpoint's)."""
+        with self._statistics_lock:
+            self._statistics.set(statistics)
+
+    def _give_statistics(self, joined: list[Any]) -> None:
+        merged = self.merged_statistics()
+        if not merged:
+            pass_on(self.workers, joined, get="running_statistics", put="adopt_statistics")
+            return
+        for ref in [self.workers.call(w, "adopt_statistics", merged) for w in joined]:
+            self.workers.try_get(ref)  # one that dies meanwhile is found at its next call
+
     def normalization_state(self) -> dict[str, Any] | None:
-        """The observation statistics of the first remote gradient worker that answers (their
-        collection workers collect; the local one, which evaluates, does not): what evaluation,
-        ``predict`` and the parallel evaluator normalise with. None when none answers (the
-        evaluation keeps the statistics it had); a dead one is left to the update worker, which
-        replaces it and gives its replacement the master's state."""
+        """The observation statistics merged over every replica (their collection workers
+        collect; the local one, which evaluates, does not): what evaluation, ``predict`` and the
+        parallel evaluator normalise with. Before the first report, those of the first remote
+        gradient worker that answers; None when none answers (the evaluation keeps the
+        statistics it had); a dead one is left to the update worker, which replaces it and gives
+        its replacement the master's state."""
+        merged = self.merged_statistics()
+        if "obs_rms" in merged:
+            return merged["obs_rms"]
         return first_answer(self.workers, "normalization_state")[1]
 
     def close(self) -> None:
@@ -75,4 +110,4 @@ def _make_gradient_worker(
         overrides = {"index_offset": replica_ordinal(index) * collectors, "seed_generation": generation}
     kwargs = dict(worker_kwargs)
     kwargs["seed"] = generation_seed(kwargs.get("seed", 0), generation)  # a replacement: fresh shuffling stream
-    return GradientWorker(index, col_overrides=overrides, **kwargs)
+    return GradientWorker(index, col_overrides=overrides, report_statistics=not local, **kwargs)

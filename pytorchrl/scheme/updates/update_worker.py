@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from pytorchrl.scheme.base.infos import merge_step_infos
+from pytorchrl.scheme.base.worker_set import first_answer
 from pytorchrl.scheme.gradients.gradient_worker_set import GradientWorkerSet
 
 
@@ -27,6 +28,11 @@ class UpdateWorker:
       way; each is applied as it arrives and that worker continues from the new weights (A3C
       style). ``gradient_staleness`` counts the versions applied since its weights were sent.
 
+    Each replica reports what its collection workers' normalisers took in with the first step of
+    a round; the reports are merged (:meth:`GradientWorkerSet.merge_statistics`) and the merge
+    goes with each replica's next step that starts a round, so that every replica normalises
+    alike (ARCHITECTURE.md, "Normalisation statistics across workers").
+
     :param grad_workers: the gradient workers.
     :param update_execution: ``centralised`` | ``decentralised``.
     """
@@ -43,6 +49,7 @@ class UpdateWorker:
         self._average: Any = None  # decentralised: the averaged gradient replicas apply next
         self.lost_batches = 0  # gradients lost with a dead gradient worker
         self._hyperparameters: dict[str, Any] = {}  # changed since the start: every replica takes them with the master's state
+        self._starts_round: dict[Any, bool] = {}  # whether a replica's next step starts a round (unknown: yes)
 
     @property
     def remote(self) -> bool:
@@ -96,15 +103,15 @@ class UpdateWorker:
             kwargs["gradients"] = self._average
         else:
             kwargs["weights"], kwargs["version"] = self._weights_ref()
-        refs = {ws.call(w, "step", True, **kwargs): w for w in ws.remote_workers}
+        refs = {ws.call(w, "step", True, statistics=self._statistics_for(w), **kwargs): w for w in ws.remote_workers}
         results = []
         for ref, worker in refs.items():
             ok, value = ws.try_get(ref)
             if ok:
+                self._take_report(worker, value[1])
                 results.append(value)
             else:  # a dead gradient worker: the others' gradients make this step
-                self.lost_batches += 1
-                ws.fail(worker, value)
+                self._lose(worker, value)
         if not results:
             return {"skipped": 1.0, "round_end": False, "policy_version": self.algo.version}
         start = time.perf_counter()
@@ -136,11 +143,11 @@ class UpdateWorker:
             ok, value = ws.try_get(ready[0])
             if ok:
                 break
-            self.lost_batches += 1
-            ws.fail(worker, value)
+            self._lose(worker, value)
             if not self._pending:
                 return {"skipped": 1.0, "round_end": False, "policy_version": self.algo.version}
         grads, info = value
+        self._take_report(worker, info)
         start = time.perf_counter()
         info["gradient_staleness"] = self.algo.version - info["policy_version"]
         if grads is not None:
@@ -160,7 +167,29 @@ class UpdateWorker:
 
     def _submit(self, worker: Any) -> None:
         weights, version = self._weights_ref()
-        self._pending[self._workers.call(worker, "step", True, weights=weights, version=version, progress=self._progress)] = worker
+        call = self._workers.call(worker, "step", True, weights=weights, version=version, progress=self._progress, statistics=self._statistics_for(worker))
+        self._pending[call] = worker
+
+    def _lose(self, worker: Any, reason: str) -> None:
+        """A gradient worker died with a step under way: its gradient is lost, it is replaced."""
+        self.lost_batches += 1
+        self._starts_round.pop(worker, None)
+        self._workers.fail(worker, reason)
+
+    def _take_report(self, worker: Any, info: dict[str, Any]) -> None:
+        """Merge what a replica's normalisers took in (its step's ``new_statistics``) and note
+        whether its next step starts a round."""
+        new = info.pop("new_statistics", None)
+        if new:
+            self.grad_workers.merge_statistics(new)
+        self._starts_round[worker] = bool(info.get("round_end"))
+
+    def _statistics_for(self, worker: Any) -> dict[str, Any] | None:
+        """The replicas' merged statistics for a replica whose next step starts a round (its
+        collection workers collect with them), else None (nothing to send)."""
+        if not self._starts_round.get(worker, True):
+            return None
+        return self.grad_workers.merged_statistics() or None
 
     def _weights_ref(self) -> tuple[Any, int]:
         """The master weights in the object store, put once per version."""
@@ -192,10 +221,16 @@ class UpdateWorker:
         state: dict[str, Any] = {"local_gradient_worker": self.grad_workers.local_worker.state_dict()}
         if self.remote:
             state["remote_gradient_workers"] = self._workers.call_all("collection_state_dict")
+            merged = self.grad_workers.merged_statistics()
+            if merged:
+                state["merged_statistics"] = merged
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.grad_workers.local_worker.load_state_dict(state["local_gradient_worker"])
         for worker, worker_state in zip(self._workers.remote_workers, state.get("remote_gradient_workers", []), strict=False):
             self._workers.get(self._workers.call(worker, "load_state_dict", worker_state))
+        if self.remote:  # a checkpoint from before the merge: the first replica's statistics go on as the merge
+            self.grad_workers.set_merged_statistics(state.get("merged_statistics") or first_answer(self._workers, "running_statistics")[1] or {})
+        self._starts_round.clear()  # each replica's next step starts a round
         self._replicas_synced = False
