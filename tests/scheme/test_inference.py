@@ -505,6 +505,38 @@ def test_a_collection_worker_acting_through_the_server_collects_the_same_data(ma
     assert metrics["requests"] == 32 and metrics["score_requests"] == 2 and episode_starts > 0
 
 
+@pytest.mark.parametrize("thin", [False, True], ids=["torch-worker", "thin-worker"])
+def test_a_rollout_whose_weights_changed_on_the_server_counts_its_lag_from_the_oldest(make_server, thin):
+    """The server's weights can change within a rollout (asynchronous central inference): the
+    rollout's ``policy_version``, from which policy lag and ``scheme.max_policy_lag`` count, is
+    the oldest that chose one of its actions, not the last."""
+    setup = Setup("ppo/cartpole.yaml", "storage.num_steps=8", "env.num_envs=2")
+    server = make_server(setup, max_batch_size=2, max_wait_ms=10_000)
+    weights = setup.local.get_weights()
+    server.set_weights(weights, 3)
+    acts = 0
+
+    def call(name: str, *args: Any) -> Any:
+        nonlocal acts
+        if name in ("act", "act_arrays"):
+            acts += 1
+            if acts == 4:  # the learner moved on mid-rollout
+                server.set_weights(weights, 5)
+        return direct_call(server)(name, *args)
+
+    if thin:
+        local, worker = local_and_thin(setup, call)
+        local.close()
+    else:
+        worker = CollectionWorker(1, env_factory=setup.env_factory, actor_factory=setup.wiring.actor, storage_factory=setup.wiring.storage, seed=7)
+        worker.policy = RemotePolicy(call, 1)
+    try:
+        assert worker.collect_data()[1]["policy_version"] == 3
+        assert worker.collect_data()[1]["policy_version"] == 5  # all of the next one acted with version 5
+    finally:
+        worker.close()
+
+
 def local_and_thin(setup: Setup, call: Callable[..., Any]) -> tuple[CollectionWorker, ThinCollectionWorker]:
     """A local worker holding the weights of version 3, and a thin worker acting through ``call``,
     both collector 1 of seed 7."""

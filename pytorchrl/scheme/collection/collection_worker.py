@@ -109,7 +109,8 @@ class CollectionWorker(TrainEnvStatistics):
             empty: none merged yet), and report what the normalisers take in; None (a local
             worker, the only one collecting): go on with the envs' own, reporting nothing.
         :return: ``data, info``; info: ``env_steps``, ``episode_returns``, ``episode_lengths``,
-            ``policy_version``, ``collect_time_s``, ``worker_index``, ``preempted``,
+            ``policy_version`` (the oldest weights that chose one of its actions: through an
+            inference server they can change within a rollout), ``collect_time_s``, ``worker_index``, ``preempted``,
             ``env_restarts`` (envs recreated, ``env.restart_failed_envs``), and with
             normalisation and ``statistics`` given ``new_statistics`` (what the normalisers took
             in during the rollout).
@@ -132,9 +133,11 @@ class CollectionWorker(TrainEnvStatistics):
             noise = policy.draw_noise(storage.num_steps, envs.num_envs).unbind(0)
             scored = storage.needs_scoring and policy.scores_while_acting
             recurrent = policy.is_recurrent
+            oldest: int | None = None  # the oldest weights that chose an action: policy lag counts from them
             for step, obs, action in storage.acting_slots():
                 slots = ActionSlots(action, *storage.scoring_rows(step)) if scored else ActionSlots(action)
                 acted = policy.act(obs, noise[step], slots, storage.recurrent_state(step) if recurrent else None)
+                oldest = acted.version if oldest is None else min(oldest, acted.version)
                 next_obs, reward, terminated, truncated, valid = envs.step_arrays(action.numpy())
                 storage.insert(reward=reward, terminated=terminated, truncated=truncated, valid=valid, next_obs=next_obs, next_state=acted.state)
                 if round_id is not None and self._preempted == round_id:
@@ -145,7 +148,7 @@ class CollectionWorker(TrainEnvStatistics):
                 storage.score(score, from_step=storage.step if scored else 0)
         data = storage.get_data()
         return data, rollout_info(
-            envs, env_steps=int(data["rewards"].numel()), version=self.policy.version, start=start, index=self.index, preempted=preempted,
+            envs, env_steps=int(data["rewards"].numel()), version=self.policy.version if oldest is None else oldest, start=start, index=self.index, preempted=preempted,
             report_statistics=statistics is not None,
         )
 

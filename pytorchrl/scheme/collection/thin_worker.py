@@ -111,8 +111,10 @@ class ThinCollectionWorker(TrainEnvStatistics):
         self._stream = policy.begin_rollout(self._stream, storage.num_steps, envs.num_envs)
         scored = policy.scores_while_acting
         preempted = False
+        oldest: int | None = None  # the oldest weights that chose an action: policy lag counts from them
         for step, obs, action in storage.acting_slots():
             policy.act(obs, step, action, storage.scoring_rows(step) if scored else None)
+            oldest = policy.version if oldest is None else min(oldest, policy.version)
             next_obs, reward, terminated, truncated, valid = envs.step_arrays(action)
             storage.insert(reward=reward, terminated=terminated, truncated=truncated, valid=valid, next_obs=next_obs)
             if round_id is not None and self._preempted == round_id:
@@ -122,7 +124,7 @@ class ThinCollectionWorker(TrainEnvStatistics):
             storage.score(policy.score, from_step=storage.step if scored else 0)
         data = storage.get_data()
         return data, rollout_info(
-            envs, env_steps=int(data["rewards"].size), version=policy.version, start=start, index=self.index, preempted=preempted,
+            envs, env_steps=int(data["rewards"].size), version=policy.version if oldest is None else oldest, start=start, index=self.index, preempted=preempted,
             report_statistics=statistics is not None,
         )
 
