@@ -578,6 +578,27 @@ def test_a_run_with_remote_workers_merging_their_normalisation_resumed_mid_way_e
     assert float(merged["obs_rms"]["count"]) > 1536  # every worker's observations, not one's
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_run_with_remote_gradient_workers_merging_their_normalisation_resumed_mid_way_equals_the_whole_run(ray_session, tmp_path):
+    """Two replicas collecting locally, their rounds in step: the update worker's merge and what
+    each replica last reported go through the checkpoint, so the resumed run normalises, and
+    learns, as the whole one."""
+    raw = {
+        **PPO_GRU_TINY, "actor": {"hidden_sizes": [16]}, "storage": {"num_steps": 32},
+        "env": {"env_id": "Pendulum-v1", "num_envs": 2, "num_test_envs": 1, "normalize_obs": True, "normalize_reward": True},
+        "scheme": {"num_grad_workers": 2, "grad_worker_resources": {"num_cpus": 0.5}},
+    }
+    whole = Learner.from_config(from_dict(raw), run_dir=tmp_path / "whole", progress=False)
+    try:
+        whole.train()
+    finally:
+        whole.close()
+    resumed_dir = copy_up_to(tmp_path / "whole", tmp_path / "resumed", "step_1024")
+    final_whole = assert_resumes_to_the_whole_run(resumed_dir, tmp_path / "whole", "step_1536")
+    assert float(final_whole["scheme"]["merged_statistics"]["ret_rms"]["count"]) > 1536  # both replicas' returns
+
+
 SAC_TINY = {
     "env": {"env_id": "Pendulum-v1", "num_envs": 2, "num_test_envs": 1},
     "actor": {"hidden_sizes": [16]},
