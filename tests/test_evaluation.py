@@ -51,7 +51,7 @@ SMALL = {"num_cpus": 0.1}  # beside other tests' workers on the session's 2 CPUs
         ({"num_col_workers": 2, "col_worker_resources": SMALL}, lambda scheme: scheme["local_gradient_worker"]["collection"]["merged_statistics"]),
         ({"num_col_workers": 2, "col_worker_resources": SMALL, "inference": "central", "inference_server": SMALL},
          lambda scheme: scheme["local_gradient_worker"]["collection"]["merged_statistics"]),
-        ({"num_grad_workers": 1, "grad_worker_resources": SMALL}, lambda scheme: scheme["merged_statistics"]),
+        ({"num_grad_workers": 2, "grad_worker_resources": SMALL}, lambda scheme: scheme["merged_statistics"]),
     ],
     ids=["remote-collection", "central-inference", "remote-gradients"],
 )

@@ -559,13 +559,22 @@ def test_a_run_resumed_mid_way_equals_the_whole_run(tmp_path, raw):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_run_with_remote_workers_merging_their_normalisation_resumed_mid_way_equals_the_whole_run(ray_session, tmp_path):
-    """Two remote workers normalising observations and returns: the set's merged statistics and
-    each worker's own go through the checkpoint, so the resumed run normalises as the whole one."""
+@pytest.mark.parametrize(
+    ("scheme", "merged"),
+    [
+        ({"num_col_workers": 2, "col_worker_resources": {"num_cpus": 0.5}}, lambda scheme: scheme["local_gradient_worker"]["collection"]["merged_statistics"]),
+        ({"num_grad_workers": 2, "grad_worker_resources": {"num_cpus": 0.5}}, lambda scheme: scheme["merged_statistics"]),
+    ],
+    ids=["remote-collection-workers", "remote-gradient-workers"],
+)
+def test_a_run_with_remote_workers_merging_their_normalisation_resumed_mid_way_equals_the_whole_run(ray_session, tmp_path, scheme, merged):
+    """Two remote collection workers, or two replicas collecting locally (their rounds in step),
+    normalising observations and returns: the merged statistics and each worker's own go
+    through the checkpoint, so the resumed run normalises, and learns, as the whole one."""
     raw = {
         **PPO_GRU_TINY, "actor": {"hidden_sizes": [16]}, "storage": {"num_steps": 32},
         "env": {"env_id": "Pendulum-v1", "num_envs": 2, "num_test_envs": 1, "normalize_obs": True, "normalize_reward": True},
-        "scheme": {"num_col_workers": 2, "col_worker_resources": {"num_cpus": 0.5}},
+        "scheme": scheme,
     }
     whole = Learner.from_config(from_dict(raw), run_dir=tmp_path / "whole", progress=False)
     try:
@@ -574,29 +583,7 @@ def test_a_run_with_remote_workers_merging_their_normalisation_resumed_mid_way_e
         whole.close()
     resumed_dir = copy_up_to(tmp_path / "whole", tmp_path / "resumed", "step_1024")
     final_whole = assert_resumes_to_the_whole_run(resumed_dir, tmp_path / "whole", "step_1536")
-    merged = final_whole["scheme"]["local_gradient_worker"]["collection"]["merged_statistics"]
-    assert float(merged["obs_rms"]["count"]) > 1536  # every worker's observations, not one's
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_a_run_with_remote_gradient_workers_merging_their_normalisation_resumed_mid_way_equals_the_whole_run(ray_session, tmp_path):
-    """Two replicas collecting locally, their rounds in step: the update worker's merge and what
-    each replica last reported go through the checkpoint, so the resumed run normalises, and
-    learns, as the whole one."""
-    raw = {
-        **PPO_GRU_TINY, "actor": {"hidden_sizes": [16]}, "storage": {"num_steps": 32},
-        "env": {"env_id": "Pendulum-v1", "num_envs": 2, "num_test_envs": 1, "normalize_obs": True, "normalize_reward": True},
-        "scheme": {"num_grad_workers": 2, "grad_worker_resources": {"num_cpus": 0.5}},
-    }
-    whole = Learner.from_config(from_dict(raw), run_dir=tmp_path / "whole", progress=False)
-    try:
-        whole.train()
-    finally:
-        whole.close()
-    resumed_dir = copy_up_to(tmp_path / "whole", tmp_path / "resumed", "step_1024")
-    final_whole = assert_resumes_to_the_whole_run(resumed_dir, tmp_path / "whole", "step_1536")
-    assert float(final_whole["scheme"]["merged_statistics"]["ret_rms"]["count"]) > 1536  # both replicas' returns
+    assert float(merged(final_whole["scheme"])["ret_rms"]["count"]) > 1536  # every worker's returns, not one's
 
 
 SAC_TINY = {

@@ -182,20 +182,17 @@ class MergedStatistics:
         for key, moments in new.items():
             self._entry(key, moments).rms.merge(moments)
 
-    def set(self, statistics: dict[str, Any], reported: dict[str, Any] | None = None) -> None:
-        """Make ``statistics`` the merge, ``reported`` (default: all of it) as what was reported
-        of it: a checkpoint's, or a surviving worker's statistics given to a replacement."""
+    def set(self, statistics: dict[str, Any]) -> None:
+        """Make ``statistics`` the merge, all of it as reported: a checkpoint's (a set reports
+        in the step that merged, before any checkpoint), or a surviving worker's statistics
+        given to a replacement."""
         self._entries = {}
         for key, state in statistics.items():
-            set_statistics(self._entry(key, state), state, reported=None if reported is None else reported.get(key))
+            set_statistics(self._entry(key, state), state)
 
     def state(self) -> dict[str, Any]:
         """The merge, keyed ``{key: RunningMeanStd.state_dict()}`` (empty before any report)."""
         return {key: entry.rms.state_dict() for key, entry in self._entries.items()}
-
-    def reported_state(self) -> dict[str, Any]:
-        """What of the merge was last reported up, keyed as :meth:`state` (for checkpoints)."""
-        return {key: dict(entry.reported) for key, entry in self._entries.items()}
 
     def take_new(self) -> dict[str, Any]:
         """What was merged since the last call, keyed as :meth:`merge` takes it."""

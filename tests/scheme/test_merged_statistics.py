@@ -145,8 +145,9 @@ def test_sets_reporting_their_merges_up_a_level_give_the_statistics_of_one_strea
 )
 def test_remote_gradient_workers_normalise_with_the_statistics_of_every_replica(ray_session, scheme):
     """Two replicas: the update worker's merge counts every return either replica's envs took in,
-    each replica goes on from it (so each holds about twice its own), evaluation and checkpoints
-    read it, and a checkpoint from before the merge starts it from a replica's statistics."""
+    each replica goes on from it (so each holds about twice its own), the steps under way when
+    the replicas reload the master's state still count, evaluation and checkpoints read it, and
+    a checkpoint from before the merge starts it from a replica's statistics, counted once."""
     raw = {
         "env": {"env_id": "CartPole-v1", "num_envs": 2, "normalize_obs": True, "normalize_reward": True},
         "storage": {"num_steps": 16},
@@ -168,14 +169,30 @@ def test_remote_gradient_workers_normalise_with_the_statistics_of_every_replica(
         own = [ws.get(ws.call(w, "running_statistics"))["ret_rms"]["count"] for w in ws.remote_workers]
         assert sum(own) > 1.5 * merged["ret_rms"]["count"], own  # each replica's own would sum to the merge
         assert learner.scheme.collection_workers.normalization_state()["count"] == merged["obs_rms"]["count"]  # what evaluation uses
-        state = learner.scheme.update_worker.state_dict()
+        updates = learner.scheme.update_worker
+        updates.set_hyperparameters({"lr": 1e-4})  # the replicas reload the master's state: steps under way are waited for
+        steps = learner.env_steps
+        for _ in range(3):
+            learner.step()
+        merged = grad.merged_statistics()  # their collections count, and their reports are merged
+        assert merged["ret_rms"]["count"] == pytest.approx(PRIOR + learner.env_steps) and learner.env_steps > steps
+        state = updates.state_dict()
         assert state["merged_statistics"]["obs_rms"]["count"] == merged["obs_rms"]["count"]
         learner.step()
-        learner.scheme.update_worker.load_state_dict(state)
+        updates.load_state_dict(state)
         assert grad.merged_statistics()["obs_rms"]["count"] == merged["obs_rms"]["count"]
-        del state["merged_statistics"]  # a checkpoint from before the merge: a replica's statistics go on
-        learner.scheme.update_worker.load_state_dict(state)
-        first = ws.get(ws.call(ws.remote_workers[0], "running_statistics"))
-        assert grad.merged_statistics()["ret_rms"]["count"] == first["ret_rms"]["count"]
+        # a checkpoint from before the merge: a replica's statistics go on as the merge; a lone
+        # collecting worker had reported nothing then, and must not report what it holds again
+        del state["merged_statistics"]
+        for replica in state["remote_gradient_workers"]:
+            envs = replica["collection"]["local"].get("envs")
+            if isinstance(envs, dict) and "reported" in envs:
+                envs["reported"] = {key: RunningMeanStd(np.shape(moments["mean"])).state_dict() for key, moments in envs["reported"].items()}
+        updates.load_state_dict(state)
+        first = ws.get(ws.call(ws.remote_workers[0], "running_statistics"))["ret_rms"]["count"]
+        assert grad.merged_statistics()["ret_rms"]["count"] == first
+        steps = learner.env_steps
+        learner.step()
+        assert grad.merged_statistics()["ret_rms"]["count"] == pytest.approx(first + learner.env_steps - steps)  # once each
     finally:
         learner.close()

@@ -12,6 +12,21 @@ _SUMMED = (
 _JOINED = ("episode_returns", "episode_lengths", "policy_lags")
 
 
+def count_spent(info: dict[str, Any], spent: list[dict[str, Any]]) -> None:
+    """Add to ``info`` what the collections of ``spent`` infos took, whose data went unused
+    (rollouts dropped for policy lag, gradients dropped when the replicas reload the master's
+    state): their env steps, the episodes they finished and their env restarts happened all the
+    same, so ``env_steps``, ``target_steps`` and the return statistics count them; their lag
+    does not enter ``policy_lags`` (what training used)."""
+    for done in spent:
+        info["env_steps"] = info.get("env_steps", 0) + done.get("env_steps", 0)
+        for key in ("episode_returns", "episode_lengths"):
+            if done.get(key):
+                info[key] = [*info.get(key, []), *done[key]]
+        info["env_restarts"] = info.get("env_restarts", 0) + done.get("env_restarts", 0)
+    spent.clear()
+
+
 def merge_step_infos(infos: list[dict[str, Any]]) -> dict[str, Any]:
     """One info from the step infos of several gradient workers: counts summed, episode lists
     joined, diagnostics averaged; ``round_end`` when any worker's round ended."""

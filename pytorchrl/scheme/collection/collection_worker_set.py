@@ -14,6 +14,7 @@ import torch
 from pytorchrl.envs.normalization import MergedStatistics
 from pytorchrl.scheme.base.evaluator import EvaluationRequest, Evaluator
 from pytorchrl.scheme.base.inference_servers import InferenceServers
+from pytorchrl.scheme.base.infos import count_spent
 from pytorchrl.scheme.base.worker_set import FaultTolerance, WorkerSet, first_answer, pass_on, replica_ordinal
 from pytorchrl.scheme.collection.collection_worker import CollectionWorker
 from pytorchrl.scheme.collection.thin_worker import Deferred, generation_kwargs, make_collection_worker, thin_recorder_factory
@@ -173,7 +174,7 @@ class CollectionWorkerSet:
             counts = (self.dropped_batches, self.preempted_batches, self.lost_batches)
             results = self._collect_sync() if self.communication == "synchronous" else self._collect_async(version)
             info = merge_collection_info([i for _, i in results], current_version=version)
-            self._count_spent(info)
+            count_spent(info, self._spent)
             info["dropped_batches"] = self.dropped_batches - counts[0]
             info["preempted_batches"] = self.preempted_batches - counts[1]
             info["lost_batches"] = self.lost_batches - counts[2]
@@ -221,18 +222,6 @@ class CollectionWorkerSet:
                     for ref in list(pending):
                         self._lose(pending.pop(ref), "no answer to a preemption within scheme.worker_timeout_s")
         return results
-
-    def _count_spent(self, info: dict[str, Any]) -> None:
-        """Add what the rollouts dropped for policy lag spent to ``info``: their env steps, the
-        episodes they finished and their env restarts happened all the same (the data is what
-        is dropped), so ``env_steps``, ``target_steps`` and the return statistics count them;
-        their lag does not enter ``policy_lags`` (what training used)."""
-        for spent in self._spent:
-            info["env_steps"] += spent["env_steps"]
-            info["episode_returns"] += spent["episode_returns"]
-            info["episode_lengths"] += spent["episode_lengths"]
-            info["env_restarts"] += spent.get("env_restarts", 0)
-        self._spent.clear()
 
     def _take(self, ref: Any, worker: Any, results: list[Any]) -> bool:
         """Append the result of ``ref`` to ``results``; a dead worker is replaced instead."""
@@ -502,7 +491,6 @@ class CollectionWorkerSet:
                 state["remote"] = [value for ok, value in answers if ok]
                 if self._merged:
                     state["merged_statistics"] = self._merged.state()
-                    state["reported_statistics"] = self._merged.reported_state()  # what its gradient worker reported up
             if self.evaluator.in_use:
                 state["evaluator"] = self.evaluator.state_dict()
             return state
@@ -513,11 +501,13 @@ class CollectionWorkerSet:
             for worker, worker_state in zip(self.workers.remote_workers, state.get("remote", []), strict=False):
                 self.workers.get(self.workers.call(worker, "load_state_dict", to_arrays(worker_state) if self.thin else worker_state))
             # a checkpoint from before the merge: the first remote worker's own go on as the merged
-            # ones; one whose local worker collected (resumed with remote workers): the local one's
+            # ones; one whose local worker collected (resumed with remote workers): the local one's.
+            # All of it counts as reported up: a remote gradient worker's set reports in the step
+            # that merged, before any checkpoint
             self._merged.set(state.get("merged_statistics") or next(
                 ({k: v for k, v in w["envs"].items() if k in ("obs_rms", "ret_rms")}
                  for w in [*state.get("remote", []), state["local"]] if isinstance(w.get("envs"), dict)), {}
-            ), reported=state.get("reported_statistics"))
+            ))
             if "evaluator" in state:
                 self.evaluator.load_state_dict(state["evaluator"])
 

@@ -53,6 +53,8 @@ class GradientWorkerSet:
         #: and sends the merge with each replica's next step that starts a round)
         self._statistics = MergedStatistics()
         self._statistics_lock = threading.Lock()  # evaluation may read the merge from another thread
+        #: counts the changes of the merge (the update worker packs it once per change)
+        self.statistics_version = 0
         # a replacement's new collection workers normalise with the merge (before the first
         # report, a surviving replica's statistics), not fresh ones (its weights and optimizer
         # come from the master: UpdateWorker)
@@ -66,6 +68,7 @@ class GradientWorkerSet:
         """Merge a replica's report (``info["new_statistics"]`` of its step)."""
         with self._statistics_lock:
             self._statistics.merge(new)
+            self.statistics_version += 1
 
     def merged_statistics(self) -> dict[str, Any]:
         """Every replica's normaliser statistics merged (empty before the first report)."""
@@ -76,6 +79,7 @@ class GradientWorkerSet:
         """Make ``statistics`` the merge (a checkpoint's)."""
         with self._statistics_lock:
             self._statistics.set(statistics)
+            self.statistics_version += 1
 
     def _give_statistics(self, joined: list[Any]) -> None:
         merged = self.merged_statistics()

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from pytorchrl.scheme.base.infos import merge_step_infos
+from pytorchrl.scheme.base.infos import count_spent, merge_step_infos
 from pytorchrl.scheme.base.worker_set import first_answer
 from pytorchrl.scheme.gradients.gradient_worker_set import GradientWorkerSet
 
@@ -50,6 +50,8 @@ class UpdateWorker:
         self.lost_batches = 0  # gradients lost with a dead gradient worker
         self._hyperparameters: dict[str, Any] = {}  # changed since the start: every replica takes them with the master's state
         self._starts_round: dict[Any, bool] = {}  # whether a replica's next step starts a round (unknown: yes)
+        self._statistics: tuple[int, Any] | None = None  # (version, packed) of the replicas' merged statistics
+        self._spent: list[dict[str, Any]] = []  # the infos of steps whose gradients were dropped (_drain)
 
     @property
     def remote(self) -> bool:
@@ -68,11 +70,12 @@ class UpdateWorker:
             self._load_master(worker)
             self._submit(worker)
         if not self._replicas_synced:
-            self._pending.clear()
+            self._drain()
             for worker in list(self._workers.remote_workers):
                 self._load_master(worker)
             self._replicas_synced, self._weights, self._average = True, None, None
         info = self._step_sync() if synchronous else self._step_async()
+        count_spent(info, self._spent)
         info["lost_batches"] = info.get("lost_batches", 0) + self.lost_batches - lost
         events = self._workers.report()  # gradient workers replaced since the last step
         info["worker_restarts"] = info.get("worker_restarts", 0) + events["worker_restarts"]
@@ -170,6 +173,20 @@ class UpdateWorker:
         call = self._workers.call(worker, "step", True, weights=weights, version=version, progress=self._progress, statistics=self._statistics_for(worker))
         self._pending[call] = worker
 
+    def _drain(self) -> None:
+        """Wait for the steps under way (asynchronous gradients) and drop their gradients, which
+        were computed from weights every replica is about to leave; what their collections took
+        counts all the same (:func:`count_spent`), and what their replicas' normalisers reported
+        is merged (the replica has counted it as reported)."""
+        for ref, worker in list(self._pending.items()):
+            ok, value = self._workers.try_get(ref)
+            if ok:
+                self._take_report(worker, value[1])
+                self._spent.append(value[1])
+            else:
+                self._lose(worker, value)
+        self._pending.clear()
+
     def _lose(self, worker: Any, reason: str) -> None:
         """A gradient worker died with a step under way: its gradient is lost, it is replaced."""
         self.lost_batches += 1
@@ -189,7 +206,11 @@ class UpdateWorker:
         collection workers collect with them), else None (nothing to send)."""
         if not self._starts_round.get(worker, True):
             return None
-        return self.grad_workers.merged_statistics() or None
+        version = self.grad_workers.statistics_version
+        if self._statistics is None or self._statistics[0] != version:  # packed once per change, not per replica
+            merged = self.grad_workers.merged_statistics()
+            self._statistics = (version, self._workers.put(merged) if merged else None)
+        return self._statistics[1]
 
     def _weights_ref(self) -> tuple[Any, int]:
         """The master weights in the object store, put once per version."""
@@ -230,7 +251,14 @@ class UpdateWorker:
         self.grad_workers.local_worker.load_state_dict(state["local_gradient_worker"])
         for worker, worker_state in zip(self._workers.remote_workers, state.get("remote_gradient_workers", []), strict=False):
             self._workers.get(self._workers.call(worker, "load_state_dict", worker_state))
-        if self.remote:  # a checkpoint from before the merge: the first replica's statistics go on as the merge
-            self.grad_workers.set_merged_statistics(state.get("merged_statistics") or first_answer(self._workers, "running_statistics")[1] or {})
+        if self.remote and "merged_statistics" in state:
+            self.grad_workers.set_merged_statistics(state["merged_statistics"])
+        elif self.remote:  # a checkpoint from before the merge: the first replica's statistics go on as the merge,
+            # which every replica adopts as reported (its normalisers may count all they hold as not reported yet)
+            merged = first_answer(self._workers, "running_statistics")[1] or {}
+            self.grad_workers.set_merged_statistics(merged)
+            if merged:
+                self._workers.call_all("adopt_statistics", merged)
         self._starts_round.clear()  # each replica's next step starts a round
+        self._pending.clear()  # steps under way from before the load: theirs is not the loaded run's
         self._replicas_synced = False
