@@ -194,7 +194,7 @@ class CollectionWorkerSet:
             ws.wait_for_active()
             version, weights = self._weights_ref()
             self._round += 1
-            statistics = self._merged_statistics()
+            statistics = self._merged.state()  # empty before any came in: given it, empty or not, a worker reports what it takes in
             pending = {ws.call(w, "collect_data", weights, version, self._round, statistics): w for w in ws.remote_workers}
             deadline = self._deadline()
             n = len(pending)
@@ -287,16 +287,11 @@ class CollectionWorkerSet:
 
     def _submit(self, worker: Any) -> None:
         version, weights = self._weights_ref()
-        self._pending[self.workers.call(worker, "collect_data", weights, version, None, self._merged_statistics())] = (worker, self._deadline())
+        self._pending[self.workers.call(worker, "collect_data", weights, version, None, self._merged.state())] = (worker, self._deadline())
 
     def _deadline(self) -> float:
         timeout = self.workers.fault.timeout_s
         return math.inf if timeout is None else time.monotonic() + timeout
-
-    def _merged_statistics(self) -> dict[str, Any]:
-        """The merged statistics as the workers take them (empty before any came in: a worker
-        given them, empty or not, reports what its normalisers take in)."""
-        return self._merged.state()
 
     def _weights_ref(self) -> tuple[int, Any]:
         if self._weights is None:
@@ -410,7 +405,7 @@ class CollectionWorkerSet:
         if not self.remote:
             return self.local_worker.running_statistics()
         with self._lock:
-            merged = self._merged_statistics()
+            merged = self._merged.state()
         return merged or first_answer(self.workers, "running_statistics", control=True)[1] or {}
 
     def adopt_statistics(self, statistics: dict[str, Any]) -> None:
