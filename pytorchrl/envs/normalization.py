@@ -182,13 +182,16 @@ class MergedStatistics:
         for key, moments in new.items():
             self._entry(key, moments).rms.merge(moments)
 
-    def set(self, statistics: dict[str, Any]) -> None:
+    def set(self, statistics: dict[str, Any], *unreported: dict[str, Any]) -> None:
         """Make ``statistics`` the merge, all of it as reported: a checkpoint's (a set reports
         in the step that merged, before any checkpoint), or a surviving worker's statistics
-        given to a replacement."""
+        given to a replacement; then merge ``unreported`` (a checkpoint's reports of the steps
+        or rollouts under way, which it had not taken in yet), to be reported up as new."""
         self._entries = {}
         for key, state in statistics.items():
             set_statistics(self._entry(key, state), state)
+        for new in unreported:
+            self.merge(new)
 
     def state(self) -> dict[str, Any]:
         """The merge, keyed ``{key: RunningMeanStd.state_dict()}`` (empty before any report)."""

@@ -76,7 +76,20 @@ def test_remote_workers_normalise_with_the_statistics_of_all_of_them(ray_session
                 break
         assert set(resets) <= {1, 2} and resets[-1] == 2, resets
         assert workers.normalization_state()["count"] == merged["obs_rms"]["count"]  # what evaluation normalises with
-        assert workers.state_dict()["merged_statistics"]["obs_rms"]["count"] == merged["obs_rms"]["count"]
+        state = workers.state_dict()
+        assert state["merged_statistics"]["obs_rms"]["count"] == merged["obs_rms"]["count"]
+        # asynchronous: one rollout is under way, and a worker's state is read after it: the
+        # checkpoint keeps its report and what it collected, which the resumed run counts
+        under_way = sum(done["env_steps"] for done in state.get("spent", []))
+        assert (under_way > 0) == (communication == "asynchronous"), state.get("spent")
+        checkpoint = MergedStatistics()
+        checkpoint.set(state["merged_statistics"], *state.get("under_way_statistics", []))
+        checkpointed = checkpoint.state()["ret_rms"]["count"]
+        assert checkpointed == pytest.approx(PRIOR + learner.env_steps + under_way)
+        workers.load_state_dict(state)
+        _, info = workers.collect()
+        assert info["env_steps"] == pytest.approx(under_way + workers.running_statistics()["ret_rms"]["count"] - checkpointed)
+        merged = workers.running_statistics()
         ws = workers.workers
         learner.step()
         learner.step()
@@ -105,6 +118,23 @@ def test_a_local_runs_statistics_go_on_in_remote_workers_that_resume_it(ray_sess
             assert merged[key]["count"] == pytest.approx(float(state["local"]["envs"][key]["count"])) and merged[key]["count"] > 100
     finally:
         remote.close()
+
+
+def test_a_checkpoints_reports_under_way_are_merged_and_reported_up_as_new():
+    """A checkpoint's merge is all reported; the reports of its rollouts under way were not
+    taken in yet: loaded, they are in the merge and go up with the set's next report."""
+    rng = np.random.default_rng(0)
+    checkpointed, under_way = RunningMeanStd((2,)), RunningMeanStd((2,))
+    checkpointed.update(rng.normal(size=(50, 2)))
+    under_way.update(rng.normal(3.0, size=(20, 2)))
+    loaded = MergedStatistics()
+    loaded.set({"obs_rms": checkpointed.state_dict()}, {"obs_rms": under_way.state_dict()})
+    whole = RunningMeanStd((2,))
+    whole.load_state_dict(checkpointed.state_dict())
+    whole.merge(under_way.state_dict())
+    np.testing.assert_allclose(loaded.state()["obs_rms"]["mean"], whole.mean, rtol=1e-12)
+    new = loaded.take_new()["obs_rms"]
+    assert new["count"] == pytest.approx(under_way.count) and loaded.take_new()["obs_rms"]["count"] == pytest.approx(0.0, abs=1e-9)
 
 
 def test_sets_reporting_their_merges_up_a_level_give_the_statistics_of_one_stream():
@@ -176,14 +206,23 @@ def test_remote_gradient_workers_normalise_with_the_statistics_of_every_replica(
             learner.step()
         merged = grad.merged_statistics()  # their collections count, and their reports are merged
         assert merged["ret_rms"]["count"] == pytest.approx(PRIOR + learner.env_steps) and learner.env_steps > steps
-        state = updates.state_dict()
-        assert state["merged_statistics"]["obs_rms"]["count"] == merged["obs_rms"]["count"]
+        state = updates.state_dict()  # asynchronous: with what the steps under way took, which the replicas' states hold
+        under_way = sum(done["env_steps"] for done in state.get("spent", []))
+        assert (under_way > 0) == (scheme.get("grad_communication") == "asynchronous"), state.get("spent")
+        assert grad.merged_statistics()["ret_rms"]["count"] == merged["ret_rms"]["count"]  # the live merge is left as it was
+        checkpoint = MergedStatistics()
+        checkpoint.set(state["merged_statistics"], *state.get("under_way_statistics", []))
+        checkpointed = checkpoint.state()["ret_rms"]["count"]
+        assert checkpointed == pytest.approx(PRIOR + learner.env_steps + under_way)
         learner.step()
         updates.load_state_dict(state)
-        assert grad.merged_statistics()["obs_rms"]["count"] == merged["obs_rms"]["count"]
+        assert grad.merged_statistics()["ret_rms"]["count"] == pytest.approx(checkpointed)
+        info = updates.step()  # the resumed run's first step counts the checkpoint's steps under way
+        assert info["env_steps"] == pytest.approx(under_way + grad.merged_statistics()["ret_rms"]["count"] - checkpointed)
         # a checkpoint from before the merge: a replica's statistics go on as the merge; a lone
         # collecting worker had reported nothing then, and must not report what it holds again
-        del state["merged_statistics"]
+        for key in ("merged_statistics", "under_way_statistics", "spent"):  # nor the steps under way: they came with the merge
+            state.pop(key, None)
         for replica in state["remote_gradient_workers"]:
             envs = replica["collection"]["local"].get("envs")
             if isinstance(envs, dict) and "reported" in envs:

@@ -12,6 +12,27 @@ _SUMMED = (
 _JOINED = ("episode_returns", "episode_lengths", "policy_lags")
 
 
+#: what :func:`count_spent` reads of a step's info
+_SPENT = ("env_steps", "episode_returns", "episode_lengths", "env_restarts")
+
+
+def under_way_state(under_way: list[dict[str, Any]], spent: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a checkpoint keeps of the steps or rollouts under way (their infos; a worker's state
+    is read after them, as an actor runs its calls in order, so it holds what they took in):
+    their normalisers' reports (``under_way_statistics``, merged at the load, to be reported up
+    as new) and, with the ``spent`` infos not counted yet, what :func:`count_spent` counts of
+    them (``spent``: the resumed run counts them with its first step, as the run that went on
+    would have; their data and gradients are dropped, as at a reload of the master's state)."""
+    state: dict[str, Any] = {}
+    reports = [info["new_statistics"] for info in under_way if info.get("new_statistics")]
+    if reports:
+        state["under_way_statistics"] = reports
+    parts = [{key: info[key] for key in _SPENT if key in info} for info in [*spent, *under_way]]
+    if any(parts):
+        state["spent"] = [part for part in parts if part]
+    return state
+
+
 def count_spent(info: dict[str, Any], spent: list[dict[str, Any]]) -> None:
     """Add to ``info`` what the collections of ``spent`` infos took, whose data went unused
     (rollouts dropped for policy lag, gradients dropped when the replicas reload the master's

@@ -419,8 +419,24 @@ def pass_on(workers: WorkerSet[Any], joined: list[Any], get: str, put: str, *, c
     when it is empty, or when none answers). A joiner that dies meanwhile is found at its next call."""
     _, value = first_answer(workers, get, control=control, skip=joined)
     if value:
-        for ref in [workers.call(w, put, value) for w in joined]:
-            workers.try_get(ref)
+        give(workers, joined, put, value)
+
+
+def give(workers: WorkerSet[Any], joined: list[Any], put: str, value: Any) -> None:
+    """Call ``put(value)`` on each of ``joined`` and wait; one that dies meanwhile is found at its next call."""
+    for ref in [workers.call(w, put, value) for w in joined]:
+        workers.try_get(ref)
+
+
+def answers(workers: WorkerSet[Any], refs: Sequence[Any]) -> list[Any]:
+    """The values of the calls ``refs`` (under way), waited for; a dead worker's are left out, to
+    whoever waits on its call next (it replaces the worker)."""
+    values = []
+    for ref in refs:
+        ok, value = workers.try_get(ref)
+        if ok:
+            values.append(value)
+    return values
 
 
 def failure_reason(error: BaseException) -> str:

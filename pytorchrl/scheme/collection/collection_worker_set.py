@@ -14,8 +14,8 @@ import torch
 from pytorchrl.envs.normalization import MergedStatistics
 from pytorchrl.scheme.base.evaluator import EvaluationRequest, Evaluator
 from pytorchrl.scheme.base.inference_servers import InferenceServers
-from pytorchrl.scheme.base.infos import count_spent
-from pytorchrl.scheme.base.worker_set import FaultTolerance, WorkerSet, first_answer, pass_on, replica_ordinal
+from pytorchrl.scheme.base.infos import count_spent, under_way_state
+from pytorchrl.scheme.base.worker_set import FaultTolerance, WorkerSet, answers, first_answer, pass_on, replica_ordinal
 from pytorchrl.scheme.collection.collection_worker import CollectionWorker
 from pytorchrl.scheme.collection.thin_worker import Deferred, generation_kwargs, make_collection_worker, thin_recorder_factory
 from pytorchrl.utils.arrays import to_arrays, to_tensors
@@ -482,9 +482,10 @@ class CollectionWorkerSet:
         with self._lock:
             state: dict[str, Any] = {"local": self.local_worker.state_dict()}
             if self.remote:
-                answers = [self._ask(w, "state_dict") for w in list(self.workers.remote_workers)]
-                state["remote"] = [value for ok, value in answers if ok]
-                if self._merged:
+                asked = [self._ask(w, "state_dict") for w in list(self.workers.remote_workers)]
+                state["remote"] = [value for ok, value in asked if ok]
+                state.update(under_way_state([info for _, info in answers(self.workers, list(self._pending))], self._spent))
+                if self._merged or "under_way_statistics" in state:
                     state["merged_statistics"] = self._merged.state()
             if self.evaluator.in_use:
                 state["evaluator"] = self.evaluator.state_dict()
@@ -502,7 +503,15 @@ class CollectionWorkerSet:
             self._merged.set(state.get("merged_statistics") or next(
                 ({k: v for k, v in w["envs"].items() if k in ("obs_rms", "ret_rms")}
                  for w in [*state.get("remote", []), state["local"]] if isinstance(w.get("envs"), dict)), {}
-            ))
+            ), *state.get("under_way_statistics", []))
+            self._spent = [dict(done) for done in state.get("spent", [])]  # the checkpoint's rollouts under way: the next collection counts them
+            # rollouts under way from before the load are not the loaded run's: every worker starts
+            # a new one, and one removed meanwhile ends now
+            self._pending.clear()
+            self._idle = []
+            for worker in self._retiring:
+                self.workers.kill(worker)
+            self._retiring.clear()
             if "evaluator" in state:
                 self.evaluator.load_state_dict(state["evaluator"])
 

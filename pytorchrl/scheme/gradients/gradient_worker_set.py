@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 from pytorchrl.envs.normalization import MergedStatistics
-from pytorchrl.scheme.base.worker_set import FaultTolerance, WorkerSet, first_answer, pass_on, replica_ordinal
+from pytorchrl.scheme.base.worker_set import FaultTolerance, WorkerSet, first_answer, give, pass_on, replica_ordinal
 from pytorchrl.scheme.gradients.gradient_worker import GradientWorker
 from pytorchrl.utils.seeding import generation_seed
 
@@ -75,10 +75,10 @@ class GradientWorkerSet:
         with self._statistics_lock:
             return self._statistics.state()
 
-    def set_merged_statistics(self, statistics: dict[str, Any]) -> None:
-        """Make ``statistics`` the merge (a checkpoint's)."""
+    def set_merged_statistics(self, statistics: dict[str, Any], *under_way: dict[str, Any]) -> None:
+        """Make ``statistics`` the merge (a checkpoint's), with the reports of its steps under way."""
         with self._statistics_lock:
-            self._statistics.set(statistics)
+            self._statistics.set(statistics, *under_way)
             self.statistics_version += 1
 
     def _give_statistics(self, joined: list[Any]) -> None:
@@ -86,8 +86,7 @@ class GradientWorkerSet:
         if not merged:
             pass_on(self.workers, joined, get="running_statistics", put="adopt_statistics")
             return
-        for ref in [self.workers.call(w, "adopt_statistics", merged) for w in joined]:
-            self.workers.try_get(ref)  # one that dies meanwhile is found at its next call
+        give(self.workers, joined, "adopt_statistics", merged)
 
     def normalization_state(self) -> dict[str, Any] | None:
         """The observation statistics merged over every replica (their collection workers

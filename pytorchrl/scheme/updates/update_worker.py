@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from pytorchrl.scheme.base.infos import count_spent, merge_step_infos
-from pytorchrl.scheme.base.worker_set import first_answer
+from pytorchrl.scheme.base.infos import count_spent, merge_step_infos, under_way_state
+from pytorchrl.scheme.base.worker_set import answers, first_answer
 from pytorchrl.scheme.gradients.gradient_worker_set import GradientWorkerSet
 
 
@@ -242,8 +242,9 @@ class UpdateWorker:
         state: dict[str, Any] = {"local_gradient_worker": self.grad_workers.local_worker.state_dict()}
         if self.remote:
             state["remote_gradient_workers"] = self._workers.call_all("collection_state_dict")
+            state.update(under_way_state([info for _, info in answers(self._workers, list(self._pending))], self._spent))
             merged = self.grad_workers.merged_statistics()
-            if merged:
+            if merged or "under_way_statistics" in state:
                 state["merged_statistics"] = merged
         return state
 
@@ -252,7 +253,7 @@ class UpdateWorker:
         for worker, worker_state in zip(self._workers.remote_workers, state.get("remote_gradient_workers", []), strict=False):
             self._workers.get(self._workers.call(worker, "load_state_dict", worker_state))
         if self.remote and "merged_statistics" in state:
-            self.grad_workers.set_merged_statistics(state["merged_statistics"])
+            self.grad_workers.set_merged_statistics(state["merged_statistics"], *state.get("under_way_statistics", []))
         elif self.remote:  # a checkpoint from before the merge: the first replica's statistics go on as the merge,
             # which every replica adopts as reported (its normalisers may count all they hold as not reported yet)
             merged = first_answer(self._workers, "running_statistics")[1] or {}
@@ -261,4 +262,5 @@ class UpdateWorker:
                 self._workers.call_all("adopt_statistics", merged)
         self._starts_round.clear()  # each replica's next step starts a round
         self._pending.clear()  # steps under way from before the load: theirs is not the loaded run's
+        self._spent = [dict(done) for done in state.get("spent", [])]  # the checkpoint's steps under way: the next step counts them
         self._replicas_synced = False
