@@ -27,11 +27,14 @@ class ActionSlots(NamedTuple):
         (:attr:`ActingPolicy.scores_while_acting` and a storage that needs scores); else None and
         the storage asks for them after the rollout (:meth:`CollectionStorage.score`).
     :param value: ``[num_envs]``, the observations' values, beside ``log_prob``.
+    :param given: ``[num_envs]`` bool, or None: rows whose action is already in ``action`` (a
+        replayed one, PPOD's): the policy keeps it, and scores it with the weights it acts with.
     """
 
     action: torch.Tensor
     log_prob: torch.Tensor | None = None
     value: torch.Tensor | None = None
+    given: torch.Tensor | None = None
 
 
 class Acted(NamedTuple):

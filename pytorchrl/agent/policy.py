@@ -83,15 +83,21 @@ class LocalPolicy:
         return self.actor.draw_noise(num_steps, num_envs)
 
     def act(self, obs: torch.Tensor, noise: torch.Tensor, slots: ActionSlots, state: torch.Tensor | None = None) -> Acted:
-        actor, scored = self.actor, slots.log_prob is not None
+        actor, scored, given = self.actor, slots.log_prob is not None, slots.given
+        # given actions: a scoring path keeps and scores them itself (an on-policy actor's), the others are put back
+        extra = {"given": given} if scored and given is not None else {}
+        kept = slots.action[given].clone() if given is not None and not scored else None
+        next_state = None
         if self.is_recurrent:  # the state the storage keeps per step in, the next one out
             rows = (slots.log_prob, slots.value) if scored else ()
-            return Acted(actor.act_recurrent(obs, state, noise, slots.action, *rows), self._version)
-        if scored:  # CNN policies: one encoder pass per step gives action, log-prob and value
-            actor.act_scored(obs, noise, slots.action, slots.log_prob, slots.value)
+            next_state = actor.act_recurrent(obs, state, noise, slots.action, *rows, **extra)
+        elif scored:  # CNN policies: one encoder pass per step gives action, log-prob and value
+            actor.act_scored(obs, noise, slots.action, slots.log_prob, slots.value, **extra)
         else:
             actor.act(obs, noise, out=slots.action)
-        return Acted(None, self._version)
+        if kept is not None:
+            slots.action[given] = kept
+        return Acted(next_state, self._version)
 
     def score(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.actor.score(obs, actions)

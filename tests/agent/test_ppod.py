@@ -4,11 +4,13 @@ episodes; demonstration files refused in one line; ``evaluate --save-demos``; ex
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import warnings
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,6 +24,7 @@ from pytorchrl.agent.storages.on_policy.demos import (
     DemoReplay,
     DemoSpec,
     Episode,
+    ReplayingPolicy,
     load_demo,
     load_demos,
     save_demo,
@@ -30,6 +33,7 @@ from pytorchrl.cli import main
 from pytorchrl.config import from_dict
 from pytorchrl.envs.chain import write_chain_demos
 from pytorchrl.learner import Learner
+from pytorchrl.scheme.inference import InferenceServer, RemotePolicy, direct_call
 
 LENGTH = 8
 #: a PPOD run on an 8-cell chain: small enough to build in a fraction of a second
@@ -156,10 +160,10 @@ def test_a_replayed_demonstration_reproduces_its_recorded_observations_and_rewar
 
 
 @pytest.mark.timeout(10)
-def test_a_recurrent_policy_replays_demonstrations_and_scores_the_replayed_actions_over_the_sequence(tmp_path):
-    """A GRU policy acts without scoring while a replay may override its actions (it once crashed
-    there: its recurrent step always scored); the rollout is scored afterwards over the whole
-    sequence, so the log-probabilities are the policy's of the actions taken, replayed or not."""
+def test_a_recurrent_policy_replays_demonstrations_and_scores_the_replayed_actions_while_acting(tmp_path):
+    """A GRU policy is given the replayed actions (it once crashed there: its recurrent step
+    always scored) and scores them in its acting pass: the rollout's log-probabilities are the
+    policy's of the actions taken, replayed or not, as scoring the whole sequence gives them."""
     config = _config(tmp_path)
     config["actor"] = {**config["actor"], "recurrent": {"type": "gru", "hidden_size": 16}}
     learner = Learner.from_config(from_dict(config), progress=False)
@@ -171,6 +175,54 @@ def test_a_recurrent_policy_replays_demonstrations_and_scores_the_replayed_actio
         torch.testing.assert_close(data["log_probs"].flatten(), log_prob)
         learner.step()  # and it learns from them
     finally:
+        learner.close()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("recurrent", [False, True], ids=["mlp", "gru"])
+def test_replayed_actions_are_scored_by_the_weights_that_acted_while_a_servers_weights_change(tmp_path, recurrent):
+    """Asynchronous central inference: the server's weights change between a worker's steps (here
+    after every one). Each replayed step's log-probability is that of the weights that acted on
+    it, scored in the act's pass; it was scored by a second call, or for a recurrent policy after
+    the rollout, with whatever weights the server held by then."""
+    config = _config(tmp_path)  # rho 1: every env replays a demonstration
+    if recurrent:
+        config["actor"] = {**config["actor"], "recurrent": {"type": "gru", "hidden_size": 16}}
+    learner = Learner.from_config(from_dict(config), progress=False)
+    server = None
+    try:
+        worker = learner.scheme.collection_workers.local_worker
+        local = worker.policy.inner
+        generator = torch.Generator().manual_seed(0)
+        weights = [local.get_weights()]
+        weights.append({k: v + torch.randn(v.shape, generator=generator) if v.is_floating_point() else v for k, v in weights[0].items()})
+        server = InferenceServer(lambda device: copy.deepcopy(local.actor), score_while_acting=True)
+        server.set_weights(weights[0], 0)
+        acts = 0
+
+        def call(name: str, *args: Any) -> Any:
+            nonlocal acts
+            reply = direct_call(server)(name, *args)
+            if name == "act":  # another worker's gradient lands after each step
+                acts += 1
+                server.set_weights(weights[acts % 2], acts)
+            return reply
+
+        worker.policy = ReplayingPolicy(RemotePolicy(call, 0), worker.policy.replay)
+        data, _ = worker.collect_data()
+        assert worker.storage.demo_replay.started[DEMO] >= 4 and acts == TINY["storage"]["num_steps"]
+        state = data["states"][0] if recurrent else None
+        for t in range(acts):  # step t acted with weights[t % 2] (a recurrent one from the state they carried it to)
+            local.set_weights(weights[t % 2], t)
+            if recurrent:
+                log_prob, _ = local.score_sequence(data["obs"][t : t + 1], data["actions"][t : t + 1], state, data["starts"][t : t + 1])
+                _, _, state = local.actor.get_action(data["obs"][t], state, data["starts"][t])
+            else:
+                log_prob, _ = local.score(data["obs"][t], data["actions"][t])
+            torch.testing.assert_close(data["log_probs"][t], log_prob, msg=f"step {t}")
+    finally:
+        if server is not None:
+            server.close()
         learner.close()
 
 

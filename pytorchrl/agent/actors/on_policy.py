@@ -214,34 +214,42 @@ class OnPolicyActor(nn.Module):
         else:
             self.action_head.act_params(self._params(features, obs), noise, out)
 
-    def act_scored(self, obs: torch.Tensor, noise: torch.Tensor, out: torch.Tensor, log_prob_out: torch.Tensor, value_out: torch.Tensor) -> None:
+    def act_scored(
+        self, obs: torch.Tensor, noise: torch.Tensor, out: torch.Tensor, log_prob_out: torch.Tensor, value_out: torch.Tensor,
+        given: torch.Tensor | None = None,
+    ) -> None:
         """:meth:`act`, also writing the actions' log-probabilities and the observations' values
-        (what :meth:`score` would give): one pass of the encoder instead of two."""
+        (what :meth:`score` would give): one pass of the encoder instead of two.
+
+        :param given: bool per row, or None: rows whose action is already in ``out`` (PPOD's
+            replayed ones), kept and scored in the same pass."""
         features = self.policy_net.forward(obs)
-        self._act_scored(features, features if self.value_net is None else self.value_net.forward(obs), obs, noise, out, log_prob_out, value_out)
+        self._act_scored(features, features if self.value_net is None else self.value_net.forward(obs), obs, noise, out, log_prob_out, value_out, given)
 
     def _act_scored(
         self, features: torch.Tensor, value_features: torch.Tensor, obs: torch.Tensor, noise: torch.Tensor, out: torch.Tensor,
-        log_prob_out: torch.Tensor, value_out: torch.Tensor,
+        log_prob_out: torch.Tensor, value_out: torch.Tensor, given: torch.Tensor | None,
     ) -> None:
         params = self._params(features, obs)
+        kept = None if given is None else out[given].clone()
         self.action_head.act_params(params, noise, out)
+        if kept is not None:
+            out[given] = kept
         log_prob_out.copy_(self.action_head.log_prob(params, out))
         value_out.copy_(self._value(value_features))
 
     def act_recurrent(
         self, obs: torch.Tensor, state: torch.Tensor, noise: torch.Tensor, out: torch.Tensor,
-        log_prob_out: torch.Tensor | None = None, value_out: torch.Tensor | None = None,
+        log_prob_out: torch.Tensor | None = None, value_out: torch.Tensor | None = None, given: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """:meth:`act_scored` of a recurrent actor from ``state`` (already zeroed where an episode
         starts); returns the next state. Without ``log_prob_out`` and ``value_out`` it only acts:
-        the caller scores the rollout afterwards (:meth:`score_sequence`), as PPOD's replay does,
-        whose replayed actions are not the policy's."""
+        the caller scores the rollout afterwards (:meth:`score_sequence`)."""
         features, value_features, next_state = self._step_features(obs, state)
         if log_prob_out is None or value_out is None:
             self.action_head.act_params(self._params(features, obs), noise, out)
         else:
-            self._act_scored(features, value_features, obs, noise, out, log_prob_out, value_out)
+            self._act_scored(features, value_features, obs, noise, out, log_prob_out, value_out, given)
         return next_state
 
     def score(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

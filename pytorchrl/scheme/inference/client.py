@@ -73,10 +73,11 @@ class RemotePolicy:
             assert state is not None, "a recurrent policy acts from the storage's state"
             starts = ~state.any(-1)
             sent = None if self._continues(state) else state
+        given = () if slots.given is None else ((slots.given, slots.action[slots.given]),)  # sent only when there are any
         try:
-            reply: ActReply = self._call("act", self.worker_index, obs, noise, starts, scored, sent)
+            reply: ActReply = self._call("act", self.worker_index, obs, noise, starts, scored, sent, *given)
         except MissingStateError:
-            reply = self._call("act", self.worker_index, obs, noise, starts, scored, state)
+            reply = self._call("act", self.worker_index, obs, noise, starts, scored, state, *given)
         slots.action.copy_(reply.action)
         if scored:
             assert slots.log_prob is not None and slots.value is not None and reply.log_prob is not None and reply.value is not None

@@ -99,6 +99,8 @@ class PendingAct:
     :param scored: the reply carries log-probabilities and values.
     :param state: ``[num_envs, state_size]``: act from this state (already zero where episodes
         start) instead of the one the server holds for the worker.
+    :param given: ``(rows, actions)``: the rows (bool ``[num_envs]``) whose actions are given
+        (PPOD's replayed ones), and those actions: the reply has them, scored in the same pass.
     """
 
     worker_index: int
@@ -107,6 +109,7 @@ class PendingAct:
     starts: torch.Tensor | None
     scored: bool
     state: torch.Tensor | None
+    given: tuple[torch.Tensor, torch.Tensor] | None = None
     arrival: float = field(default_factory=time.monotonic, init=False)
     _done: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
     _reply: ActReply | None = field(default=None, init=False, repr=False)
@@ -260,22 +263,22 @@ class InferenceServer:
 
     def act(
         self, worker_index: int, obs: torch.Tensor, noise: torch.Tensor, starts: torch.Tensor | None = None,
-        scored: bool = False, state: torch.Tensor | None = None,
+        scored: bool = False, state: torch.Tensor | None = None, given: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> ActReply:
         """Act on one worker's step, batched with whatever other requests arrive meanwhile (see
         :class:`PendingAct` for the arguments); blocks until the reply."""
-        return self.submit(worker_index, obs, noise, starts, scored, state).result()
+        return self.submit(worker_index, obs, noise, starts, scored, state, given).result()
 
     def submit(
         self, worker_index: int, obs: torch.Tensor, noise: torch.Tensor, starts: torch.Tensor | None = None,
-        scored: bool = False, state: torch.Tensor | None = None,
+        scored: bool = False, state: torch.Tensor | None = None, given: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> PendingAct:
         """Queue an act request without waiting (:meth:`act` is ``submit(...).result()``).
 
         :raises MissingStateError: a recurrent request continues episodes (some ``starts`` False)
             without a ``state``, and the server holds none for ``worker_index``.
         """
-        return self._enqueue(self._request(worker_index, obs, noise, starts, scored, state))
+        return self._enqueue(self._request(worker_index, obs, noise, starts, scored, state, given))
 
     def _enqueue(self, pending: PendingAct) -> PendingAct:
         with self._cond:
@@ -288,6 +291,7 @@ class InferenceServer:
 
     def _request(
         self, worker_index: int, obs: torch.Tensor, noise: torch.Tensor, starts: torch.Tensor | None, scored: bool, state: torch.Tensor | None,
+        given: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> PendingAct:
         """A checked request, not queued."""
         if noise.shape[0] != obs.shape[0] or (starts is not None and starts.shape[0] != obs.shape[0]):
@@ -299,7 +303,7 @@ class InferenceServer:
             # read without the batching thread's lock: a worker's previous step stored its rows before its reply
             if state is None and worker_index not in self._states and not bool(starts.all()):
                 raise MissingStateError(f"no recurrent state held for worker {worker_index}: send it with the request")
-        return PendingAct(worker_index, obs, noise, starts, scored, state)
+        return PendingAct(worker_index, obs, noise, starts, scored, state, given)
 
     def _serve(self) -> None:
         """The batching loop (its own thread)."""
@@ -366,6 +370,8 @@ class InferenceServer:
         rows = obs.shape[0]
         action = self.spec.empty_actions(rows, self.device)
         slots = ActionSlots(action, torch.empty(rows, device=self.device), torch.empty(rows, device=self.device)) if scored else ActionSlots(action)
+        if any(r.given is not None for r in group):
+            slots = slots._replace(given=self._give(group, action))
         state = self._gather_states(group) if self.spec.is_recurrent else None
         acted = self.policy.act(obs, noise, slots, state)
         sizes = [r.rows for r in group]
@@ -375,6 +381,18 @@ class InferenceServer:
         host = self._staging.download([slots.action, slots.log_prob, slots.value, acted.state])
         pieces = [[None] * len(group) if t is None else _pieces(t, sizes, self._staging.reuses) for t in host]
         return [ActReply(a, lp, v, s, version) for a, lp, v, s in zip(*pieces)]
+
+    def _give(self, group: list[PendingAct], action: torch.Tensor) -> torch.Tensor:
+        """The group's given rows (bool, on the device), their actions written into ``action``."""
+        given = torch.zeros(action.shape[0], dtype=torch.bool)
+        start = 0
+        for request in group:
+            if request.given is not None:
+                rows, actions = request.given
+                given[start : start + request.rows] = rows
+                action[start : start + request.rows][rows.to(self.device)] = actions.to(self.device, action.dtype)
+            start += request.rows
+        return given.to(self.device)
 
     def _gather_states(self, group: list[PendingAct]) -> torch.Tensor:
         """The rows' states: each worker's held rows (or the one sent), zeroed where episodes

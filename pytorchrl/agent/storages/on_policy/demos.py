@@ -394,31 +394,30 @@ class DemoReplay:
 
 class ReplayingPolicy:
     """The worker's :class:`~pytorchrl.agent.contracts.ActingPolicy` with :class:`DemoReplay`
-    overriding the actions of the envs that replay an episode.
+    choosing the actions of the envs that replay an episode.
 
-    The policy still acts for every env (its noise stream is consumed as without replay); the
-    replayed rows are then overwritten. A policy that scores while it acts scored its own
-    actions: those rows are scored again with the replayed ones (one small extra pass). A
-    recurrent one scores after the rollout instead (``scores_while_acting`` False): its score
-    needs the whole sequence.
+    The replayed actions are written into the step's slots first and given to the policy as
+    such (:attr:`ActionSlots.given <pytorchrl.agent.contracts.ActionSlots>`): it still acts for
+    every env (its noise stream is consumed as without replay), keeps the given rows, and a
+    policy that scores while it acts scores them in the same pass, with the weights that acted.
+    Until 2026-11-30 the replayed rows were overwritten after the act and scored by a second
+    call: under asynchronous central inference the server's weights could change between the
+    two, and a recurrent policy scored its whole rollout afterwards, with whatever weights the
+    server held then.
     """
 
     def __init__(self, inner: ActingPolicy, replay: DemoReplay) -> None:
         self.inner, self.replay = inner, replay
         self.is_recurrent = inner.is_recurrent
-        self.scores_while_acting = inner.scores_while_acting and not inner.is_recurrent
+        self.scores_while_acting = inner.scores_while_acting
 
     @property
     def version(self) -> int:
         return self.inner.version
 
     def act(self, obs: torch.Tensor, noise: torch.Tensor, slots: ActionSlots, state: torch.Tensor | None = None) -> Acted:
-        acted = self.inner.act(obs, noise, slots, state)
         forced = self.replay.force(obs, slots.action)
-        if forced is not None and slots.log_prob is not None:
-            log_prob, _ = self.inner.score(obs[forced], slots.action[forced])
-            slots.log_prob[forced] = log_prob.to(slots.log_prob.dtype)
-        return acted
+        return self.inner.act(obs, noise, slots if forced is None else slots._replace(given=forced), state)
 
     def __getattr__(self, name: str) -> Any:
         # everything else (draw_noise, score, evaluation_step, weights, a remote policy's extras) is the policy's own
