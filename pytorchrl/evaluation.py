@@ -14,7 +14,6 @@ import numpy as np
 from pytorchrl.agent.storages.on_policy.demos import EpisodeRecorder
 from pytorchrl.config import Config, load_run_config
 from pytorchrl.config_applicability import IgnoredConfigKeysWarning
-from pytorchrl.envs.normalization import MergedStatistics
 from pytorchrl.envs.rendering import opengl_hint
 from pytorchrl.learner import Learner
 from pytorchrl.utils.checkpoint import META_FILE, RUN_STATE_KEYS, load_checkpoint, load_newest_checkpoint
@@ -162,7 +161,7 @@ def evaluation_state(state: dict[str, Any]) -> dict[str, Any]:
         if "envs" not in local:
             replicas = scheme.get("remote_gradient_workers") or []
             sets = [  # the replicas' merged statistics first (a checkpoint from before them: a replica's)
-                {key: scheme.get(key) for key in ("merged_statistics", "under_way_statistics")}, collection,
+                {"merged_statistics": scheme.get("merged_statistics")}, collection,
                 *(r["collection"] for r in replicas if isinstance(r, dict) and isinstance(r.get("collection"), dict)),
             ]
             statistics = next((s for s in map(_collected_statistics, sets) if s is not None), None)
@@ -176,17 +175,12 @@ def evaluation_state(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def _collected_statistics(collection: dict[str, Any]) -> Any:
-    """The observation statistics of a collection set's state: its remote workers' merged ones,
-    with the reports of the rollouts or steps under way at the checkpoint (a set whose local
-    worker collects has none), else its collecting local worker's or its first remote worker's
-    (None without normalisation)."""
+    """The observation statistics of a collection set's state: its remote workers' merged ones
+    (a set whose local worker collects has none), else its collecting local worker's or its first
+    remote worker's (None without normalisation)."""
     merged = collection.get("merged_statistics")
     if isinstance(merged, dict) and "obs_rms" in merged:
-        if not collection.get("under_way_statistics"):
-            return merged["obs_rms"]
-        statistics = MergedStatistics()
-        statistics.set(merged, *collection["under_way_statistics"])
-        return statistics.state()["obs_rms"]
+        return merged["obs_rms"]
     workers = [collection.get("local"), *collection.get("remote", [])]
     return next((w["envs"]["obs_rms"] for w in workers if isinstance(w, dict) and isinstance(w.get("envs"), dict) and "obs_rms" in w["envs"]), None)
 

@@ -182,20 +182,30 @@ class MergedStatistics:
         for key, moments in new.items():
             self._entry(key, moments).rms.merge(moments)
 
-    def set(self, statistics: dict[str, Any], *unreported: dict[str, Any]) -> None:
-        """Make ``statistics`` the merge, all of it as reported: a checkpoint's (a set reports
-        in the step that merged, before any checkpoint), or a surviving worker's statistics
-        given to a replacement; then merge ``unreported`` (a checkpoint's reports of the steps
-        or rollouts under way, which it had not taken in yet), to be reported up as new."""
+    def set(self, statistics: dict[str, Any], reported: dict[str, Any] | None = None) -> None:
+        """Make ``statistics`` the merge: a checkpoint's, with what of it was reported up
+        (``reported``, keyed alike, :meth:`reported`; None: all of it, as a checkpoint from before
+        that key holds), or a surviving worker's statistics given to a replacement (all of it)."""
         self._entries = {}
         for key, state in statistics.items():
-            set_statistics(self._entry(key, state), state)
-        for new in unreported:
-            self.merge(new)
+            set_statistics(self._entry(key, state), state, reported=None if reported is None else reported.get(key))
 
-    def state(self) -> dict[str, Any]:
-        """The merge, keyed ``{key: RunningMeanStd.state_dict()}`` (empty before any report)."""
+    def state(self, *reports: dict[str, Any]) -> dict[str, Any]:
+        """The merge, keyed ``{key: RunningMeanStd.state_dict()}`` (empty before any report);
+        with ``reports`` not taken in yet (a checkpoint's calls under way) merged into a copy,
+        this merge unchanged."""
+        if reports:
+            copy = MergedStatistics()
+            copy.set(self.state(), self.reported())
+            for new in reports:
+                copy.merge(new)
+            return copy.state()
         return {key: entry.rms.state_dict() for key, entry in self._entries.items()}
+
+    def reported(self) -> dict[str, Any]:
+        """What of the merge was last reported up, keyed as :meth:`state` (a checkpoint keeps it
+        beside the merge, so that what was not reported yet is reported after the load)."""
+        return {key: dict(entry.reported) for key, entry in self._entries.items()}
 
     def take_new(self) -> dict[str, Any]:
         """What was merged since the last call, keyed as :meth:`merge` takes it."""

@@ -6,6 +6,8 @@ workers")."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -77,14 +79,12 @@ def test_remote_workers_normalise_with_the_statistics_of_all_of_them(ray_session
         assert set(resets) <= {1, 2} and resets[-1] == 2, resets
         assert workers.normalization_state()["count"] == merged["obs_rms"]["count"]  # what evaluation normalises with
         state = workers.state_dict()
-        assert state["merged_statistics"]["obs_rms"]["count"] == merged["obs_rms"]["count"]
         # asynchronous: one rollout is under way, and a worker's state is read after it: the
-        # checkpoint keeps its report and what it collected, which the resumed run counts
+        # checkpoint's merge holds its report, and its ``spent`` what it collected, which the resumed run counts
         under_way = sum(done["env_steps"] for done in state.get("spent", []))
         assert (under_way > 0) == (communication == "asynchronous"), state.get("spent")
-        checkpoint = MergedStatistics()
-        checkpoint.set(state["merged_statistics"], *state.get("under_way_statistics", []))
-        checkpointed = checkpoint.state()["ret_rms"]["count"]
+        assert workers.running_statistics()["obs_rms"]["count"] == merged["obs_rms"]["count"]  # the live merge is left as it was
+        checkpointed = state["merged_statistics"]["ret_rms"]["count"]
         assert checkpointed == pytest.approx(PRIOR + learner.env_steps + under_way)
         workers.load_state_dict(state)
         _, info = workers.collect()
@@ -97,6 +97,14 @@ def test_remote_workers_normalise_with_the_statistics_of_all_of_them(ray_session
             assert ws.get(ws.call(worker, "running_statistics", control=True))["obs_rms"]["count"] > merged["obs_rms"]["count"]
     finally:
         learner.close()
+    local = crashing_learner({}, {"num_col_workers": 0}, target_steps=10**9, env={"normalize_obs": True, "normalize_reward": True})
+    try:  # resumed without remote workers: the local worker's first collection counts the rollouts under way too
+        workers = local.scheme.collection_workers
+        workers.load_state_dict(state)
+        counts = [workers.collect()[1]["env_steps"] for _ in range(2)]
+        assert counts[0] == counts[1] + under_way
+    finally:
+        local.close()
 
 
 @pytest.mark.timeout(120)
@@ -120,21 +128,34 @@ def test_a_local_runs_statistics_go_on_in_remote_workers_that_resume_it(ray_sess
         remote.close()
 
 
-def test_a_checkpoints_reports_under_way_are_merged_and_reported_up_as_new():
-    """A checkpoint's merge is all reported; the reports of its rollouts under way were not
-    taken in yet: loaded, they are in the merge and go up with the set's next report."""
+def test_a_checkpoint_keeps_what_a_set_has_not_reported_up_with_the_reports_under_way():
+    """A remote gradient worker's set reports up what it merged since it last did. Its checkpoint
+    holds the merge with the reports of the rollouts under way (their workers count them as sent)
+    and what of it was reported: loaded, and checkpointed and loaded again before any report,
+    what was not reported (merged since the last report, or under way) goes up with the next
+    report, once."""
     rng = np.random.default_rng(0)
-    checkpointed, under_way = RunningMeanStd((2,)), RunningMeanStd((2,))
-    checkpointed.update(rng.normal(size=(50, 2)))
-    under_way.update(rng.normal(3.0, size=(20, 2)))
-    loaded = MergedStatistics()
-    loaded.set({"obs_rms": checkpointed.state_dict()}, {"obs_rms": under_way.state_dict()})
-    whole = RunningMeanStd((2,))
-    whole.load_state_dict(checkpointed.state_dict())
-    whole.merge(under_way.state_dict())
-    np.testing.assert_allclose(loaded.state()["obs_rms"]["mean"], whole.mean, rtol=1e-12)
-    new = loaded.take_new()["obs_rms"]
-    assert new["count"] == pytest.approx(under_way.count) and loaded.take_new()["obs_rms"]["count"] == pytest.approx(0.0, abs=1e-9)
+    parts = [{"obs_rms": RunningMeanStd((2,)).state_dict()} for _ in range(3)]  # reported, merged since, under way
+    for i, part in enumerate(parts):
+        rms = RunningMeanStd((2,))
+        rms.update(rng.normal(i, size=(20 + 10 * i, 2)))
+        part["obs_rms"] = rms.state_dict()
+    live, whole = MergedStatistics(), MergedStatistics()
+    live.merge(parts[0])
+    live.take_new()  # reported up
+    live.merge(parts[1])
+    for part in parts:
+        whole.merge(part)
+    before = live.state()["obs_rms"]["count"]
+    first = MergedStatistics()
+    first.set(live.state(parts[2]), live.reported())
+    assert live.state()["obs_rms"]["count"] == before  # the live merge is left as it was
+    second = MergedStatistics()  # checkpointed again before it reported, with nothing under way
+    second.set(first.state(), first.reported())
+    np.testing.assert_allclose(second.state()["obs_rms"]["mean"], whole.state()["obs_rms"]["mean"], rtol=1e-12)
+    new = second.take_new()["obs_rms"]
+    assert new["count"] == pytest.approx(parts[1]["obs_rms"]["count"] + parts[2]["obs_rms"]["count"])
+    assert second.take_new()["obs_rms"]["count"] == pytest.approx(0.0, abs=1e-9)
 
 
 def test_sets_reporting_their_merges_up_a_level_give_the_statistics_of_one_stream():
@@ -210,9 +231,7 @@ def test_remote_gradient_workers_normalise_with_the_statistics_of_every_replica(
         under_way = sum(done["env_steps"] for done in state.get("spent", []))
         assert (under_way > 0) == (scheme.get("grad_communication") == "asynchronous"), state.get("spent")
         assert grad.merged_statistics()["ret_rms"]["count"] == merged["ret_rms"]["count"]  # the live merge is left as it was
-        checkpoint = MergedStatistics()
-        checkpoint.set(state["merged_statistics"], *state.get("under_way_statistics", []))
-        checkpointed = checkpoint.state()["ret_rms"]["count"]
+        checkpointed = state["merged_statistics"]["ret_rms"]["count"]
         assert checkpointed == pytest.approx(PRIOR + learner.env_steps + under_way)
         learner.step()
         updates.load_state_dict(state)
@@ -221,7 +240,7 @@ def test_remote_gradient_workers_normalise_with_the_statistics_of_every_replica(
         assert info["env_steps"] == pytest.approx(under_way + grad.merged_statistics()["ret_rms"]["count"] - checkpointed)
         # a checkpoint from before the merge: a replica's statistics go on as the merge; a lone
         # collecting worker had reported nothing then, and must not report what it holds again
-        for key in ("merged_statistics", "under_way_statistics", "spent"):  # nor the steps under way: they came with the merge
+        for key in ("merged_statistics", "spent"):  # nor the steps under way: they came with the merge
             state.pop(key, None)
         for replica in state["remote_gradient_workers"]:
             envs = replica["collection"]["local"].get("envs")
@@ -233,5 +252,39 @@ def test_remote_gradient_workers_normalise_with_the_statistics_of_every_replica(
         steps = learner.env_steps
         learner.step()
         assert grad.merged_statistics()["ret_rms"]["count"] == pytest.approx(first + learner.env_steps - steps)  # once each
+    finally:
+        learner.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_replicas_collecting_asynchronously_keep_their_rollouts_under_way_through_two_checkpoints(ray_session):
+    """Two remote gradient workers, each with two asynchronous collection workers: a checkpoint
+    holds the replicas' rollouts under way, and one taken right after loading it (a stop before
+    the first round ends, then a second resume) still holds what the replicas had not reported
+    up: the update worker's merge counts every return either replica's envs took in."""
+    raw = {
+        "env": {"env_id": "CartPole-v1", "num_envs": 2, "normalize_obs": True, "normalize_reward": True},
+        "storage": {"num_steps": 16},
+        "algorithm": {"name": "ppo", "num_epochs": 1, "minibatch_size": 32},
+        "run": {"seed": 2, "target_steps": 10**9, "eval_every": 0},
+        "scheme": {
+            "num_grad_workers": 2, "grad_worker_resources": {"num_cpus": 0.1}, "num_col_workers": 2,
+            "col_worker_resources": {"num_cpus": 0.1}, "col_communication": "asynchronous",
+        },
+    }
+    learner = Learner.from_config(from_dict(raw), progress=False)
+    try:
+        grad = learner.scheme.grad_workers
+        for _ in range(6):
+            learner.step()
+        first = copy.deepcopy(learner.state_dict())
+        replicas = first["scheme"]["remote_gradient_workers"]
+        assert all(sum(done["env_steps"] for done in r["collection"].get("spent", [])) > 0 for r in replicas)  # rollouts under way
+        learner.load_state(copy.deepcopy(first))
+        learner.load_state(copy.deepcopy(learner.state_dict()))  # checkpointed again before any replica reported
+        for _ in range(2):
+            learner.step()
+        assert grad.merged_statistics()["ret_rms"]["count"] == pytest.approx(PRIOR + learner.env_steps)
     finally:
         learner.close()

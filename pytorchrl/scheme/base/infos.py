@@ -16,21 +16,20 @@ _JOINED = ("episode_returns", "episode_lengths", "policy_lags")
 _SPENT = ("env_steps", "episode_returns", "episode_lengths", "env_restarts")
 
 
-def under_way_state(under_way: list[dict[str, Any]], spent: list[dict[str, Any]]) -> dict[str, Any]:
-    """What a checkpoint keeps of the steps or rollouts under way (their infos; a worker's state
-    is read after them, as an actor runs its calls in order, so it holds what they took in):
-    their normalisers' reports (``under_way_statistics``, merged at the load, to be reported up
-    as new) and, with the ``spent`` infos not counted yet, what :func:`count_spent` counts of
-    them (``spent``: the resumed run counts them with its first step, as the run that went on
-    would have; their data and gradients are dropped, as at a reload of the master's state)."""
-    state: dict[str, Any] = {}
-    reports = [info["new_statistics"] for info in under_way if info.get("new_statistics")]
-    if reports:
-        state["under_way_statistics"] = reports
-    parts = [{key: info[key] for key in _SPENT if key in info} for info in [*spent, *under_way]]
-    if any(parts):
-        state["spent"] = [part for part in parts if part]
-    return state
+def under_way_reports(under_way: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The normaliser reports of the calls under way at a checkpoint (their infos): a worker's
+    state is read after its call under way (an actor runs its calls in order), so it counts the
+    call's report as sent, and the checkpoint's merge must hold it."""
+    return [info["new_statistics"] for info in under_way if info.get("new_statistics")]
+
+
+def spent_state(infos: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What :func:`count_spent` counts of ``infos`` (the calls under way at a checkpoint, and
+    those spent but not counted yet): the resumed run counts them with its first step, as the
+    run that went on would have; their data and gradients are dropped, as at a reload of the
+    master's state."""
+    parts = [{key: info[key] for key in _SPENT if key in info} for info in infos]
+    return [part for part in parts if part]
 
 
 def count_spent(info: dict[str, Any], spent: list[dict[str, Any]]) -> None:

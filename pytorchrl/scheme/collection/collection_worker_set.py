@@ -14,7 +14,7 @@ import torch
 from pytorchrl.envs.normalization import MergedStatistics
 from pytorchrl.scheme.base.evaluator import EvaluationRequest, Evaluator
 from pytorchrl.scheme.base.inference_servers import InferenceServers
-from pytorchrl.scheme.base.infos import count_spent, under_way_state
+from pytorchrl.scheme.base.infos import count_spent, spent_state, under_way_reports
 from pytorchrl.scheme.base.worker_set import FaultTolerance, WorkerSet, answers, first_answer, pass_on, replica_ordinal
 from pytorchrl.scheme.collection.collection_worker import CollectionWorker
 from pytorchrl.scheme.collection.thin_worker import Deferred, generation_kwargs, make_collection_worker, thin_recorder_factory
@@ -170,7 +170,9 @@ class CollectionWorkerSet:
             version = self._version
             if not self.remote:
                 data, info = self.local_worker.collect_data()
-                return [data], merge_collection_info([info], current_version=version)
+                info = merge_collection_info([info], current_version=version)
+                count_spent(info, self._spent)  # a checkpoint's rollouts under way, resumed without remote workers
+                return [data], info
             counts = (self.dropped_batches, self.preempted_batches, self.lost_batches)
             results = self._collect_sync() if self.communication == "synchronous" else self._collect_async(version)
             info = merge_collection_info([i for _, i in results], current_version=version)
@@ -484,9 +486,13 @@ class CollectionWorkerSet:
             if self.remote:
                 asked = [self._ask(w, "state_dict") for w in list(self.workers.remote_workers)]
                 state["remote"] = [value for ok, value in asked if ok]
-                state.update(under_way_state([info for _, info in answers(self.workers, list(self._pending))], self._spent))
-                if self._merged or "under_way_statistics" in state:
-                    state["merged_statistics"] = self._merged.state()
+                # asynchronous: the rollouts under way ended before those states were read
+                under_way = [info for _, info in answers(self.workers, list(self._pending))]
+                reports = under_way_reports(under_way)
+                if self._merged or reports:  # with what of it a remote gradient worker's set reported up
+                    state["merged_statistics"], state["reported_statistics"] = self._merged.state(*reports), self._merged.reported()
+                if spent := spent_state([*self._spent, *under_way]):
+                    state["spent"] = spent
             if self.evaluator.in_use:
                 state["evaluator"] = self.evaluator.state_dict()
             return state
@@ -503,7 +509,7 @@ class CollectionWorkerSet:
             self._merged.set(state.get("merged_statistics") or next(
                 ({k: v for k, v in w["envs"].items() if k in ("obs_rms", "ret_rms")}
                  for w in [*state.get("remote", []), state["local"]] if isinstance(w.get("envs"), dict)), {}
-            ), *state.get("under_way_statistics", []))
+            ), state.get("reported_statistics") if state.get("merged_statistics") else None)
             self._spent = [dict(done) for done in state.get("spent", [])]  # the checkpoint's rollouts under way: the next collection counts them
             # rollouts under way from before the load are not the loaded run's: every worker starts
             # a new one, and one removed meanwhile ends now

@@ -70,15 +70,16 @@ class GradientWorkerSet:
             self._statistics.merge(new)
             self.statistics_version += 1
 
-    def merged_statistics(self) -> dict[str, Any]:
-        """Every replica's normaliser statistics merged (empty before the first report)."""
+    def merged_statistics(self, *reports: dict[str, Any]) -> dict[str, Any]:
+        """Every replica's normaliser statistics merged (empty before the first report); with
+        ``reports`` of steps not taken in yet (a checkpoint's) merged into a copy."""
         with self._statistics_lock:
-            return self._statistics.state()
+            return self._statistics.state(*reports)
 
-    def set_merged_statistics(self, statistics: dict[str, Any], *under_way: dict[str, Any]) -> None:
-        """Make ``statistics`` the merge (a checkpoint's), with the reports of its steps under way."""
+    def set_merged_statistics(self, statistics: dict[str, Any]) -> None:
+        """Make ``statistics`` the merge (a checkpoint's)."""
         with self._statistics_lock:
-            self._statistics.set(statistics, *under_way)
+            self._statistics.set(statistics)
             self.statistics_version += 1
 
     def _give_statistics(self, joined: list[Any]) -> None:

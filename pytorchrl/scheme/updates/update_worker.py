@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from pytorchrl.scheme.base.infos import count_spent, merge_step_infos, under_way_state
+from pytorchrl.scheme.base.infos import count_spent, merge_step_infos, spent_state, under_way_reports
 from pytorchrl.scheme.base.worker_set import answers, first_answer
 from pytorchrl.scheme.gradients.gradient_worker_set import GradientWorkerSet
 
@@ -92,6 +92,8 @@ class UpdateWorker:
 
     def _step_local(self) -> dict[str, Any]:
         _, info = self.grad_workers.local_worker.step(return_gradients=False)
+        if "env_steps" in info:  # a checkpoint's steps under way, resumed without remote gradient workers
+            count_spent(info, self._spent)
         start = time.perf_counter()
         if not info.get("skipped") and not self.algo.apply_gradients(None):
             info["nonfinite_updates"] = 1
@@ -242,10 +244,13 @@ class UpdateWorker:
         state: dict[str, Any] = {"local_gradient_worker": self.grad_workers.local_worker.state_dict()}
         if self.remote:
             state["remote_gradient_workers"] = self._workers.call_all("collection_state_dict")
-            state.update(under_way_state([info for _, info in answers(self._workers, list(self._pending))], self._spent))
-            merged = self.grad_workers.merged_statistics()
-            if merged or "under_way_statistics" in state:
+            # asynchronous: the steps under way ended before those states were read
+            under_way = [info for _, info in answers(self._workers, list(self._pending))]
+            merged = self.grad_workers.merged_statistics(*under_way_reports(under_way))
+            if merged:
                 state["merged_statistics"] = merged
+            if spent := spent_state([*self._spent, *under_way]):
+                state["spent"] = spent
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -253,7 +258,7 @@ class UpdateWorker:
         for worker, worker_state in zip(self._workers.remote_workers, state.get("remote_gradient_workers", []), strict=False):
             self._workers.get(self._workers.call(worker, "load_state_dict", worker_state))
         if self.remote and "merged_statistics" in state:
-            self.grad_workers.set_merged_statistics(state["merged_statistics"], *state.get("under_way_statistics", []))
+            self.grad_workers.set_merged_statistics(state["merged_statistics"])
         elif self.remote:  # a checkpoint from before the merge: the first replica's statistics go on as the merge,
             # which every replica adopts as reported (its normalisers may count all they hold as not reported yet)
             merged = first_answer(self._workers, "running_statistics")[1] or {}

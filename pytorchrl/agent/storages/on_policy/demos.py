@@ -24,8 +24,8 @@ path. The parts:
   it every step (:meth:`DemoReplay.observe`) and it forces the actions of replaying envs
   (:meth:`DemoReplay.force`). Its state is the storage's, so checkpoints resume exactly.
 - :class:`ReplayingPolicy`: an :class:`~pytorchrl.agent.contracts.ActingPolicy` around the
-  worker's own that lets :class:`DemoReplay` overwrite the actions it chose (and re-scores those
-  rows when the policy scores while acting). The storage wraps the worker's policy with it
+  worker's own that gives it the actions :class:`DemoReplay` replays with the step (the policy
+  keeps those rows and scores them as it acts). The storage wraps the worker's policy with it
   (``RolloutStorage.wrap_policy``): the collection loop is unchanged.
 - :class:`EpisodeRecorder`: the evaluated episodes of ``pytorchrl evaluate --save-demos``.
 """
@@ -257,7 +257,7 @@ class DemoReplay:
 
     def force(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor | None:
         """Decide what plays the episodes that start at ``obs``, and write the replayed actions
-        into ``actions`` (the rows the policy just filled). Draws from torch's current generator
+        into ``actions`` (the step's rows, before the policy acts). Draws from torch's current generator
         (the worker's acting stream). :return: the rows replayed (a bool tensor), or None."""
         if self.pending.any():
             self._start(obs)
