@@ -30,6 +30,12 @@ evaluation curve). One counts when it ran the row's config with the row's overri
 row's ``run.target_steps`` (``--steps`` or an override: the resolved values are compared, as a
 run's are); its last evaluation goes into the anchor cell, median over seeds.
 
+``published`` (optional) is a published learning curve's value at a step count, for rows that
+stop short of their anchor's budget (the SAC and TD3 MuJoCo rows run to 300k of the zoo's 1M or
+2M, and the zoo publishes no curves): ``{return: 2311.3, at: 300000, source: "...", settings:
+"..."}``; ``settings`` says how that curve's runs differ from the row's config. It joins the
+anchor cell as one more figure on the anchor's side.
+
 ``config`` is the row's label: a shipped config's path, or for a family default the command's
 ``--algo ALGO --env ENV`` (``benchmarks/defaults.yaml``). ``overrides`` (optional) lists the
 ``KEY=VALUE`` overrides its runs were made with beyond their seed.
@@ -224,12 +230,21 @@ def reference_text(entry: dict[str, Any], references: Sequence[Reference]) -> st
     return f"; same protocol: {label} with this config's settings, {_number(median)} at {at} steps (seed{'s' if len(references) > 1 else ''} {seeds})"
 
 
+def published_text(entry: dict[str, Any]) -> str:
+    """The anchor cell's addition for ``entry``'s published curve ("" without one)."""
+    published = entry.get("published")
+    if not published:
+        return ""
+    settings = f"; {published['settings']}" if published.get("settings") else ""
+    return f"; published curve at {_number(published['at'])} steps: {_number(published['return'])} ({published['source']}{settings})"
+
+
 def table_row(entry: dict[str, Any], runs: Sequence[Run], labels: tuple[str, str] = ("", ""), references: Sequence[Reference] = ()) -> dict[str, str]:
     """The table's row of one manifest entry and its runs (none: a row that says so, with the
     env and algorithm ``labels``) and its same-protocol ``references``."""
     anchor = entry.get("anchor") or {}
     anchor_text = f"{_number(anchor.get('return'))} in {_number(anchor.get('budget'))} steps ({anchor.get('source', 'no source')})" if anchor else "none"
-    anchor_text += reference_text(entry, references)
+    anchor_text += published_text(entry) + reference_text(entry, references)
     row = dict.fromkeys(COLUMNS, "")
     row.update({"config": entry["config"], "anchor": anchor_text, "anchor's protocol": str(anchor.get("protocol", ""))})
     if not runs:
@@ -395,7 +410,26 @@ def entries(manifest: Path) -> list[dict[str, Any]]:
         entry.setdefault("metric", "eval")
         if entry["metric"] not in METRICS:
             raise ManifestError(f"{manifest}: {entry.get('config')!r} has metric {entry['metric']!r}; allowed: {', '.join(METRICS)}")
+        published = entry.get("published")
+        if published is not None and not _is_published(published):
+            raise ManifestError(
+                f"{manifest}: {entry.get('config')!r} has published {published!r}; allowed: a mapping with a numeric return, "
+                "a positive integer at (its step count), a source and optionally settings"
+            )
     return out
+
+
+def _is_published(published: Any) -> bool:
+    """Whether a manifest entry's ``published`` is a curve's value the table can print."""
+    if not isinstance(published, dict) or not set(published) <= {"return", "at", "source", "settings"}:
+        return False
+    number = published.get("return")
+    at = published.get("at")
+    return (
+        isinstance(number, int | float) and not isinstance(number, bool)
+        and isinstance(at, int) and not isinstance(at, bool) and at > 0
+        and isinstance(published.get("source"), str) and bool(published["source"])
+    )
 
 
 def run_dirs(entry: dict[str, Any], root: Roots) -> list[Path]:

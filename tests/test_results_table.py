@@ -258,6 +258,36 @@ def test_a_training_return_row_reads_the_training_column_and_says_so(tmp_path, c
     assert capsys.readouterr().err.strip() == err
 
 
+
+def test_a_published_curves_value_joins_the_anchor_cell_and_a_malformed_one_is_one_line(tmp_path, capsys):
+    """``published``: a curve's value at a step count (where a row stops short of its anchor's
+    budget) goes into the anchor cell with its source and how its settings differ; one the
+    table cannot print is one line naming the entry and what is allowed."""
+    runs = tmp_path / "runs"
+    _run(runs, "ppo-cartpole-seed0", 0, [(1000, 100.0), (2000, 480.0)], 12.0)
+    entry = {
+        "config": "configs/ppo/cartpole.yaml", "runs": "ppo-cartpole-seed*", "threshold": 450,
+        "anchor": {"return": 500, "budget": 100000, "source": "zoo", "protocol": "agent steps"},
+        "published": {"return": 2311.3341, "at": 300000, "source": "a curve, 10 seeds", "settings": "its own lr"},
+    }
+    manifest = tmp_path / "results.yaml"
+    manifest.write_text(yaml.safe_dump([entry]))
+    row = results_table.results_table(manifest, [runs])[0]
+    assert row["anchor"] == "500 in 100,000 steps (zoo); published curve at 300,000 steps: 2,311 (a curve, 10 seeds; its own lr)"
+    assert row["anchor's protocol"] == "agent steps"
+    del entry["published"]["settings"]  # optional
+    manifest.write_text(yaml.safe_dump([entry]))
+    assert results_table.results_table(manifest, [runs])[0]["anchor"].endswith("published curve at 300,000 steps: 2,311 (a curve, 10 seeds)")
+
+    for bad in ({"return": "2311", "at": 300000, "source": "s"}, {"return": 1.0, "at": 0, "source": "s"},
+                {"return": 1.0, "at": 300000}, {"return": 1.0, "at": 300000, "source": "s", "step": 1}, [1.0, 300000]):
+        manifest.write_text(yaml.safe_dump([{**entry, "published": bad}]))
+        capsys.readouterr()
+        assert results_table.main([str(manifest), "--root", str(runs)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "configs/ppo/cartpole.yaml" in err and "published" in err and "positive integer at" in err
+
+
 def _reference(
     root: Path, name: str, seed: int, evaluations: list[float | None], steps: int, overrides: tuple[str, ...] = (), made: int | None = None
 ) -> None:
