@@ -429,6 +429,7 @@ def _is_published(published: Any) -> bool:
         isinstance(number, int | float) and not isinstance(number, bool)
         and isinstance(at, int) and not isinstance(at, bool) and at > 0
         and isinstance(published.get("source"), str) and bool(published["source"])
+        and isinstance(published.get("settings", ""), str)
     )
 
 

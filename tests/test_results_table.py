@@ -258,7 +258,6 @@ def test_a_training_return_row_reads_the_training_column_and_says_so(tmp_path, c
     assert capsys.readouterr().err.strip() == err
 
 
-
 def test_a_published_curves_value_joins_the_anchor_cell_and_a_malformed_one_is_one_line(tmp_path, capsys):
     """``published``: a curve's value at a step count (where a row stops short of its anchor's
     budget) goes into the anchor cell with its source and how its settings differ; one the
@@ -280,7 +279,8 @@ def test_a_published_curves_value_joins_the_anchor_cell_and_a_malformed_one_is_o
     assert results_table.results_table(manifest, [runs])[0]["anchor"].endswith("published curve at 300,000 steps: 2,311 (a curve, 10 seeds)")
 
     for bad in ({"return": "2311", "at": 300000, "source": "s"}, {"return": 1.0, "at": 0, "source": "s"},
-                {"return": 1.0, "at": 300000}, {"return": 1.0, "at": 300000, "source": "s", "step": 1}, [1.0, 300000]):
+                {"return": 1.0, "at": 300000}, {"return": 1.0, "at": 300000, "source": "s", "step": 1},
+                {"return": 1.0, "at": 300000, "source": "s", "settings": 3}, [1.0, 300000]):
         manifest.write_text(yaml.safe_dump([{**entry, "published": bad}]))
         capsys.readouterr()
         assert results_table.main([str(manifest), "--root", str(runs)]) == 2
