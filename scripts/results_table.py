@@ -36,6 +36,11 @@ stop short of their anchor's budget (the SAC and TD3 MuJoCo rows run to 300k of 
 "..."}``; ``settings`` says how that curve's runs differ from the row's config. It joins the
 anchor cell as one more figure on the anchor's side.
 
+The last column, "against the anchor" (:func:`against_text`), works the comparisons out: how many
+seeds reached the anchor's return within its budget (within the steps run, where a row runs short
+of the budget on purpose), then the median final return as a share of the anchor's return, of
+the published value and of the reference's median (a difference where a return is negative).
+
 ``config`` is the row's label: a shipped config's path, or for a family default the command's
 ``--algo ALGO --env ENV`` (``benchmarks/defaults.yaml``). ``overrides`` (optional) lists the
 ``KEY=VALUE`` overrides its runs were made with beyond their seed.
@@ -112,7 +117,7 @@ NEUTRAL_KEYS = (
 
 COLUMNS = (
     "env", "algorithm", "config", "seeds", "final return (median)", "spread (min to max)", "steps to threshold",
-    "wall-clock (median)", "CPU", "our protocol", "anchor", "anchor's protocol",
+    "wall-clock (median)", "CPU", "our protocol", "anchor", "anchor's protocol", "against the anchor",
 )
 
 
@@ -131,37 +136,43 @@ class Run:
     #: ``run.stop_at_return`` when the run stopped there: its final return is the evaluation that
     #: first reached it (picked for being high), not an agent's at the budget
     stopped_at: float | None = None
+    #: the first step whose figure reached the anchor's return (None: never, or no anchor)
+    steps_to_anchor: int | None = None
 
 
 #: a manifest entry's ``metric`` -> the progress.csv column it reads
 METRICS = {"eval": "eval_return_mean", "train": "train_return_mean"}
 
 
-def read_run(run_dir: Path, threshold: float | None, metric: str = "eval") -> Run:
+def read_run(run_dir: Path, threshold: float | None, metric: str = "eval", anchor: float | None = None) -> Run:
     """One run directory's figures, by ``metric`` (:data:`METRICS`; see the module doc):
     ``steps_to_threshold`` is the first ``env_steps`` of progress.csv whose metric column is at
     least ``threshold`` (an evaluation's own ``eval_env_steps`` where the run wrote them; None:
-    never, or no threshold)."""
+    never, or no threshold), ``steps_to_anchor`` the same for the anchor's return ``anchor``."""
     from pytorchrl.plotting import evaluated_steps
 
     column = METRICS[metric]
     config = _run_config(run_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
-    reached, last = None, None
+    last = None
+    reached: dict[float, int] = {}  # return -> the first step at or above it
+    targets = [t for t in (threshold, anchor) if t is not None]
     with open(run_dir / "progress.csv", newline="") as f:
         for row in csv.DictReader(f):
             value = row.get(column) or ""
             if not value:
                 continue
             last = float(value)
-            if reached is None and threshold is not None and last >= threshold:
-                reached = evaluated_steps(row) if metric == "eval" else int(float(row["env_steps"]))
+            for target in targets:
+                if target not in reached and last >= target:
+                    reached[target] = evaluated_steps(row) if metric == "eval" else int(float(row["env_steps"]))
     final = summary.get("final_eval_return_mean") if metric == "eval" else last
     return Run(
         seed=int(config["run"]["seed"]), env_id=config["env"]["env_id"], algorithm=config["algorithm"]["name"],
-        final_return=final, steps_to_threshold=reached, env_steps=int(summary["env_steps"]),
+        final_return=final, steps_to_threshold=None if threshold is None else reached.get(threshold), env_steps=int(summary["env_steps"]),
         wall_time_s=float(summary["wall_time_s"]), machine=summary.get("machine") or "not recorded",
         stopped_at=config["run"].get("stop_at_return") if summary.get("stop_reason") == "stop_at_return" else None,
+        steps_to_anchor=None if anchor is None else reached.get(anchor),
     )
 
 
@@ -220,14 +231,69 @@ def _reference_mismatch(entry: dict[str, Any], settings: dict[str, Any], repo: P
 def reference_text(entry: dict[str, Any], references: Sequence[Reference]) -> str:
     """The anchor cell's addition for ``entry``'s reference runs ("" without any)."""
     references = [r for r in references if r.final_return is not None]  # a run with no evaluation says nothing
-    if not references:
+    median = _reference_median(references)
+    if median is None:
         return ""
     label = entry["reference"].get("label", "reference")
     seeds = ", ".join(str(r.seed) for r in sorted(references, key=lambda r: r.seed))
-    median = statistics.median(float(r.final_return or 0.0) for r in references)
     first, last = min(r.env_steps for r in references), max(r.env_steps for r in references)
     at = _number(first) if first == last else f"{_number(first)} to {_number(last)}"
     return f"; same protocol: {label} with this config's settings, {_number(median)} at {at} steps (seed{'s' if len(references) > 1 else ''} {seeds})"
+
+
+def _reference_median(references: Sequence[Reference]) -> float | None:
+    """The median last evaluation of the reference runs that made one (None: none did)."""
+    finals = [r.final_return for r in references if r.final_return is not None]
+    return statistics.median(finals) if finals else None
+
+
+def against_text(entry: dict[str, Any], runs: Sequence[Run], references: Sequence[Reference] = ()) -> str:
+    """The "against the anchor" cell: where the row's runs stand against each figure of the
+    anchor cell, worked out rather than left to the reader. First how many seeds reached the
+    anchor's return within its budget (or within the steps they ran, where they were run short
+    of it on purpose: the SAC and TD3 MuJoCo rows). Then the median final return against the
+    anchor's return, the published curve's value and the same-protocol reference's median: a
+    percentage where both are returns >= 0 and the other is positive, else the difference. Rows
+    whose runs stopped at their first evaluation past a threshold compare steps only: that
+    evaluation was picked for being high and is no agent's return at a budget; where they stop
+    below the anchor's return, the cell says how many reached the stop instead, and that the
+    anchor's return was never asked of them."""
+    anchor = entry.get("anchor") or {}
+    finals = [r.final_return for r in runs if r.final_return is not None]
+    target, budget = anchor.get("return"), anchor.get("budget")
+    if not finals or target is None or not budget:
+        return ""
+    parts = []
+    stop = next((r.stopped_at for r in runs if r.stopped_at is not None), None)
+    steps = statistics.median(r.env_steps for r in runs)
+    if stop is not None and stop < target:
+        within = sum(1 for r in runs if r.steps_to_threshold is not None and r.steps_to_threshold <= budget)
+        parts.append(f"{within}/{len(runs)} reached {_number(stop)}, where they stop, within its {_number(budget)} steps; its {_number(target)} is not asked of them")
+    else:
+        within = sum(1 for r in runs if r.steps_to_anchor is not None and r.steps_to_anchor <= budget)
+        short = stop is None and steps < 0.95 * budget
+        span = f"in the {_number(steps)} steps run ({steps / budget:.0%} of its budget)" if short else f"within its {_number(budget)} steps"
+        parts.append(f"{within}/{len(runs)} reached its {_number(target)} {span}")
+    if stop is not None:
+        return "; ".join(parts)
+    median = statistics.median(finals)
+    parts.append(_relative(median, float(target), "its return"))
+    published = entry.get("published")
+    if published:
+        parts.append(_relative(median, float(published["return"]), f"the published curve at {_number(published['at'])} steps"))
+    reference = _reference_median(references)
+    if reference is not None:
+        parts.append(_relative(median, reference, "the same-protocol reference"))
+    return "; ".join(parts)
+
+
+def _relative(ours: float, theirs: float, what: str) -> str:
+    """``ours`` against ``theirs``: a percentage where that reads plainly, else the difference."""
+    if theirs > 0 and ours >= 0:
+        return f"{ours / theirs:.0%} of {what}"
+    if ours == theirs:
+        return f"equal to {what}"
+    return f"{_number(abs(ours - theirs))} {'above' if ours > theirs else 'below'} {what}"
 
 
 def published_text(entry: dict[str, Any]) -> str:
@@ -265,6 +331,7 @@ def table_row(entry: dict[str, Any], runs: Sequence[Run], labels: tuple[str, str
             "steps to threshold": steps,
             "wall-clock (median)": f"{statistics.median(r.wall_time_s for r in runs):,.0f} s",
             "CPU": "; ".join(sorted({r.machine for r in runs})),
+            "against the anchor": against_text(entry, runs, references),
         },
     )
     return row
@@ -296,7 +363,7 @@ def rows_and_runs(manifest: Path, root: Roots, repo: Path = REPO) -> list[tuple[
     for entry in entries(manifest):
         accepted = accepted_run_dirs(entry, root, repo)
         references = reference_run_dirs(entry, root, repo)
-        row = table_row(entry, [read_run(p, entry.get("threshold"), entry["metric"]) for p in accepted], _labels(entry, repo), [read_reference(p) for p in references])
+        row = table_row(entry, [read_run(p, entry.get("threshold"), entry["metric"], (entry.get("anchor") or {}).get("return")) for p in accepted], _labels(entry, repo), [read_reference(p) for p in references])
         row["our protocol"] = our_protocol(entry, repo)
         out.append((row, accepted, references))
     return out

@@ -57,8 +57,10 @@ def test_two_run_directories_make_exact_rows_and_a_config_without_runs_says_so(t
         "final return (median)": "400", "spread (min to max)": "301 to 500", "steps to threshold": "1/2 reached 475, at 3,000",
         "wall-clock (median)": "16 s", "CPU": "CPU X, 2 cores", "anchor": "500 in 100,000 steps (zoo)", "anchor's protocol": "agent steps",
         "our protocol": "agent steps; deterministic evaluation, 10 episodes every 4,096 steps",  # from the config's run section
+        # seed 0's 500 at 4,000 steps; both ran 4,000 of the anchor's 100,000
+        "against the anchor": "1/2 reached its 500 in the 4,000 steps run (4% of its budget); 80% of its return",
     }
-    assert rows[1]["seeds"] == "no runs yet" and rows[1]["anchor"] == "none" and rows[1]["config"] == "configs/ppo/acrobot.yaml"
+    assert rows[1]["seeds"] == "no runs yet" and rows[1]["against the anchor"] == "" and rows[1]["anchor"] == "none" and rows[1]["config"] == "configs/ppo/acrobot.yaml"
     assert (rows[1]["env"], rows[1]["algorithm"]) == ("Acrobot-v1", "ppo")  # named from the config
     text = results_table.markdown(rows)
     assert text.splitlines()[2].startswith("| CartPole-v1 | ppo | configs/ppo/cartpole.yaml | 0, 1 | 400 |")
@@ -286,6 +288,44 @@ def test_a_published_curves_value_joins_the_anchor_cell_and_a_malformed_one_is_o
         assert results_table.main([str(manifest), "--root", str(runs)]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "configs/ppo/cartpole.yaml" in err and "published" in err and "positive integer at" in err
+
+
+def test_against_the_anchor_works_out_each_comparison_the_anchor_cell_offers(tmp_path):
+    """The "against the anchor" cell: seeds that reached the anchor's return within its budget
+    (or within the steps run, where that was short of it), then the median final return as a
+    share of the anchor's return, the published curve's value and the reference's median, a
+    difference where a share would mislead (a negative return); a row stopped at a threshold
+    below the anchor's return says that return was not asked of it."""
+    runs = tmp_path / "runs"
+    target = load_config(CONFIGS / "ppo" / "cartpole.yaml").run.target_steps
+    _run(runs, "ppo-cartpole-seed0", 0, [(50_000, 100.0), (target, 400.0)], 12.0)
+    _run(runs, "ppo-cartpole-seed1", 1, [(50_000, 520.0), (target, 500.0)], 12.0)  # past 500 at 50k
+    _reference(runs, "sb3-ppo-cartpole-seed0", 0, [20.0, 360.0], target)
+    entry = {
+        "config": "configs/ppo/cartpole.yaml", "runs": "ppo-cartpole-seed*", "threshold": None,
+        "anchor": {"return": 500, "budget": target, "source": "zoo", "protocol": "agent steps"},
+        "published": {"return": 300.0, "at": target, "source": "a curve"},
+        "reference": {"runs": "sb3-ppo-cartpole-seed*", "label": "SB3 PPO"},
+    }
+    manifest = tmp_path / "results.yaml"
+
+    def cell(**changes):
+        manifest.write_text(yaml.safe_dump([{**entry, **changes}]))
+        return results_table.results_table(manifest, [runs])[0]["against the anchor"]
+
+    # median 450: 90% of 500, 150% of 300, 125% of 360
+    assert cell() == f"1/2 reached its 500 within its {target:,} steps; 90% of its return; 150% of the published curve at {target:,} steps; 125% of the same-protocol reference"
+    # the anchor's budget four times the steps run (a row run short of it on purpose)
+    short = {**entry["anchor"], "budget": 4 * target}
+    assert cell(anchor=short, published=None, reference=None) == f"1/2 reached its 500 in the {target:,} steps run (25% of its budget); 90% of its return"
+    # negative returns: the difference, not a share
+    assert cell(anchor={**entry["anchor"], "return": -100}, published=None, reference=None) == f"2/2 reached its -100 within its {target:,} steps; 550 above its return"
+    assert cell(anchor=None) == ""  # nothing to stand against
+
+    # runs stopped at a threshold below the anchor's return: steps only, and the anchor's return is said not to be asked
+    _run(runs, "ppo-cartpole-seed2", 2, [(10_000, 480.0)], 5.0, overrides=("run.stop_at_return=475",), stop_reason="stop_at_return")
+    manifest.write_text(yaml.safe_dump([{**entry, "runs": "ppo-cartpole-seed2", "overrides": ["run.stop_at_return=475"], "threshold": 475, "reference": None}]))
+    assert results_table.results_table(manifest, [runs])[0]["against the anchor"] == f"1/1 reached 475, where they stop, within its {target:,} steps; its 500 is not asked of them"
 
 
 def _reference(
