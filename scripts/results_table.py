@@ -231,9 +231,9 @@ def _reference_mismatch(entry: dict[str, Any], settings: dict[str, Any], repo: P
 def reference_text(entry: dict[str, Any], references: Sequence[Reference]) -> str:
     """The anchor cell's addition for ``entry``'s reference runs ("" without any)."""
     references = [r for r in references if r.final_return is not None]  # a run with no evaluation says nothing
-    median = _reference_median(references)
-    if median is None:
+    if not references:
         return ""
+    median = _reference_median(references)
     label = entry["reference"].get("label", "reference")
     seeds = ", ".join(str(r.seed) for r in sorted(references, key=lambda r: r.seed))
     first, last = min(r.env_steps for r in references), max(r.env_steps for r in references)
@@ -266,8 +266,8 @@ def against_text(entry: dict[str, Any], runs: Sequence[Run], references: Sequenc
     parts = []
     stop = next((r.stopped_at for r in runs if r.stopped_at is not None), None)
     steps = statistics.median(r.env_steps for r in runs)
-    if stop is not None and stop < target:
-        within = sum(1 for r in runs if r.steps_to_threshold is not None and r.steps_to_threshold <= budget)
+    if stop is not None and stop < target:  # a run that reached its stop stopped there
+        within = sum(1 for r in runs if r.stopped_at is not None and r.env_steps <= budget)
         parts.append(f"{within}/{len(runs)} reached {_number(stop)}, where they stop, within its {_number(budget)} steps; its {_number(target)} is not asked of them")
     else:
         within = sum(1 for r in runs if r.steps_to_anchor is not None and r.steps_to_anchor <= budget)
