@@ -41,6 +41,15 @@ seeds reached the anchor's return within its budget (within the steps run, where
 of the budget on purpose), then the median final return as a share of the anchor's return, of
 the published value and of the reference's median (a difference where a return is negative).
 
+``earlier`` (optional) keeps a row's figures from runs made before run records were kept, whose
+directories were lost with their machine (the Atari runs of 2026-11-23 to 11-26, hours to days of
+CPU each): ``{section: "a BENCHMARKS.md heading", runs: [{seed: 0, return: 35.9, steps: 2500608,
+date: "2026-11-26", machine: "..."}]}``, each the final return a run of the row's config reached
+at ``steps``, as that section reports it. A row with no kept run prints them instead of "no runs
+yet", saying where they are typed from, that no record backs them and that when they reached a
+threshold is not known (their final returns alone are compared); once a kept run counts, the row
+is made from kept runs alone.
+
 ``config`` is the row's label: a shipped config's path, or for a family default the command's
 ``--algo ALGO --env ENV`` (``benchmarks/defaults.yaml``). ``overrides`` (optional) lists the
 ``KEY=VALUE`` overrides its runs were made with beyond their seed.
@@ -82,6 +91,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import datetime
 import functools
 import json
 import shlex
@@ -313,6 +323,8 @@ def table_row(entry: dict[str, Any], runs: Sequence[Run], labels: tuple[str, str
     anchor_text += published_text(entry) + reference_text(entry, references)
     row = dict.fromkeys(COLUMNS, "")
     row.update({"config": entry["config"], "anchor": anchor_text, "anchor's protocol": str(anchor.get("protocol", ""))})
+    if not runs and entry.get("earlier"):
+        return earlier_row(entry, labels, references)
     if not runs:
         row.update(env=labels[0], algorithm=labels[1], seeds="no runs yet")
         return row
@@ -334,6 +346,37 @@ def table_row(entry: dict[str, Any], runs: Sequence[Run], labels: tuple[str, str
             "against the anchor": against_text(entry, runs, references),
         },
     )
+    return row
+
+
+def earlier_row(entry: dict[str, Any], labels: tuple[str, str], references: Sequence[Reference] = ()) -> dict[str, str]:
+    """The row of ``entry``'s ``earlier`` runs (see the module doc): made as a kept run's row from
+    their final returns, each counted as having reached a return only if it ended at or above it,
+    and saying so; what only a record holds (the curve, the wall-clock) is "not recorded"."""
+    earlier = entry["earlier"]
+    runs = [
+        Run(
+            seed=r["seed"], env_id=labels[0], algorithm=labels[1], final_return=float(r["return"]), steps_to_threshold=None,
+            env_steps=r["steps"], wall_time_s=0.0, machine=r.get("machine", "not recorded"),
+            steps_to_anchor=r["steps"] if r["return"] >= (entry.get("anchor") or {}).get("return", float("inf")) else None,
+        )
+        for r in earlier["runs"]
+    ]
+    row = table_row(entry, runs, labels, references)
+    dates = sorted({str(r["date"]) for r in earlier["runs"]})
+    steps = sorted({r["steps"] for r in earlier["runs"]})
+    row["seeds"] += " (earlier runs, no record kept)"
+    at = _number(steps[0]) if len(steps) == 1 else f"{_number(steps[0])} to {_number(steps[-1])}"
+    row["final return (median)"] += (
+        f" at {at} steps, from BENCHMARKS.md, "
+        f"\"{earlier['section']}\" ({', '.join(dates)}; {'its run directory was' if len(runs) == 1 else 'their run directories were'} lost before run records were kept)"
+    )
+    if entry.get("threshold") is not None:
+        ended = sum(1 for r in runs if r.final_return is not None and r.final_return >= entry["threshold"])
+        row["steps to threshold"] = f"{ended}/{len(runs)} ended at or above {_number(entry['threshold'])} (no curve recorded)"
+    row["wall-clock (median)"] = "not recorded"
+    if row["against the anchor"]:
+        row["against the anchor"] += " (from their final returns alone)"
     return row
 
 
@@ -477,6 +520,12 @@ def entries(manifest: Path) -> list[dict[str, Any]]:
         entry.setdefault("metric", "eval")
         if entry["metric"] not in METRICS:
             raise ManifestError(f"{manifest}: {entry.get('config')!r} has metric {entry['metric']!r}; allowed: {', '.join(METRICS)}")
+        earlier = entry.get("earlier")
+        if earlier is not None and not _is_earlier(earlier):
+            raise ManifestError(
+                f"{manifest}: {entry.get('config')!r} has earlier {earlier!r}; allowed: a mapping with a section (a BENCHMARKS.md heading) "
+                "and runs, a non-empty list of {seed: integer, return: number, steps: positive integer, date, machine: text (optional)}"
+            )
         published = entry.get("published")
         if published is not None and not _is_published(published):
             raise ManifestError(
@@ -484,6 +533,28 @@ def entries(manifest: Path) -> list[dict[str, Any]]:
                 "a positive integer at (its step count), a source and optionally settings"
             )
     return out
+
+
+def _is_earlier(earlier: Any) -> bool:
+    """Whether a manifest entry's ``earlier`` is runs the table can print (see the module doc)."""
+    def number(value: Any) -> bool:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+
+    def integer(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    def run(r: Any) -> bool:
+        return (
+            isinstance(r, dict) and {"seed", "return", "steps", "date"} <= set(r) <= {"seed", "return", "steps", "date", "machine"}
+            and integer(r["seed"]) and number(r["return"]) and integer(r["steps"]) and r["steps"] > 0
+            and isinstance(r["date"], str | datetime.date) and isinstance(r.get("machine", ""), str)
+        )
+
+    return (
+        isinstance(earlier, dict) and set(earlier) == {"section", "runs"} and isinstance(earlier["section"], str) and bool(earlier["section"])
+        and isinstance(earlier["runs"], list) and bool(earlier["runs"]) and all(run(r) for r in earlier["runs"])
+        and len({r["seed"] for r in earlier["runs"]}) == len(earlier["runs"])
+    )
 
 
 def _is_published(published: Any) -> bool:

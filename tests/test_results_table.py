@@ -105,6 +105,53 @@ def test_every_shipped_training_config_has_a_row_or_says_it_has_none():
     assert len(configs) > 40 and silent == []
 
 
+def test_earlier_runs_fill_a_row_without_a_kept_run_and_say_what_backs_them(tmp_path, capsys):
+    """``earlier``: runs whose directories were lost before records were kept fill a row that
+    has no kept run, saying where their figures are typed from and comparing their final
+    returns alone; a kept run replaces them; a malformed entry is one line naming it."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    entry = {
+        "config": "configs/ppo/cartpole.yaml", "runs": "ppo-cartpole-seed*", "threshold": 450,
+        "anchor": {"return": 500, "budget": 100000, "source": "zoo", "protocol": "agent steps"},
+        "earlier": {"section": "Old runs", "runs": [
+            {"seed": 0, "return": 480.0, "steps": 100000, "date": "2026-11-23", "machine": "CPU X, 2 cores"},
+            {"seed": 1, "return": 500, "steps": 100000, "date": "2026-11-24"},
+        ]},
+    }
+    manifest = tmp_path / "results.yaml"
+    manifest.write_text(yaml.safe_dump([entry]))
+    row = results_table.results_table(manifest, [runs])[0]
+    assert {k: row[k] for k in ("env", "algorithm", "seeds", "final return (median)", "spread (min to max)", "steps to threshold", "wall-clock (median)", "CPU", "against the anchor")} == {
+        "env": "CartPole-v1", "algorithm": "ppo", "seeds": "0, 1 (earlier runs, no record kept)",
+        "final return (median)": '490 at 100,000 steps, from BENCHMARKS.md, "Old runs" (2026-11-23, 2026-11-24; their run directories were lost before run records were kept)',
+        "spread (min to max)": "480 to 500", "steps to threshold": "2/2 ended at or above 450 (no curve recorded)", "wall-clock (median)": "not recorded",
+        "CPU": "CPU X, 2 cores; not recorded",
+        # seed 1 ended at the anchor's 500; seed 0 may have passed it before its end, which no record says
+        "against the anchor": "1/2 reached its 500 within its 100,000 steps; 98% of its return (from their final returns alone)",
+    }
+    _run(runs, "ppo-cartpole-seed0", 0, [(1000, 100.0), (2000, 300.0)], 12.0)  # a kept run: the row is made from it alone
+    row = results_table.results_table(manifest, [runs])[0]
+    assert row["seeds"] == "0" and row["final return (median)"] == "300" and row["wall-clock (median)"] == "12 s"
+
+    good = entry["earlier"]["runs"][0]
+    for bad in ({"runs": [good]}, {"section": "", "runs": [good]}, {"section": "s", "runs": []}, {"section": "s", "runs": [{**good, "steps": 0}]},
+                {"section": "s", "runs": [{**good, "return": "480"}]}, {"section": "s", "runs": [good, good]},
+                {"section": "s", "runs": [{**good, "wall": 3}]}, [good]):
+        manifest.write_text(yaml.safe_dump([{**entry, "earlier": bad}]))
+        capsys.readouterr()
+        assert results_table.main([str(manifest), "--root", str(runs)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "configs/ppo/cartpole.yaml" in err and "earlier" in err and "BENCHMARKS.md heading" in err
+
+
+def test_the_shipped_earlier_runs_name_a_benchmarks_md_section():
+    """Each row's ``earlier`` runs point at the BENCHMARKS.md section that reports them."""
+    headings = {line.lstrip("#").strip() for line in (REPO / "BENCHMARKS.md").read_text().splitlines() if line.startswith("#")}
+    earlier = [entry for entry in results_table.entries(REPO / "benchmarks" / "results.yaml") if entry.get("earlier")]
+    assert earlier and [e["config"] for e in earlier if e["earlier"]["section"] not in headings] == []
+
+
 def test_a_run_of_another_config_is_left_out_and_told(tmp_path, capsys, monkeypatch):
     """A row never mixes configs: a run whose saved config differs at a key that changes what is
     learned (or how it is evaluated) is left out with one line naming the key; one that differs
