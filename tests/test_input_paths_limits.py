@@ -201,6 +201,17 @@ def test_shared_anchors_are_allowed(tmp_path):
     assert config.scheme.grad_worker_resources.num_cpus == config.scheme.col_worker_resources.num_cpus == 0.5
 
 
+def test_exponent_numbers_without_a_dot_are_numbers_in_free_form_keys_too(tmp_path):
+    """``5e-7`` is a number (YAML 1.2), not the string YAML 1.1 makes of it: in a free-form key
+    (env.env_kwargs) the string reached the env, whose first step failed inside its reward."""
+    config = load_config(CARTPOLE, ["env.env_kwargs={weight: 5e-7, big: -1E+6, name: v5e3}"])
+    assert config.env.env_kwargs == {"weight": 5e-7, "big": -1e6, "name": "v5e3"}
+    (tmp_path / "c.yaml").write_text("algorithm: {name: ppo}\nenv: {env_id: CartPole-v1, env_kwargs: {w: 2.5e-3}}\n")  # a file too
+    assert load_config(tmp_path / "c.yaml").env.env_kwargs == {"w": 2.5e-3}
+    with pytest.raises(ConfigError, match=r"config key 'run.target_steps' = 0.001 has the wrong type: expected int"):
+        load_config(CARTPOLE, ["run.target_steps=1e-3"])
+
+
 @pytest.mark.parametrize("section", ["env", "env.atari", "actor.recurrent", "scheme.col_worker_resources", "scheme.grad_worker_resources", "scheme.ray", "run"])
 @pytest.mark.parametrize("value", ["[1, 2]", "[]", "5"])
 def test_a_list_or_scalar_where_a_section_belongs_names_the_key(tmp_path, capsys, section, value):

@@ -6,11 +6,14 @@ holds it (``&a [*a]`` builds a list that contains itself, which every later pass
 recurses into until ``RecursionError``), shares the nodes of nested aliases (the "billion laughs":
 a few lines that are a billion values to copy) and composes recursively (a few hundred brackets
 exhaust Python's stack). :class:`StrictLoader` refuses each of these as it composes the text.
+It also reads ``5e-7`` and ``1E6`` as numbers, as YAML 1.2 and every config written by hand
+mean them (YAML 1.1's float needs a dot: PyYAML reads ``5e-7`` as the string ``"5e-7"``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -151,3 +154,11 @@ class StrictLoader(yaml.SafeLoader):
                 raise DuplicateKey(key, seen[key], line)
             seen[key] = line
         return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.2's exponent floats without a dot (``5e-7``, ``-1E+6``), which YAML 1.1 reads as strings:
+# a typed key converts them anyway, but a free-form one (env.env_kwargs) handed "5e-7" to the env,
+# which failed on its first step deep inside its reward
+StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"),
+)
