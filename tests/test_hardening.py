@@ -99,16 +99,6 @@ def test_env_construction_errors_are_config_errors(kwargs, message):
         VecEnv.create_factory("CartPole-v1", num_envs=1, **kwargs)
 
 
-@pytest.mark.parametrize("key", ["env_kwargs", "eval_env_kwargs"])
-def test_kwargs_an_env_keeps_until_it_steps_fail_on_the_drivers_first_step(key):
-    """Pendulum takes ``g="abc"`` and fails on its first step: that step is the driver's, one line
-    naming the key, before any worker is made; good kwargs pass it."""
-    with pytest.raises(InputError, match=rf"^config key 'env.{key}' = \{{'g': 'abc'\}}: 'Pendulum-v1' fails its first step with them \(TypeError: "):
-        VecEnv.create_factory("Pendulum-v1", num_envs=1, **{key: {"g": "abc"}})
-    _, obs_space, _ = VecEnv.create_factory("Pendulum-v1", num_envs=1, **{key: {"g": 9.81}})
-    assert obs_space.shape == (3,)
-
-
 @pytest.mark.parametrize(
     ("env_id", "cls", "kwargs", "needs"),
     [

@@ -112,10 +112,9 @@ def check_spaces(env_id: str, obs_space: gym.Space, act_space: gym.Space) -> Non
 
 
 @contextlib.contextmanager
-def env_errors(env_id: str, key: str, env_kwargs: dict, failed: str = "cannot be made with them") -> Iterator[None]:
+def env_errors(env_id: str, key: str, env_kwargs: dict) -> Iterator[None]:
     """Whatever making the env raises (a bad keyword, a value its constructor refuses, a missing
-    dependency) as one config-error line naming ``key``, the env id and the env's own message;
-    ``failed`` says what the env did with the kwargs (:func:`first_step` passes its own)."""
+    dependency) as one config-error line naming ``key``, the env id and the env's own message."""
     try:
         yield
     except InputError:
@@ -129,18 +128,8 @@ def env_errors(env_id: str, key: str, env_kwargs: dict, failed: str = "cannot be
         if is_opengl_failure(exc):  # MUJOCO_GL names a backend whose library is missing
             message += f"; {opengl_hint()}"
         if env_kwargs:
-            raise InputError(f"config key {key!r} = {env_kwargs!r}: {env_id!r} {failed} ({type(exc).__name__}: {message})") from None
+            raise InputError(f"config key {key!r} = {env_kwargs!r}: {env_id!r} cannot be made with them ({type(exc).__name__}: {message})") from None
         raise InputError(f"env.env_id = {env_id!r}: making the env failed ({type(exc).__name__}: {message})") from None
-
-
-def first_step(env: gym.Env, env_id: str, key: str, env_kwargs: dict) -> None:
-    """Reset ``env`` and take one random action, so that kwargs an env keeps until it steps (a
-    reward weight given as text) are one line naming ``key`` before any worker starts, not a
-    traceback from inside the env's step in each of them."""
-    with env_errors(env_id, key, env_kwargs, "fails its first step with them"):
-        env.reset(seed=0)
-        env.action_space.seed(0)
-        env.step(env.action_space.sample())
 
 
 #: gymnasium's env families whose dependencies are extras of this package: (where their entry

@@ -33,7 +33,6 @@ from pytorchrl.envs.making import (
     check_env_id,
     check_spaces,
     env_errors,
-    first_step,
     info_masks,
     make_single_env,
     make_vector_env,
@@ -195,18 +194,11 @@ class VecEnv:
                         "ignores them: the policy may choose illegal actions; set env.action_mask: info to use them",
                         stacklevel=2,
                     )
-                if env_kwargs and mask_source == "none":  # a random action of a masked env may be illegal
-                    first_step(probe, env_id, "env.env_kwargs", env_kwargs)
                 probe.close()
         eval_kwargs = kwargs.get("eval_env_kwargs")
         if eval_kwargs is not None and eval_kwargs != env_kwargs and not (atari is not None and is_atari_id(env_id)):
             with env_errors(env_id, "env.eval_env_kwargs", dict(eval_kwargs)):
-                probe = make_single_env(env_id, dict(eval_kwargs), None)
-            try:
-                if eval_kwargs and kwargs.get("action_mask", "none") == "none":
-                    first_step(probe, env_id, "env.eval_env_kwargs", dict(eval_kwargs))
-            finally:
-                probe.close()
+                make_single_env(env_id, dict(eval_kwargs), None).close()
         check_spaces(env_id, obs_space, act_space)
         # the id's registration goes with the factory: an id registered in this process only (a
         # gym.register in the user's script) is unknown to a remote worker's fresh interpreter
