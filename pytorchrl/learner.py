@@ -16,8 +16,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from pytorchrl.config import Config, RunConfig, check_section, checked, config_to_dict, load_run_config
 from pytorchrl.logging.interval import LogInterval
 from pytorchrl.logging.writers import ProgressLine, Writer
@@ -39,6 +37,7 @@ from pytorchrl.utils.paths import check_run_dir, write_text_atomic
 from pytorchrl.utils.runtime import code_version, cpu_model
 from pytorchrl.utils.seeding import get_rng_state, seed_everything, set_rng_state
 from pytorchrl.utils.signals import StopSignals
+from pytorchrl.utils.strict_yaml import dump_config
 
 #: event counters kept over the whole run (and its checkpoints)
 _COUNTS = ("dropped_batches", "preempted_batches", "lost_batches", "worker_restarts", "env_restarts", "nonfinite_updates")
@@ -665,7 +664,7 @@ class Learner:
 
 
 def _write_config(run_dir: Path, config: Config) -> None:
-    write_text_atomic(run_dir / "config.yaml", yaml.safe_dump(config_to_dict(config), sort_keys=False))
+    write_text_atomic(run_dir / "config.yaml", dump_config(config_to_dict(config)))
 
 
 def _std(values: list[float]) -> float:

@@ -48,11 +48,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-import yaml
-
 from pytorchrl.config import Config, config_to_dict, from_dict, load_config, load_yaml, set_values
 from pytorchrl.utils.errors import ConfigError, InputError
 from pytorchrl.utils.paths import check_output_dir, make_dir
+from pytorchrl.utils.strict_yaml import dump_config
 
 #: distribution name -> what its argument must be
 DISTRIBUTIONS = {
@@ -438,7 +437,7 @@ def tune(
     best_params = {k: best[k] for k in parsed}
     best_path = root / "best_config.yaml"
     header = f"# best of {len(trials)} trials ({scheduler}, {metric} = {best[metric]:.6g}, trial {best['trial']})\n"
-    best_path.write_text(header + yaml.safe_dump(config_to_dict(from_dict(set_values(base, best_params))), sort_keys=False))
+    best_path.write_text(header + dump_config(config_to_dict(from_dict(set_values(base, best_params)))))
     _write_trials(root / "trials.csv", trials)
     return TuneResult(root, best_path, best["trial"], float(best[metric]), best_params, trials, wall)
 

@@ -44,11 +44,11 @@ the published value and of the reference's median (a difference where a return i
 ``earlier`` (optional) keeps a row's figures from runs made before run records were kept, whose
 directories were lost with their machine (the Atari runs of 2026-11-23 to 11-26, hours to days of
 CPU each): ``{section: "a BENCHMARKS.md heading", runs: [{seed: 0, return: 35.9, steps: 2500608,
-date: "2026-11-26", machine: "..."}]}``, each the final return a run of the row's config reached
-at ``steps``, as that section reports it. A row with no kept run prints them instead of "no runs
-yet", saying where they are typed from, that no record backs them and that when they reached a
-threshold is not known (their final returns alone are compared); once a kept run counts, the row
-is made from kept runs alone.
+date: "2026-11-26", machine: "...", wall_s: 29207}]}``, each the final return a run of the row's
+config reached at ``steps``, as that section reports it. A row with no kept run prints them
+instead of "no runs yet", saying where they are typed from and that no record backs them; they
+are compared by their final returns alone ("ended at or above", not "reached": the curves are in
+the section). Once a kept run counts, the row is made from kept runs alone.
 
 ``config`` is the row's label: a shipped config's path, or for a family default the command's
 ``--algo ALGO --env ENV`` (``benchmarks/defaults.yaml``). ``overrides`` (optional) lists the
@@ -257,7 +257,7 @@ def _reference_median(references: Sequence[Reference]) -> float | None:
     return statistics.median(finals) if finals else None
 
 
-def against_text(entry: dict[str, Any], runs: Sequence[Run], references: Sequence[Reference] = ()) -> str:
+def against_text(entry: dict[str, Any], runs: Sequence[Run], references: Sequence[Reference] = (), reached: str = "reached") -> str:
     """The "against the anchor" cell: where the row's runs stand against each figure of the
     anchor cell, worked out rather than left to the reader. First how many seeds reached the
     anchor's return within its budget (or within the steps they ran, where they were run short
@@ -267,7 +267,8 @@ def against_text(entry: dict[str, Any], runs: Sequence[Run], references: Sequenc
     whose runs stopped at their first evaluation past a threshold compare steps only: that
     evaluation was picked for being high and is no agent's return at a budget; where they stop
     below the anchor's return, the cell says how many reached the stop instead, and that the
-    anchor's return was never asked of them."""
+    anchor's return was never asked of them. ``reached`` is the verb of the count (an earlier
+    run, known by its final return alone, "ended at or above" it)."""
     anchor = entry.get("anchor") or {}
     finals = [r.final_return for r in runs if r.final_return is not None]
     target, budget = anchor.get("return"), anchor.get("budget")
@@ -283,7 +284,7 @@ def against_text(entry: dict[str, Any], runs: Sequence[Run], references: Sequenc
         within = sum(1 for r in runs if r.steps_to_anchor is not None and r.steps_to_anchor <= budget)
         short = stop is None and steps < 0.95 * budget
         span = f"in the {_number(steps)} steps run ({steps / budget:.0%} of its budget)" if short else f"within its {_number(budget)} steps"
-        parts.append(f"{within}/{len(runs)} reached its {_number(target)} {span}")
+        parts.append(f"{within}/{len(runs)} {reached} its {_number(target)} {span}")
     if stop is not None:
         return "; ".join(parts)
     median = statistics.median(finals)
@@ -351,13 +352,13 @@ def table_row(entry: dict[str, Any], runs: Sequence[Run], labels: tuple[str, str
 
 def earlier_row(entry: dict[str, Any], labels: tuple[str, str], references: Sequence[Reference] = ()) -> dict[str, str]:
     """The row of ``entry``'s ``earlier`` runs (see the module doc): made as a kept run's row from
-    their final returns, each counted as having reached a return only if it ended at or above it,
-    and saying so; what only a record holds (the curve, the wall-clock) is "not recorded"."""
+    their final returns, each counted only by where it ended ("ended at or above", never
+    "reached": when it first got there is in the section, not here)."""
     earlier = entry["earlier"]
     runs = [
         Run(
             seed=r["seed"], env_id=labels[0], algorithm=labels[1], final_return=float(r["return"]), steps_to_threshold=None,
-            env_steps=r["steps"], wall_time_s=0.0, machine=r.get("machine", "not recorded"),
+            env_steps=r["steps"], wall_time_s=float(r.get("wall_s", 0.0)), machine=r.get("machine", "not typed"),
             steps_to_anchor=r["steps"] if r["return"] >= (entry.get("anchor") or {}).get("return", float("inf")) else None,
         )
         for r in earlier["runs"]
@@ -373,10 +374,10 @@ def earlier_row(entry: dict[str, Any], labels: tuple[str, str], references: Sequ
     )
     if entry.get("threshold") is not None:
         ended = sum(1 for r in runs if r.final_return is not None and r.final_return >= entry["threshold"])
-        row["steps to threshold"] = f"{ended}/{len(runs)} ended at or above {_number(entry['threshold'])} (no curve recorded)"
-    row["wall-clock (median)"] = "not recorded"
-    if row["against the anchor"]:
-        row["against the anchor"] += " (from their final returns alone)"
+        row["steps to threshold"] = f"{ended}/{len(runs)} ended at or above {_number(entry['threshold'])} (their curves: that section)"
+    if not all("wall_s" in r for r in earlier["runs"]):
+        row["wall-clock (median)"] = "not typed (that section)"
+    row["against the anchor"] = against_text(entry, runs, references, reached="ended at or above")
     return row
 
 
@@ -524,7 +525,7 @@ def entries(manifest: Path) -> list[dict[str, Any]]:
         if earlier is not None and not _is_earlier(earlier):
             raise ManifestError(
                 f"{manifest}: {entry.get('config')!r} has earlier {earlier!r}; allowed: a mapping with a section (a BENCHMARKS.md heading) "
-                "and runs, a non-empty list of {seed: integer, return: number, steps: positive integer, date, machine: text (optional)}"
+                "and runs, a non-empty list of {seed: integer, return: number, steps: positive integer, date, machine: text and wall_s: seconds (both optional)}"
             )
         published = entry.get("published")
         if published is not None and not _is_published(published):
@@ -545,7 +546,8 @@ def _is_earlier(earlier: Any) -> bool:
 
     def run(r: Any) -> bool:
         return (
-            isinstance(r, dict) and {"seed", "return", "steps", "date"} <= set(r) <= {"seed", "return", "steps", "date", "machine"}
+            isinstance(r, dict) and {"seed", "return", "steps", "date"} <= set(r) <= {"seed", "return", "steps", "date", "machine", "wall_s"}
+            and (number(r.get("wall_s", 0)) and r.get("wall_s", 0) >= 0)
             and integer(r["seed"]) and number(r["return"]) and integer(r["steps"]) and r["steps"] > 0
             and isinstance(r["date"], str | datetime.date) and isinstance(r.get("machine", ""), str)
         )

@@ -15,11 +15,11 @@ import pytest
 
 from benchmarks.fuzz import BUDGET, PATH_KINDS, path_argv
 from pytorchrl.cli import main
-from pytorchrl.config import from_dict, load_config
+from pytorchrl.config import config_to_dict, from_dict, load_config
 from pytorchrl.learner import Learner
 from pytorchrl.utils.errors import ConfigError
 from pytorchrl.utils.memory import check_memory, estimate_bytes
-from pytorchrl.utils.strict_yaml import MAX_YAML_DEPTH, MAX_YAML_VALUES
+from pytorchrl.utils.strict_yaml import MAX_YAML_DEPTH, MAX_YAML_VALUES, dump_config, parse_yaml
 from tests.conftest import CONFIGS
 
 CARTPOLE = CONFIGS / "ppo" / "cartpole.yaml"
@@ -210,6 +210,16 @@ def test_exponent_numbers_without_a_dot_are_numbers_in_free_form_keys_too(tmp_pa
     assert load_config(tmp_path / "c.yaml").env.env_kwargs == {"w": 2.5e-3}
     with pytest.raises(ConfigError, match=r"config key 'run.target_steps' = 0.001 has the wrong type: expected int"):
         load_config(CARTPOLE, ["run.target_steps=1e-3"])
+    assert load_config(CARTPOLE, ["env.env_kwargs={a: .5e3, b: 1.5e3}"]).env.env_kwargs == {"a": 500.0, "b": 1500.0}  # 1.1 wants e+3
+
+
+def test_a_saved_config_reads_back_as_it_was_written():
+    """A string that now reads as a number (``'1e3'``) is quoted when a config is saved, so a
+    resumed or evaluated run gets the string it was given, and numbers stay numbers."""
+    config = config_to_dict(load_config(CARTPOLE, ["env.env_kwargs={tag: '1e3', dot: '.5e3', w: 5e-7, name: v5e3}"]))
+    assert config["env"]["env_kwargs"] == {"tag": "1e3", "dot": ".5e3", "w": 5e-7, "name": "v5e3"}
+    text = dump_config(config)
+    assert "tag: '1e3'" in text and parse_yaml(text) == config
 
 
 @pytest.mark.parametrize("section", ["env", "env.atari", "actor.recurrent", "scheme.col_worker_resources", "scheme.grad_worker_resources", "scheme.ray", "run"])

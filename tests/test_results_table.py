@@ -125,11 +125,15 @@ def test_earlier_runs_fill_a_row_without_a_kept_run_and_say_what_backs_them(tmp_
     assert {k: row[k] for k in ("env", "algorithm", "seeds", "final return (median)", "spread (min to max)", "steps to threshold", "wall-clock (median)", "CPU", "against the anchor")} == {
         "env": "CartPole-v1", "algorithm": "ppo", "seeds": "0, 1 (earlier runs, no record kept)",
         "final return (median)": '490 at 100,000 steps, from BENCHMARKS.md, "Old runs" (2026-11-23, 2026-11-24; their run directories were lost before run records were kept)',
-        "spread (min to max)": "480 to 500", "steps to threshold": "2/2 ended at or above 450 (no curve recorded)", "wall-clock (median)": "not recorded",
-        "CPU": "CPU X, 2 cores; not recorded",
-        # seed 1 ended at the anchor's 500; seed 0 may have passed it before its end, which no record says
-        "against the anchor": "1/2 reached its 500 within its 100,000 steps; 98% of its return (from their final returns alone)",
+        "spread (min to max)": "480 to 500", "steps to threshold": "2/2 ended at or above 450 (their curves: that section)",
+        "wall-clock (median)": "not typed (that section)", "CPU": "CPU X, 2 cores; not typed",
+        # seed 1 ended at the anchor's 500; seed 0 may have passed it before its end: "ended", not "reached"
+        "against the anchor": "1/2 ended at or above its 500 within its 100,000 steps; 98% of its return",
     }
+    for run, wall in zip(entry["earlier"]["runs"], (100.0, 300.0), strict=True):
+        run["wall_s"] = wall
+    manifest.write_text(yaml.safe_dump([entry]))
+    assert results_table.results_table(manifest, [runs])[0]["wall-clock (median)"] == "200 s"  # typed for every run: their median
     _run(runs, "ppo-cartpole-seed0", 0, [(1000, 100.0), (2000, 300.0)], 12.0)  # a kept run: the row is made from it alone
     row = results_table.results_table(manifest, [runs])[0]
     assert row["seeds"] == "0" and row["final return (median)"] == "300" and row["wall-clock (median)"] == "12 s"
@@ -137,7 +141,7 @@ def test_earlier_runs_fill_a_row_without_a_kept_run_and_say_what_backs_them(tmp_
     good = entry["earlier"]["runs"][0]
     for bad in ({"runs": [good]}, {"section": "", "runs": [good]}, {"section": "s", "runs": []}, {"section": "s", "runs": [{**good, "steps": 0}]},
                 {"section": "s", "runs": [{**good, "return": "480"}]}, {"section": "s", "runs": [good, good]},
-                {"section": "s", "runs": [{**good, "wall": 3}]}, [good]):
+                {"section": "s", "runs": [{**good, "wall": 3}]}, {"section": "s", "runs": [{**good, "wall_s": -1}]}, [good]):
         manifest.write_text(yaml.safe_dump([{**entry, "earlier": bad}]))
         capsys.readouterr()
         assert results_table.main([str(manifest), "--root", str(runs)]) == 2
@@ -145,11 +149,23 @@ def test_earlier_runs_fill_a_row_without_a_kept_run_and_say_what_backs_them(tmp_
         assert len(err.splitlines()) == 1 and "configs/ppo/cartpole.yaml" in err and "earlier" in err and "BENCHMARKS.md heading" in err
 
 
-def test_the_shipped_earlier_runs_name_a_benchmarks_md_section():
-    """Each row's ``earlier`` runs point at the BENCHMARKS.md section that reports them."""
-    headings = {line.lstrip("#").strip() for line in (REPO / "BENCHMARKS.md").read_text().splitlines() if line.startswith("#")}
+def test_the_shipped_earlier_runs_are_in_the_benchmarks_md_section_they_name():
+    """Each row's ``earlier`` runs point at the BENCHMARKS.md section that reports them, and that
+    section holds each typed return and wall-clock (as it writes them: 4,712 for 4712)."""
+    sections: dict[str, list[str]] = {}
+    for line in (REPO / "BENCHMARKS.md").read_text().splitlines():
+        if line.startswith("#"):
+            sections[line.lstrip("#").strip()] = []
+        elif sections:
+            sections[next(reversed(sections))].append(line)
     earlier = [entry for entry in results_table.entries(REPO / "benchmarks" / "results.yaml") if entry.get("earlier")]
-    assert earlier and [e["config"] for e in earlier if e["earlier"]["section"] not in headings] == []
+    assert earlier
+    for entry in earlier:
+        text = "\n".join(sections.get(entry["earlier"]["section"], []))
+        assert text, f"{entry['config']}: no section {entry['earlier']['section']!r}"
+        for run in entry["earlier"]["runs"]:
+            assert f"{abs(run['return']):g}" in text and f"{run['steps']:,}" in text, (entry["config"], run)
+            assert "wall_s" not in run or f"{run['wall_s']:,}" in text, (entry["config"], run)
 
 
 def test_a_run_of_another_config_is_left_out_and_told(tmp_path, capsys, monkeypatch):

@@ -22,7 +22,10 @@ import yaml
 
 from pytorchrl.utils.errors import ConfigError
 
-__all__ = ["MAX_YAML_DEPTH", "MAX_YAML_VALUES", "BadStructure", "DuplicateKey", "StrictLoader", "load_yaml", "parse_yaml", "yaml_problem"]
+__all__ = [
+    "EXPONENT_FLOAT", "MAX_YAML_DEPTH", "MAX_YAML_VALUES", "BadStructure", "ConfigDumper", "DuplicateKey", "StrictLoader",
+    "dump_config", "load_yaml", "parse_yaml", "yaml_problem",
+]
 
 
 def load_yaml(path: str | Path, what: str) -> Any:
@@ -156,9 +159,22 @@ class StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-# YAML 1.2's exponent floats without a dot (``5e-7``, ``-1E+6``), which YAML 1.1 reads as strings:
-# a typed key converts them anyway, but a free-form one (env.env_kwargs) handed "5e-7" to the env,
-# which failed on its first step deep inside its reward
-StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"),
-)
+#: YAML 1.2's exponent floats that YAML 1.1 reads as strings (``5e-7``, ``-1E+6``, ``1.5e3``,
+#: ``.5e3``: 1.1 wants a dot and a signed exponent). A typed key converted them anyway, but a
+#: free-form one (env.env_kwargs) handed "5e-7" to the env, which failed on its first step
+#: inside its reward.
+EXPONENT_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
+StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_FLOAT, list("-+.0123456789"))
+
+
+class ConfigDumper(yaml.SafeDumper):
+    """yaml.safe_dump that quotes a string :class:`StrictLoader` would read as a number (``'1e3'``):
+    a saved config reads back as it was written (``--resume``, ``evaluate``)."""
+
+
+ConfigDumper.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_FLOAT, list("-+.0123456789"))
+
+
+def dump_config(tree: Any) -> str:
+    """``tree`` as YAML text, keys in their order, that :func:`parse_yaml` reads back equal."""
+    return yaml.dump(tree, Dumper=ConfigDumper, sort_keys=False)
