@@ -6,7 +6,7 @@ holds it (``&a [*a]`` builds a list that contains itself, which every later pass
 recurses into until ``RecursionError``), shares the nodes of nested aliases (the "billion laughs":
 a few lines that are a billion values to copy) and composes recursively (a few hundred brackets
 exhaust Python's stack). :class:`StrictLoader` refuses each of these as it composes the text.
-It also reads ``5e-7`` and ``1E6`` as numbers, as YAML 1.2 and every config written by hand
+It also reads ``5e-7`` and ``1E6`` as numbers, as YAML 1.2 reads them and as whoever writes a config
 mean them (YAML 1.1's float needs a dot: PyYAML reads ``5e-7`` as the string ``"5e-7"``).
 """
 
