@@ -101,7 +101,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import yaml
 
@@ -318,14 +318,15 @@ def published_text(entry: dict[str, Any]) -> str:
 
 def table_row(entry: dict[str, Any], runs: Sequence[Run], labels: tuple[str, str] = ("", ""), references: Sequence[Reference] = ()) -> dict[str, str]:
     """The table's row of one manifest entry and its runs (none: a row that says so, with the
-    env and algorithm ``labels``) and its same-protocol ``references``."""
+    env and algorithm ``labels``; its ``earlier`` runs where it has them) and its same-protocol
+    ``references``."""
+    if not runs and entry.get("earlier"):
+        return earlier_row(entry, labels, references)
     anchor = entry.get("anchor") or {}
     anchor_text = f"{_number(anchor.get('return'))} in {_number(anchor.get('budget'))} steps ({anchor.get('source', 'no source')})" if anchor else "none"
     anchor_text += published_text(entry) + reference_text(entry, references)
     row = dict.fromkeys(COLUMNS, "")
     row.update({"config": entry["config"], "anchor": anchor_text, "anchor's protocol": str(anchor.get("protocol", ""))})
-    if not runs and entry.get("earlier"):
-        return earlier_row(entry, labels, references)
     if not runs:
         row.update(env=labels[0], algorithm=labels[1], seeds="no runs yet")
         return row
@@ -536,19 +537,21 @@ def entries(manifest: Path) -> list[dict[str, Any]]:
     return out
 
 
+def _is_number(value: Any) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_integer(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _is_earlier(earlier: Any) -> bool:
     """Whether a manifest entry's ``earlier`` is runs the table can print (see the module doc)."""
-    def number(value: Any) -> bool:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-
-    def integer(value: Any) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool)
-
     def run(r: Any) -> bool:
         return (
             isinstance(r, dict) and {"seed", "return", "steps", "date"} <= set(r) <= {"seed", "return", "steps", "date", "machine", "wall_s"}
-            and (number(r.get("wall_s", 0)) and r.get("wall_s", 0) >= 0)
-            and integer(r["seed"]) and number(r["return"]) and integer(r["steps"]) and r["steps"] > 0
+            and _is_number(r.get("wall_s", 0)) and r.get("wall_s", 0) >= 0
+            and _is_integer(r["seed"]) and _is_number(r["return"]) and _is_integer(r["steps"]) and r["steps"] > 0
             and isinstance(r["date"], str | datetime.date) and isinstance(r.get("machine", ""), str)
         )
 
@@ -563,11 +566,9 @@ def _is_published(published: Any) -> bool:
     """Whether a manifest entry's ``published`` is a curve's value the table can print."""
     if not isinstance(published, dict) or not set(published) <= {"return", "at", "source", "settings"}:
         return False
-    number = published.get("return")
     at = published.get("at")
     return (
-        isinstance(number, int | float) and not isinstance(number, bool)
-        and isinstance(at, int) and not isinstance(at, bool) and at > 0
+        _is_number(published.get("return")) and _is_integer(at) and at > 0
         and isinstance(published.get("source"), str) and bool(published["source"])
         and isinstance(published.get("settings", ""), str)
     )

@@ -164,7 +164,6 @@ class StrictLoader(yaml.SafeLoader):
 #: free-form one (env.env_kwargs) handed "5e-7" to the env, which failed on its first step
 #: inside its reward.
 EXPONENT_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
-StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_FLOAT, list("-+.0123456789"))
 
 
 class ConfigDumper(yaml.SafeDumper):
@@ -172,7 +171,8 @@ class ConfigDumper(yaml.SafeDumper):
     a saved config reads back as it was written (``--resume``, ``evaluate``)."""
 
 
-ConfigDumper.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_FLOAT, list("-+.0123456789"))
+for _yaml_class in (StrictLoader, ConfigDumper):  # one rule both ways: what is read as a number is quoted when it is text
+    _yaml_class.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_FLOAT, list("-+.0123456789"))
 
 
 def dump_config(tree: Any) -> str:
