@@ -237,7 +237,8 @@ class StorageConfig:
     checkpoint_buffer: bool | None = param(
         None,
         "Off-policy: include the replay buffer in checkpoints (exact resume needs it; a run resumed without it refills it with its policy). "
-        "null: included when the full buffer's observations take at most 1 GiB (vector observations, not Atari frames).",
+        "null: included when the observations of the most it holds in the run (capacity, or run.target_steps transitions if fewer) take at most 1 GiB "
+        "(vector observations up to about 1M x 268 floats; not Atari frames).",
     )
     sequence_length: int | None = param(
         None,

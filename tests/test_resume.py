@@ -624,19 +624,30 @@ def test_a_run_resumed_without_its_replay_buffer_refills_it_with_its_policy(tmp_
 
 
 @pytest.mark.parametrize(
-    ("env", "override", "included"),
+    ("env", "target_steps", "override", "included"),
     [
-        ("Pendulum-v1", None, True),  # 100k x 3 float32: 1.2 MB
-        ("Pendulum-v1", False, False),
-        ("atari", None, False),  # 1M stacked frames: 28 GB
-        ("atari", True, True),
+        ("Pendulum-v1", 100_000, None, True),  # 100k x 3 float32: 1.2 MB
+        ("Pendulum-v1", 100_000, False, False),
+        ("atari", 100_000, None, False),  # 100k stacked frames before the run ends: 2.8 GB
+        ("atari", 100_000, True, True),
+        ("Humanoid-v5", 300_000, None, True),  # the run ends at 300k x 348 float32: 0.42 GB
+        ("Humanoid-v5", 1_000_000, None, False),  # the 1M buffer fills: 1.39 GB
+        ("Humanoid-v5", 5_000_000, None, False),
     ],
 )
-def test_the_replay_buffer_goes_into_checkpoints_when_it_is_small_or_asked_for(env, override, included):
+def test_the_replay_buffer_goes_into_checkpoints_when_what_it_holds_in_the_run_is_small_or_asked_for(env, target_steps, override, included):
     from pytorchrl.utils.memory import checkpoints_buffer
 
-    space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8) if env == "atari" else gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
-    raw = {"algorithm": {"name": "dqn" if env == "atari" else "sac"}, "storage": {"capacity": 1_000_000 if env == "atari" else 100_000}}
+    if env == "atari":
+        space, capacity = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), 1_000_000
+    else:
+        space = gym.spaces.Box(-1.0, 1.0, (348 if env == "Humanoid-v5" else 3,), np.float32)
+        capacity = 1_000_000 if env == "Humanoid-v5" else 100_000
+    raw = {
+        "algorithm": {"name": "dqn" if env == "atari" else "sac"},
+        "storage": {"capacity": capacity},
+        "run": {"target_steps": target_steps},
+    }
     if override is not None:
         raw["storage"]["checkpoint_buffer"] = override
     assert checkpoints_buffer(from_dict(raw), space) is included

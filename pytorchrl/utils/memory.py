@@ -29,7 +29,8 @@ BYTES_PER_PARAMETER = 16
 _GIB = 1 << 30
 
 
-#: ``storage.checkpoint_buffer: null`` puts the replay buffer in checkpoints up to this size
+#: ``storage.checkpoint_buffer: null`` puts the replay buffer in checkpoints when the most it
+#: holds in the run takes at most this
 AUTO_CHECKPOINT_BUFFER_BYTES = _GIB
 
 
@@ -40,11 +41,15 @@ def observation_bytes(observation_space: gym.Space) -> int:
 
 
 def checkpoints_buffer(config: Config, observation_space: gym.Space) -> bool:
-    """``storage.checkpoint_buffer``, its null resolved: whether the full buffer's observations
-    take at most :data:`AUTO_CHECKPOINT_BUFFER_BYTES`."""
+    """``storage.checkpoint_buffer``, its null resolved: whether the observations of the most the
+    buffer holds in this run (its capacity, or ``run.target_steps`` transitions when the run ends
+    first) take at most :data:`AUTO_CHECKPOINT_BUFFER_BYTES`. A checkpoint stores only the filled
+    part, so a 300k-step Humanoid run (348 floats an observation) keeps its buffer, 0.4 GB at the
+    end, while its 1M-step run (1.4 GB) does not."""
     if config.storage.checkpoint_buffer is not None:
         return config.storage.checkpoint_buffer
-    return config.storage.capacity * observation_bytes(observation_space) <= AUTO_CHECKPOINT_BUFFER_BYTES
+    held = min(config.storage.capacity, config.run.target_steps)
+    return held * observation_bytes(observation_space) <= AUTO_CHECKPOINT_BUFFER_BYTES
 
 
 def estimate_bytes(config: Config, observation_space: gym.Space) -> dict[str, tuple[str, Any, int]]:
