@@ -700,10 +700,14 @@ def markdown(rows: Sequence[dict[str, str]]) -> str:
 
 
 def _number(value: Any) -> str:
+    """A figure as the prose gives it: whole numbers with thousands commas, three significant
+    digits under 100 (9.25, -10.4, 0.6), one decimal under 0.01 (0.0)."""
     if value is None:
         return "?"
     value = float(value)
-    return f"{value:,.0f}" if value == int(value) or abs(value) >= 100 else f"{value:,.1f}"
+    if value == int(value) or abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.3g}" if abs(value) >= 0.01 else f"{value:.1f}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -483,3 +483,13 @@ def test_benchmarks_md_contents_lists_every_section_with_its_link():
             title, _, link = line[3:].partition("](#")
             contents.append((title, link.rstrip(")")))
     assert contents == [(title, _github_anchor(title)) for title in sections]
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(None, "?"), (500.0, "500"), (1234.4, "1,234"), (-94.7, "-94.7"), (9.25, "9.25"), (-7.75, "-7.75"), (-10.38, "-10.4"), (0.625, "0.625"), (0.004, "0.0")],
+)
+def test_figures_read_as_the_prose_gives_them(value, shown):
+    """Whole numbers at 100 and over, three significant digits under 100: the table's -7.75 is
+    the -7.75 its section reports, not a rounded -7.8."""
+    assert results_table._number(value) == shown
