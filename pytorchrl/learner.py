@@ -92,6 +92,7 @@ class Learner:
         self.healthy_workers: int | None = None  # remote collection workers alive (None: none remote)
         #: how many rollouts were used at each policy lag (versions behind the learner)
         self.policy_lags: Counter[int] = Counter()
+        self._said_dropped = False  # lag_drop_warning said once
         self.wall_time_offset = 0.0
         self.solved_at: tuple[int, float] | None = None
         self.last_eval: float | None = None
@@ -248,6 +249,13 @@ class Learner:
         self.policy_lags.update(info.get("policy_lags", ()))
         self._interval.add_episodes(info["episode_returns"], info["episode_lengths"])
         self.scheme.update_worker.set_progress(min(1.0, self.env_steps / self.run.target_steps))
+        if not self._said_dropped:
+            said = lag_drop_warning(
+                sum(self.policy_lags.values()), self.dropped_batches, self.scheme.config.max_policy_lag, self.healthy_workers, self.updates
+            )
+            if said is not None:
+                self._said_dropped = True
+                warnings.warn(said, stacklevel=2)
 
     def _on_nonfinite(self, info: dict[str, Any]) -> None:
         bad = next((f"{k} = {v}" for k, v in info.items() if isinstance(v, float) and not math.isfinite(v)), "the gradient norm")
@@ -455,6 +463,7 @@ class Learner:
             "stop_reason": self.stop_reason or "target_steps",
             "worker_restarts": self.worker_restarts,
             "lost_batches": self.lost_batches,
+            "dropped_batches": self.dropped_batches,
             "env_restarts": self.env_restarts,
             "nonfinite_updates": self.nonfinite_updates,
             "machine": cpu_model(),
@@ -670,3 +679,22 @@ def _write_config(run_dir: Path, config: Config) -> None:
 def _std(values: list[float]) -> float:
     m = sum(values) / len(values)
     return math.sqrt(sum((v - m) ** 2 for v in values) / len(values))
+
+
+def lag_drop_warning(kept: int, dropped: int, bound: int | None, workers: int | None, updates: int) -> str | None:
+    """What to tell when ``scheme.max_policy_lag`` has dropped half or more of the first 20 or more
+    rollouts (None: nothing to tell). Their env steps count towards ``run.target_steps`` and the
+    FPS, yet nothing trains on them, so such a run looks fast and learns from a fraction of its
+    frames. A rollout's lag counts from the oldest weights that chose one of its actions: with
+    ``workers`` asynchronous workers and ``updates / kept`` updates per rollout, one is about
+    their product old on arrival even when the learner keeps up (12 workers of a 16-update APPO
+    rollout: 192), so a bound under that drops most of what they collect."""
+    seen = kept + dropped
+    if bound is None or seen < 20 or 2 * dropped < seen:
+        return None
+    per_rollout = updates / max(kept - 1, 1)  # called with the newest kept rollout's first update made
+    arrival = f"; with {workers} collection workers and {per_rollout:.0f} updates per rollout, a rollout is about {workers * per_rollout:.0f} versions old when it arrives even when the learner keeps up" if workers else ""
+    return (
+        f"scheme.max_policy_lag = {bound} has dropped {dropped:,} of the first {seen:,} rollouts ({100 * dropped / seen:.0f}%): their env steps "
+        f"count towards run.target_steps and the FPS, but nothing trains on them{arrival}; raise scheme.max_policy_lag, or use fewer collection workers"
+    )

@@ -14,8 +14,11 @@ milliseconds per batch, requests/s and observations/s.
 collection workers x 8 envs, the learner on the GPU (``run.device=cuda``), once with the server on
 the GPU (``scheme.inference_server.num_gpus``' default with a CUDA learner) and once with local inference (each worker acting
 on its CPU), each stopped after ``--seconds`` (SIGINT: the run's own clean stop). One JSON line per
-mode: the median fps (agent steps/s; x4 for frames) of the logged intervals after the first, and
-the server's batch mean, queueing wait and busy fraction; then the ratio.
+mode: the median fps (agent steps/s; x4 for frames) of the logged intervals after the first, the
+share of the steps in rollouts trained on (``trained_share``: rollouts older than
+``scheme.max_policy_lag`` are dropped, yet their steps count in fps) and the trained steps/s over
+the run's wall-clock, and the server's batch mean, queueing wait and busy fraction; then the
+ratios, by fps and by trained steps/s.
 """
 
 from __future__ import annotations
@@ -99,6 +102,7 @@ def _train(mode: str, workers: int, args: argparse.Namespace, run_dir: Path) -> 
     rows = list(csv.DictReader(progress.open())) if progress.exists() else []
     fps = [float(r["fps"]) for r in rows[1:]]  # the first interval holds the start
     summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
+    trained = _trained_share(run_dir, summary)
     def mean_of(key: str) -> float | None:
         values = [float(r[key]) for r in rows[1:] if r.get(key)]
         return round(statistics.mean(values), 3) if values else None
@@ -108,8 +112,22 @@ def _train(mode: str, workers: int, args: argparse.Namespace, run_dir: Path) -> 
         "policy_lag_mean": mean_of("policy_lag_mean"), "inference_batch_mean": mean_of("inference_batch_mean"),
         "inference_wait_ms": mean_of("inference_wait_ms"), "inference_busy_fraction": mean_of("inference_busy_fraction"),
         "env_steps": summary.get("env_steps"), "wall_time_s": summary.get("wall_time_s"),
+        # rollouts older than scheme.max_policy_lag are dropped, yet counted in env_steps and fps
+        "dropped_batches": summary.get("dropped_batches"), "trained_share": trained,
+        "trained_steps_per_s": round(trained * summary["env_steps"] / summary["wall_time_s"], 1) if trained is not None and summary.get("wall_time_s") else None,
         "train_return": [(int(r["env_steps"]), round(float(r["train_return_mean"]), 2)) for r in rows if r.get("train_return_mean")],
     }
+
+
+def _trained_share(run_dir: Path, summary: dict[str, Any]) -> float | None:
+    """The share of a run's env steps in rollouts that were trained on, not dropped for policy lag."""
+    if "dropped_batches" not in summary or not summary.get("env_steps"):
+        return None
+    import yaml
+
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    rollout = config["env"]["num_envs"] * config["storage"]["num_steps"]
+    return round(1.0 - summary["dropped_batches"] * rollout / summary["env_steps"], 3)
 
 
 def bench_pong(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -121,9 +139,13 @@ def bench_pong(args: argparse.Namespace) -> list[dict[str, Any]]:
             line = _train(mode, workers, args, root / f"{mode}-{workers}w")
             print(json.dumps(line), flush=True)
             lines.append(line)
-        by_mode = {line["mode"]: line["fps_median"] for line in lines}
-        if by_mode.get("central") and by_mode.get("local"):
-            print(json.dumps({"workers": workers, "central_over_local": round(by_mode["central"] / by_mode["local"], 3)}), flush=True)
+        by_mode = {line["mode"]: line for line in lines}
+        if {"central", "local"} <= set(by_mode):
+            central, local = by_mode["central"], by_mode["local"]
+            ratio = {"workers": workers, "central_over_local": round(central["fps_median"] / local["fps_median"], 3) if central["fps_median"] and local["fps_median"] else None}
+            if central["trained_steps_per_s"] and local["trained_steps_per_s"]:  # what the learner took, over each run's wall-clock
+                ratio["trained_central_over_local"] = round(central["trained_steps_per_s"] / local["trained_steps_per_s"], 3)
+            print(json.dumps(ratio), flush=True)
         out += lines
     return out
 

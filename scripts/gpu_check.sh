@@ -4,7 +4,11 @@
 #   tests   the CUDA tests (tests/test_cuda.py, and the noise tests' cuda cases)
 #   server  one inference server's batches on the GPU (pinned and pageable copies) and on the CPU
 #   pong    APPO Pong, the learner on the GPU, central (the server on the GPU) against local
-#           inference, with PONG_WORKERS (default 8 12) workers x 8 envs, PONG_SECONDS each
+#           inference, with PONG_WORKERS (default 8 12) workers x 8 envs, PONG_SECONDS each (at
+#           most, with PONG_STEPS: each run to that many agent steps)
+#   scaling the latency env's scale-out with central inference on this machine's cores (no GPU
+#           used: the machine is the only one lent with more than 2 cores), SCALING_WORKERS
+#           (default 1 2 4 8 16 32 64) one-env workers, SCALING_SECONDS (default 15) each
 #   row     a results-table row's run: ROW_CONFIG (default configs/appo/atari_pong_gpu.yaml) to its
 #           budget (seed ROW_SEED, default 0) for at most ROW_SECONDS, the run directory without
 #           checkpoints packed as OUT_DIR/ALGO-STEM-seedN.tar.gz (the table's run name: the config's
@@ -29,14 +33,15 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT
 python3 -c "import os, torch, ray, gymnasium, ale_py; print(os.cpu_count(), 'cores; torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'ray', ray.__version__)" 2>&1 | tee -a "$OUT/gpu.txt"
 for step in $steps; do
   case $step in
-    tests) echo "== tests"; timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/agent/test_noise.py -rs 2>&1 | tee "$OUT/pytest.txt" | tail -25 ;;
+    tests) echo "== tests"; timeout ${TESTS_TIMEOUT:-240} python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/agent/test_noise.py -rs 2>&1 | tee "$OUT/pytest.txt" | tail -25 ;;
     server) echo "== server"; timeout 60 python3 scripts/central_gpu.py server 2>&1 | grep '^{' | tee "$OUT/server.jsonl" ;;
-    pong) echo "== pong"; timeout 540 python3 scripts/central_gpu.py pong --workers ${PONG_WORKERS:-8 12} --seconds ${PONG_SECONDS:-60} --run-root /tmp/pong 2>&1 | grep -E '^\{|rror' | tee "$OUT/pong.jsonl" ;;
+    pong) echo "== pong"; timeout ${PONG_TIMEOUT:-540} python3 scripts/central_gpu.py pong --workers ${PONG_WORKERS:-8 12} --seconds ${PONG_SECONDS:-60} ${PONG_STEPS:+--steps $PONG_STEPS} --run-root /tmp/pong 2>&1 | grep -E '^\{|rror' | tee "$OUT/pong.jsonl" ;;
+    scaling) echo "== scaling"; timeout ${SCALING_TIMEOUT:-300} python3 scripts/central_scaling.py --modes central --workers ${SCALING_WORKERS:-1 2 4 8 16 32 64} --seconds ${SCALING_SECONDS:-15} 2>&1 | grep -E '^\{|rror' | tee "$OUT/scaling.jsonl" ;;
     row) seed=${ROW_SEED:-0}; config=${ROW_CONFIG:-configs/appo/atari_pong_gpu.yaml}
          name=$(basename "$(dirname "$config")")-$(basename "$config" .yaml)-seed$seed; echo "== row $name"
          if [ -d /tmp/$name/checkpoints ]; then what="--resume /tmp/$name"; else what="$config run.seed=$seed ${ROW_SET:-} --run-dir /tmp/$name"; fi
          timeout ${ROW_SECONDS:-560} python3 -m pytorchrl.cli train $what --quiet 2>&1 | tail -3
          tar czf "$OUT/$name.tar.gz" -C /tmp --exclude=checkpoints "$name" && ls -la "$OUT/$name.tar.gz" ;;
-    *) echo "unknown step $step (tests, server, pong, row)"; exit 2 ;;
+    *) echo "unknown step $step (tests, server, pong, scaling, row)"; exit 2 ;;
   esac
 done

@@ -43,6 +43,15 @@ def test_the_gpu_scripts_server_case_measures_a_batch_of_the_requests_asked_for_
     assert [json.loads(text) for text in capsys.readouterr().out.splitlines() if text.startswith("{")] == lines
 
 
+def test_the_gpu_scripts_pair_counts_the_steps_of_rollouts_dropped_for_lag_as_untrained(tmp_path):
+    """The H200 pair of 2026-11-30: 504,832 steps of 8-env, 128-step rollouts, 287 of them dropped."""
+    script = load_script("central_gpu")
+    (tmp_path / "config.yaml").write_text("env: {num_envs: 8}\nstorage: {num_steps: 128}\n")
+    assert script._trained_share(tmp_path, {"env_steps": 504_832, "dropped_batches": 287}) == pytest.approx(1 - 287 * 1024 / 504_832, abs=1e-3)
+    assert script._trained_share(tmp_path, {"env_steps": 504_832, "dropped_batches": 0}) == 1.0
+    assert script._trained_share(tmp_path, {"env_steps": 504_832}) is None  # a summary from before dropped_batches was written
+
+
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads Linux's /proc")
 def test_the_scaling_scripts_process_figures_read_the_runqueue_wait_and_renice_every_thread():
     """``scripts/central_scaling.py`` reads each process's CPU, memory and runqueue wait from

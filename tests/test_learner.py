@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from pytorchrl.config import from_dict
-from pytorchrl.learner import Learner
+from pytorchrl.learner import Learner, lag_drop_warning
 from pytorchrl.logging.writers import ProgressLine
 from tests.conftest import CONFIGS
 
@@ -34,6 +34,19 @@ def test_periodic_checkpoints_without_run_dir_are_skipped_not_fatal():
     assert summary["env_steps"] == 256 and summary["stop_reason"] == "target_steps"
     with pytest.raises(ValueError, match="needs a path"):
         learner.checkpoint()
+
+
+def test_a_lag_bound_that_drops_half_the_rollouts_is_told_with_what_a_rollout_is_old_on_arrival():
+    # the H200 pair of 2026-11-30: 12 workers, APPO's 16 updates a rollout, 206 of 493 rollouts kept
+    said = lag_drop_warning(206, 287, 64, 12, 16 * 205 + 1)
+    assert said is not None
+    assert "scheme.max_policy_lag = 64" in said and "287 of the first 493 rollouts (58%)" in said
+    assert "12 collection workers and 16 updates per rollout" in said and "about 192 versions old" in said
+    assert "\n" not in said  # one line
+    assert "collection workers and" not in lag_drop_warning(5, 20, 8, None, 40)  # no remote workers known: no estimate
+    assert lag_drop_warning(10, 9, 64, 12, 160) is None  # under half dropped
+    assert lag_drop_warning(5, 15, 64, 12, 64) is not None and lag_drop_warning(5, 14, 64, 12, 64) is None  # 20 seen first
+    assert lag_drop_warning(0, 50, None, 12, 0) is None  # no bound: nothing is dropped for lag
 
 
 def test_step_counts_updates_and_rounds():
