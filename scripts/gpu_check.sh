@@ -5,7 +5,8 @@
 #   server  one inference server's batches on the GPU (pinned and pageable copies) and on the CPU
 #   pong    APPO Pong, the learner on the GPU, central (the server on the GPU) against local
 #           inference, with PONG_WORKERS (default 8 12) workers x 8 envs, PONG_SECONDS each (at
-#           most, with PONG_STEPS: each run to that many agent steps)
+#           most, with PONG_STEPS: each run to that many agent steps; PONG_SET: overrides, e.g.
+#           PONG_SET=scheme.max_policy_lag=384)
 #   scaling the latency env's scale-out with central inference on this machine's cores (no GPU
 #           used: the machine is the only one lent with more than 2 cores), SCALING_WORKERS
 #           (default 1 2 4 8 16 32 64) one-env workers, SCALING_SECONDS (default 15) each
@@ -35,7 +36,7 @@ for step in $steps; do
   case $step in
     tests) echo "== tests"; timeout ${TESTS_TIMEOUT:-240} python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/agent/test_noise.py -rs 2>&1 | tee "$OUT/pytest.txt" | tail -25 ;;
     server) echo "== server"; timeout 60 python3 scripts/central_gpu.py server 2>&1 | grep '^{' | tee "$OUT/server.jsonl" ;;
-    pong) echo "== pong"; timeout ${PONG_TIMEOUT:-540} python3 scripts/central_gpu.py pong --workers ${PONG_WORKERS:-8 12} --seconds ${PONG_SECONDS:-60} ${PONG_STEPS:+--steps $PONG_STEPS} --run-root /tmp/pong 2>&1 | grep -E '^\{|rror' | tee "$OUT/pong.jsonl" ;;
+    pong) echo "== pong"; timeout ${PONG_TIMEOUT:-540} python3 scripts/central_gpu.py pong --workers ${PONG_WORKERS:-8 12} --seconds ${PONG_SECONDS:-60} ${PONG_STEPS:+--steps $PONG_STEPS} ${PONG_SET:+--set $PONG_SET} --run-root /tmp/pong 2>&1 | grep -E '^\{|rror' | tee "$OUT/pong.jsonl" ;;
     scaling) echo "== scaling"; timeout ${SCALING_TIMEOUT:-300} python3 scripts/central_scaling.py --modes central --workers ${SCALING_WORKERS:-1 2 4 8 16 32 64} --seconds ${SCALING_SECONDS:-15} 2>&1 | grep -E '^\{|rror' | tee "$OUT/scaling.jsonl" ;;
     row) seed=${ROW_SEED:-0}; config=${ROW_CONFIG:-configs/appo/atari_pong_gpu.yaml}
          name=$(basename "$(dirname "$config")")-$(basename "$config" .yaml)-seed$seed; echo "== row $name"

@@ -48,7 +48,10 @@ date: "2026-11-26", machine: "...", wall_s: 29207}]}``, each the final return a 
 config reached at ``steps``, as that section reports it. A row with no kept run prints them
 instead of "no runs yet", saying where they are typed from and that no record backs them; they
 are compared by their final returns alone ("ended at or above", not "reached": the curves are in
-the section). Once a kept run counts, the row is made from kept runs alone.
+the section). Once a kept run counts, the row is made from kept runs alone. ``record`` (optional)
+is for a run whose record is kept but whose config has changed since at a key that is not neutral
+(the GPU Pong row's ``scheme.max_policy_lag``): it says where the record is and how it differs,
+in place of "lost", and the row's seeds say "earlier config".
 
 ``config`` is the row's label: a shipped config's path, or for a family default the command's
 ``--algo ALGO --env ENV`` (``benchmarks/defaults.yaml``). ``overrides`` (optional) lists the
@@ -367,12 +370,11 @@ def earlier_row(entry: dict[str, Any], labels: tuple[str, str], references: Sequ
     row = table_row(entry, runs, labels, references)
     dates = sorted({str(r["date"]) for r in earlier["runs"]})
     steps = sorted({r["steps"] for r in earlier["runs"]})
-    row["seeds"] += " (earlier runs, no record kept)"
+    kept = earlier.get("record")  # a kept record of the config before a change (see the module doc)
+    row["seeds"] += " (earlier config)" if kept else " (earlier runs, no record kept)"
     at = _number(steps[0]) if len(steps) == 1 else f"{_number(steps[0])} to {_number(steps[-1])}"
-    row["final return (median)"] += (
-        f" at {at} steps, from BENCHMARKS.md, "
-        f"\"{earlier['section']}\" ({', '.join(dates)}; {'its run directory was' if len(runs) == 1 else 'their run directories were'} lost before run records were kept)"
-    )
+    lost = f"{'its run directory was' if len(runs) == 1 else 'their run directories were'} lost before run records were kept"
+    row["final return (median)"] += f" at {at} steps, from BENCHMARKS.md, \"{earlier['section']}\" ({', '.join(dates)}; {kept or lost})"
     if entry.get("threshold") is not None:
         ended = sum(1 for r in runs if r.final_return is not None and r.final_return >= entry["threshold"])
         row["steps to threshold"] = f"{ended}/{len(runs)} ended at or above {_number(entry['threshold'])} (their curves: that section)"
@@ -556,7 +558,8 @@ def _is_earlier(earlier: Any) -> bool:
         )
 
     return (
-        isinstance(earlier, dict) and set(earlier) == {"section", "runs"} and isinstance(earlier["section"], str) and bool(earlier["section"])
+        isinstance(earlier, dict) and {"section", "runs"} <= set(earlier) <= {"section", "runs", "record"}
+        and isinstance(earlier["section"], str) and bool(earlier["section"]) and isinstance(earlier.get("record", "-"), str) and bool(earlier.get("record", "-"))
         and isinstance(earlier["runs"], list) and bool(earlier["runs"]) and all(run(r) for r in earlier["runs"])
         and len({r["seed"] for r in earlier["runs"]}) == len(earlier["runs"])
     )

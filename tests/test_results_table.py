@@ -138,8 +138,13 @@ def test_earlier_runs_fill_a_row_without_a_kept_run_and_say_what_backs_them(tmp_
     row = results_table.results_table(manifest, [runs])[0]
     assert row["seeds"] == "0" and row["final return (median)"] == "300" and row["wall-clock (median)"] == "12 s"
 
+    # a kept record of the config before a change says so, in place of "lost"
+    manifest.write_text(yaml.safe_dump([{**entry, "earlier": {**entry["earlier"], "record": "benchmarks/runs/x: lr 3e-4 then"}}]))
+    row = results_table.results_table(manifest, [runs / "none"])[0]
+    assert row["seeds"] == "0, 1 (earlier config)" and row["final return (median)"].endswith('"Old runs" (2026-11-23, 2026-11-24; benchmarks/runs/x: lr 3e-4 then)')
+
     good = entry["earlier"]["runs"][0]
-    for bad in ({"runs": [good]}, {"section": "", "runs": [good]}, {"section": "s", "runs": []}, {"section": "s", "runs": [{**good, "steps": 0}]},
+    for bad in ({"runs": [good]}, {"section": "s", "runs": [good], "record": ""}, {"section": "s", "runs": [good], "record": 3}, {"section": "", "runs": [good]}, {"section": "s", "runs": []}, {"section": "s", "runs": [{**good, "steps": 0}]},
                 {"section": "s", "runs": [{**good, "return": "480"}]}, {"section": "s", "runs": [good, good]},
                 {"section": "s", "runs": [{**good, "wall": 3}]}, {"section": "s", "runs": [{**good, "wall_s": -1}]}, [good]):
         manifest.write_text(yaml.safe_dump([{**entry, "earlier": bad}]))
@@ -255,7 +260,14 @@ def test_the_committed_records_are_counted_runs_of_their_rows(committed_tables):
     counted = {run.name for table in committed_tables.values() for _, found, references in table for run in [*found, *references]}
     present = {p.name for p in results_table.RECORDS.iterdir() if p.is_dir()} if results_table.RECORDS.is_dir() else set()
     assert present, "no run records in benchmarks/runs: the tables cannot be regenerated (is the folder ignored by git?)"
-    assert present == counted, f"records no row counts: {sorted(present - counted)}"
+    # a record of a config since changed is kept where a row's earlier runs name it (their ``record``)
+    named = {
+        name for name in present
+        for entry in results_table.entries(REPO / "benchmarks" / "results.yaml")
+        if f"benchmarks/runs/{name}," in (entry.get("earlier") or {}).get("record", "")
+    }
+    assert present == counted | named, f"records no row counts: {sorted(present - counted - named)}"
+    assert not counted & named, f"records counted and named as of an earlier config: {sorted(counted & named)}"
 
 
 def test_into_replaces_the_marked_block_and_nothing_else(tmp_path, capsys):
