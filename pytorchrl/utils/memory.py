@@ -7,7 +7,7 @@ gradients and Adam moments (16 bytes a parameter) times the networks the algorit
 for a CNN extractor of an image observation (convolutions and output layer) and a recurrent core
 (times the extractors the algorithm keeps at least), the Atari and MuJoCo envs of this process
 (each holds an emulator or a compiled model), and one rollout (on-policy) or the replay buffer's
-observations (off-policy).
+observations (off-policy: as many as it holds by the run's end, :func:`held_transitions`).
 """
 
 from __future__ import annotations
@@ -48,8 +48,15 @@ def checkpoints_buffer(config: Config, observation_space: gym.Space) -> bool:
     end, while its 1M-step run (1.4 GB) does not."""
     if config.storage.checkpoint_buffer is not None:
         return config.storage.checkpoint_buffer
-    held = min(config.storage.capacity, config.run.target_steps)
-    return held * observation_bytes(observation_space) <= AUTO_CHECKPOINT_BUFFER_BYTES
+    return held_transitions(config) * observation_bytes(observation_space) <= AUTO_CHECKPOINT_BUFFER_BYTES
+
+
+def held_transitions(config: Config) -> int:
+    """The most transitions the replay buffer holds in this run: its capacity, or every env step
+    of ``run.target_steps`` when the run ends first. Its arrays are ``np.empty``, whose pages
+    cost memory only once written, so this, not the capacity, is what the run takes (a resume
+    with a larger budget is checked again)."""
+    return min(config.storage.capacity, config.run.target_steps)
 
 
 def estimate_bytes(config: Config, observation_space: gym.Space) -> dict[str, tuple[str, Any, int]]:
@@ -57,7 +64,11 @@ def estimate_bytes(config: Config, observation_space: gym.Space) -> dict[str, tu
     obs_bytes = observation_bytes(observation_space)
     parts = {**network_bytes(config, observation_space), **env_bytes(config)}
     if config.algorithm.replay:
-        parts["replay buffer"] = ("storage.capacity", config.storage.capacity, config.storage.capacity * obs_bytes)
+        held, capacity = held_transitions(config), config.storage.capacity
+        if held < capacity:  # the budget binds: lowering the capacity above it would change nothing
+            parts[f"replay buffer, the {held:,} transitions it holds by the run's end (storage.capacity {capacity:,})"] = ("run.target_steps", held, held * obs_bytes)
+        else:
+            parts["replay buffer"] = ("storage.capacity", capacity, capacity * obs_bytes)
     else:
         steps = config.storage.num_steps
         parts[f"a rollout of storage.num_steps x env.num_envs = {steps} x {config.env.num_envs}"] = (
