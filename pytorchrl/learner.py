@@ -93,6 +93,9 @@ class Learner:
         #: how many rollouts were used at each policy lag (versions behind the learner)
         self.policy_lags: Counter[int] = Counter()
         self._said_dropped = False  # lag_drop_warning said once
+        #: dropped_batches and updates when this process started counting policy_lags (a resume
+        #: restores the counters, not the lags): lag_drop_warning counts from here
+        self._lag_base = (0, 0)
         self.wall_time_offset = 0.0
         self.solved_at: tuple[int, float] | None = None
         self.last_eval: float | None = None
@@ -250,9 +253,10 @@ class Learner:
         self._interval.add_episodes(info["episode_returns"], info["episode_lengths"])
         self.scheme.update_worker.set_progress(min(1.0, self.env_steps / self.run.target_steps))
         if not self._said_dropped:
-            said = lag_drop_warning(
-                sum(self.policy_lags.values()), self.dropped_batches, self.scheme.config.max_policy_lag, self.healthy_workers, self.updates
-            )
+            scheme = self.scheme.config  # a replica's info counts its own workers and updates: no estimate from them
+            workers = None if scheme.num_grad_workers and scheme.grad_communication == "asynchronous" else self.healthy_workers
+            dropped, updates = self.dropped_batches - self._lag_base[0], self.updates - self._lag_base[1]
+            said = lag_drop_warning(sum(self.policy_lags.values()), dropped, scheme.max_policy_lag, workers, updates)
             if said is not None:
                 self._said_dropped = True
                 warnings.warn(said, stacklevel=2)
@@ -616,6 +620,8 @@ class Learner:
             self.code = [*before, code_version()] if before[-1:] != [code_version()] else before
             self._interval.load_state_dict(c, self.env_steps, self.wall_time_offset)
             self._eval_steps = int(c.get("eval_steps", -1))
+            self.policy_lags.clear()
+            self._lag_base = (self.dropped_batches, self.updates)
             set_rng_state(state["rng"])
         except (KeyError, TypeError, RuntimeError, ValueError) as exc:
             raise CheckpointError(f"checkpoint does not match this run's config ({first_problem(exc)})") from None
@@ -685,15 +691,21 @@ def lag_drop_warning(kept: int, dropped: int, bound: int | None, workers: int | 
     """What to tell when ``scheme.max_policy_lag`` has dropped half or more of the first 20 or more
     rollouts (None: nothing to tell). Their env steps count towards ``run.target_steps`` and the
     FPS, yet nothing trains on them, so such a run looks fast and learns from a fraction of its
-    frames. A rollout's lag counts from the oldest weights that chose one of its actions: with
-    ``workers`` asynchronous workers and ``updates / kept`` updates per rollout, one is about
-    their product old on arrival even when the learner keeps up (12 workers of a 16-update APPO
-    rollout: 192), so a bound under that drops most of what they collect."""
+    frames. A rollout's lag counts from the oldest weights that chose one of its actions: while
+    one of ``workers`` asynchronous workers collects, the others' rollouts are trained, ``updates
+    / kept`` updates each, so it arrives about ``(workers - 1) x`` that many versions old even
+    when the learner keeps up (12 workers of a 16-update APPO rollout: 176). A bound of B keeps
+    about ``B / U + 1`` of every ``workers`` rollouts, whatever the learner's speed."""
     seen = kept + dropped
     if bound is None or seen < 20 or 2 * dropped < seen:
         return None
     per_rollout = updates / max(kept - 1, 1)  # called with the newest kept rollout's first update made
-    arrival = f"; with {workers} collection workers and {per_rollout:.0f} updates per rollout, a rollout is about {workers * per_rollout:.0f} versions old when it arrives even when the learner keeps up" if workers else ""
+    arrival = ""
+    if workers is not None and workers > 1:
+        arrival = (
+            f"; with {workers} collection workers and {per_rollout:.0f} updates per rollout, a rollout is about "
+            f"{(workers - 1) * per_rollout:.0f} versions old when it arrives even when the learner keeps up"
+        )
     return (
         f"scheme.max_policy_lag = {bound} has dropped {dropped:,} of the first {seen:,} rollouts ({100 * dropped / seen:.0f}%): their env steps "
         f"count towards run.target_steps and the FPS, but nothing trains on them{arrival}; raise scheme.max_policy_lag, or use fewer collection workers"

@@ -287,9 +287,9 @@ def test_a_run_resumed_with_another_number_of_envs_starts_them_afresh(tmp_path):
     "config, overrides, message",
     [
         ("ppo/cartpole.yaml", ["actor.hidden_sizes=[65536, 65536]"], r"config key 'actor.hidden_sizes' = \[65536, 65536\]: the run needs at least 128.0 GiB \(networks"),
-        ("dqn/atari_pong.yaml", ["storage.capacity=1000000000", "run.target_steps=2000000000"], r"config key 'storage.capacity' = 1000000000: the run needs at least 26,285.7 GiB \(replay buffer: 26,285.6 GiB"),
+        ("dqn/atari_pong.yaml", ["storage.capacity=1000000000", "run.target_steps=2000000000"], r"config key 'storage.capacity' = 1000000000: the run needs at least 26,293.6 GiB \(replay buffer: 26,285.6 GiB"),
         # a buffer larger than the run's budget takes what the budget fills (np.empty: pages cost once written)
-        ("dqn/atari_pong.yaml", ["storage.capacity=1000000000"], r"config key 'run.target_steps' = 2500000: the run needs at least 65.8 GiB \(replay buffer, the 2,500,000 transitions it holds by the run's end \(storage.capacity 1,000,000,000\): 65.7 GiB"),
+        ("dqn/atari_pong.yaml", ["storage.capacity=1000000000"], r"config key 'run.target_steps' = 2500000: the run needs at least 73.7 GiB \(replay buffer, the 2,500,000 transitions it holds by the run's end \(storage.capacity 1,000,000,000\): 65.7 GiB"),
     ],
 )
 def test_a_run_that_cannot_fit_in_memory_is_refused_before_allocating(config, overrides, message):
@@ -300,7 +300,7 @@ def test_a_run_that_cannot_fit_in_memory_is_refused_before_allocating(config, ov
     with pytest.raises(ConfigError, match=message + r".*more than the 16.0 GiB this machine has available; lower it"):
         check_memory(cfg, obs_space, available=16 << 30)
     check_memory(load_config(CONFIGS / config), obs_space, available=16 << 30)  # the shipped config fits
-    if overrides[0].startswith("storage.capacity"):  # a short run of the huge buffer fits: 100,000 transitions, 2.6 GiB
+    if overrides[0].startswith("storage.capacity"):  # a short run of the huge buffer fits: 100,000 transitions (2.6 GiB) and the priority tree's 7.9 GiB
         check_memory(load_config(CONFIGS / config, [overrides[0], "run.target_steps=100000"]), obs_space, available=16 << 30)
 
 

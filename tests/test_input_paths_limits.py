@@ -371,3 +371,22 @@ def test_a_file_written_atomically_is_whole_or_as_it_was(tmp_path, monkeypatch):
     assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["summary.json"]
     write_text_atomic(path, "new text")
     assert path.read_text() == "new text"
+
+
+def test_the_memory_floor_counts_what_a_replay_buffer_fills_when_made_at_its_capacity():
+    """Observations cost memory once written (``np.empty``), so a buffer counts what the run
+    fills; a priority tree's minima (+inf) and HER's episode links (-1) are written whole when
+    the buffer is made, so they count at the capacity whatever the budget."""
+    from pytorchrl.agent.storages.off_policy.sum_tree import SumTree
+
+    def parts(config: str, *overrides: str) -> dict:
+        return estimate_bytes(load_config(CONFIGS / config, list(overrides)), PONG_OBS if "atari" in config else gym.spaces.Box(-1, 1, (4,)))
+
+    made = "the replay buffer's priority tree and episode links, made whole"
+    rainbow = parts("dqn/atari_pong.yaml", "storage.capacity=1000000", "run.target_steps=30000")
+    assert rainbow[made] == ("storage.capacity", 1_000_000, SumTree.eager_bytes(1_000_000))
+    assert 8 * 1_000_000 < SumTree.eager_bytes(1_000_000) < 9 * 1_000_000  # the leaves and the levels above, 16 to a node
+    assert rainbow["replay buffer, the 30,000 transitions it holds by the run's end (storage.capacity 1,000,000)"][2] == 30_000 * 4 * 84 * 84
+    assert made not in parts("dqn/cartpole.yaml", "storage.capacity=1000000")  # uniform replay
+    her = parts("sac/pendulum.yaml", "storage.capacity=1000000", "storage.her={strategy: episode}")
+    assert her[made][2] == 8 * 1_000_000

@@ -7,6 +7,7 @@ import io
 import math
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -41,12 +42,36 @@ def test_a_lag_bound_that_drops_half_the_rollouts_is_told_with_what_a_rollout_is
     said = lag_drop_warning(206, 287, 64, 12, 16 * 205 + 1)
     assert said is not None
     assert "scheme.max_policy_lag = 64" in said and "287 of the first 493 rollouts (58%)" in said
-    assert "12 collection workers and 16 updates per rollout" in said and "about 192 versions old" in said
+    assert "12 collection workers and 16 updates per rollout" in said and "about 176 versions old" in said
     assert "\n" not in said  # one line
     assert "collection workers and" not in lag_drop_warning(5, 20, 8, None, 40)  # no remote workers known: no estimate
+    assert "collection workers and" not in lag_drop_warning(5, 20, 8, 1, 40)  # one worker: its rollouts wait on no other
     assert lag_drop_warning(10, 9, 64, 12, 160) is None  # under half dropped
     assert lag_drop_warning(5, 15, 64, 12, 64) is not None and lag_drop_warning(5, 14, 64, 12, 64) is None  # 20 seen first
     assert lag_drop_warning(0, 50, None, 12, 0) is None  # no bound: nothing is dropped for lag
+
+
+def test_a_resumed_run_tells_of_lag_drops_counted_since_it_resumed_not_before():
+    """A checkpoint restores the run's dropped_batches but not the lags of the rollouts it kept,
+    so the warning counts both from the load: drops of the run's earlier stretch are not told
+    again, as if nothing had been kept, while drops after the resume are."""
+    config = from_dict({**TINY, "run": {"target_steps": 10_000, "eval_every": 0, "eval_episodes": 1}, "scheme": {"max_policy_lag": 8}})
+    before = Learner.from_config(config, progress=False)
+    before.step()
+    before.dropped_batches = 500  # an earlier stretch's drops, as a checkpoint holds them
+    state = before.state_dict()
+    resumed = Learner.from_config(config, progress=False)
+    resumed.load_state(state)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        for _ in range(8):  # 2 rounds of 4 updates
+            resumed.step()
+        assert resumed.dropped_batches == 500 and not [w for w in said if "has dropped" in str(w.message)]
+        resumed.dropped_batches += 30  # 30 rollouts dropped since the resume
+        for _ in range(4):
+            resumed.step()
+    told = [str(w.message) for w in said if "has dropped" in str(w.message)]
+    assert len(told) == 1 and "has dropped 30 of the first 33 rollouts (91%)" in told[0]  # and the 3 kept since
 
 
 def test_step_counts_updates_and_rounds():

@@ -53,9 +53,10 @@ def checkpoints_buffer(config: Config, observation_space: gym.Space) -> bool:
 
 def held_transitions(config: Config) -> int:
     """The most transitions the replay buffer holds in this run: its capacity, or every env step
-    of ``run.target_steps`` when the run ends first. Its arrays are ``np.empty``, whose pages
-    cost memory only once written, so this, not the capacity, is what the run takes (a resume
-    with a larger budget is checked again)."""
+    of ``run.target_steps`` when the run ends first. Its observation arrays are ``np.empty``,
+    whose pages cost memory only once written, so this, not the capacity, is what they take (a
+    resume with a larger budget is checked again); the few arrays filled when the buffer is made
+    (a priority tree's minima, HER's episode links) are counted at their capacity."""
     return min(config.storage.capacity, config.run.target_steps)
 
 
@@ -69,6 +70,17 @@ def estimate_bytes(config: Config, observation_space: gym.Space) -> dict[str, tu
             parts[f"replay buffer, the {held:,} transitions it holds by the run's end (storage.capacity {capacity:,})"] = ("run.target_steps", held, held * obs_bytes)
         else:
             parts["replay buffer"] = ("storage.capacity", capacity, capacity * obs_bytes)
+        from pytorchrl.agent.algorithms.families import ReplayConfig
+        from pytorchrl.agent.storages.off_policy.sum_tree import SumTree
+
+        eager = 0  # arrays written whole when the buffer is made: their whole capacity costs at once
+        prioritized = isinstance(config.algorithm, ReplayConfig) and config.algorithm.prioritized()
+        if prioritized and config.actor.recurrent.type == "none":  # a sequence buffer's tree spans windows, fewer: left out
+            eager += SumTree.eager_bytes(capacity)
+        if config.storage.her.strategy == "episode":
+            eager += 8 * capacity  # each row's predecessor in its episode
+        if eager:
+            parts["the replay buffer's priority tree and episode links, made whole"] = ("storage.capacity", capacity, eager)
     else:
         steps = config.storage.num_steps
         parts[f"a rollout of storage.num_steps x env.num_envs = {steps} x {config.env.num_envs}"] = (

@@ -26,6 +26,15 @@ FANOUT = 16
 TOP_LEVEL = 4096
 
 
+def _level_sizes(capacity: int) -> list[int]:
+    """Each level's length, the leaves first (padded to the fan-out), the root last."""
+    sizes = [-(-capacity // FANOUT) * FANOUT]
+    while sizes[-1] > FANOUT:
+        sizes.append(-(-sizes[-1] // FANOUT // FANOUT) * FANOUT)
+    sizes.append(1)  # the root: the total
+    return sizes
+
+
 class SumTree:
     """Prefix-sum search over ``capacity`` non-negative values (priorities).
 
@@ -38,15 +47,18 @@ class SumTree:
         if capacity < 1:
             raise ValueError(f"SumTree capacity must be >= 1, got {capacity}")
         self.capacity = capacity
-        sizes = [-(-capacity // FANOUT) * FANOUT]
-        while sizes[-1] > FANOUT:
-            sizes.append(-(-sizes[-1] // FANOUT // FANOUT) * FANOUT)
-        sizes.append(1)  # the root: the total
+        sizes = _level_sizes(capacity)
         # np.zeros is calloc'd: an unused big tree costs no resident memory
         self._sums = [np.zeros(n, dtype=np.float64) for n in sizes]
         self._mins = [np.full(n, np.inf, dtype=np.float64) for n in sizes]  # zero leaves count as +inf
         # the first level small enough to search whole, and to recompute whole on updates
         self._top = next(k for k, n in enumerate(sizes) if n <= TOP_LEVEL)
+
+    @staticmethod
+    def eager_bytes(capacity: int) -> int:
+        """Memory a tree of ``capacity`` leaves takes when made: its minima, filled with +inf (the
+        sums are calloc'd zeros, which cost nothing until written)."""
+        return 8 * sum(_level_sizes(capacity))
 
     @property
     def total(self) -> float:
