@@ -703,7 +703,7 @@ def lag_drop_warning(kept: int, dropped: int, bound: int | None, workers: int | 
     arrival = ""
     if workers is not None and workers > 1:
         arrival = (
-            f"; with {workers} collection workers and {per_rollout:.0f} updates per rollout, a rollout is about "
+            f"; with {workers} collection workers and {per_rollout:.0f} update{'' if round(per_rollout) == 1 else 's'} per rollout, a rollout is about "
             f"{(workers - 1) * per_rollout:.0f} versions old when it arrives even when the learner keeps up"
         )
     return (

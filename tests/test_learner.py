@@ -44,6 +44,7 @@ def test_a_lag_bound_that_drops_half_the_rollouts_is_told_with_what_a_rollout_is
     assert "scheme.max_policy_lag = 64" in said and "287 of the first 493 rollouts (58%)" in said
     assert "12 collection workers and 16 updates per rollout" in said and "about 176 versions old" in said
     assert "\n" not in said  # one line
+    assert "6 collection workers and 1 update per rollout, a rollout is about 5 versions old" in lag_drop_warning(59, 61, 2, 6, 58)
     assert "collection workers and" not in lag_drop_warning(5, 20, 8, None, 40)  # no remote workers known: no estimate
     assert "collection workers and" not in lag_drop_warning(5, 20, 8, 1, 40)  # one worker: its rollouts wait on no other
     assert lag_drop_warning(10, 9, 64, 12, 160) is None  # under half dropped
