@@ -138,6 +138,7 @@ def test_async_collection_drops_batches_older_than_max_policy_lag(ray_session):
         seen = sum(learner.policy_lags.values()) + learner.dropped_batches
         told = [w for w in said if "scheme.max_policy_lag = 0 has dropped" in str(w.message)]
         assert len(told) == (1 if seen >= 20 and 2 * learner.dropped_batches >= seen else 0)
+        assert learner.finish()["dropped_batches"] == learner.dropped_batches  # summary.json counts them
     finally:
         learner.close()
 
