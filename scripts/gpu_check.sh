@@ -9,7 +9,8 @@
 #           PONG_SET=scheme.max_policy_lag=384)
 #   scaling the latency env's scale-out with central inference on this machine's cores (no GPU
 #           used: the machine is the only one lent with more than 2 cores), SCALING_WORKERS
-#           (default 1 2 4 8 16 32 64) one-env workers, SCALING_SECONDS (default 15) each
+#           (default 1 2 4 8 16 32 64) one-env workers, SCALING_SECONDS (default 15) each, SCALING_SET
+#           overrides (e.g. SCALING_SET=scheme.inference_server.num_servers=2)
 #   row     a results-table row's run: ROW_CONFIG (default configs/appo/atari_pong_gpu.yaml) to its
 #           budget (seed ROW_SEED, default 0) for at most ROW_SECONDS, the run directory without
 #           checkpoints packed as OUT_DIR/ALGO-STEM-seedN.tar.gz (the table's run name: the config's
@@ -37,7 +38,7 @@ for step in $steps; do
     tests) echo "== tests"; timeout ${TESTS_TIMEOUT:-240} python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/agent/test_noise.py -rs 2>&1 | tee "$OUT/pytest.txt" | tail -25 ;;
     server) echo "== server"; timeout 60 python3 scripts/central_gpu.py server 2>&1 | grep '^{' | tee "$OUT/server.jsonl" ;;
     pong) echo "== pong"; timeout ${PONG_TIMEOUT:-540} python3 scripts/central_gpu.py pong --workers ${PONG_WORKERS:-8 12} --seconds ${PONG_SECONDS:-60} ${PONG_STEPS:+--steps $PONG_STEPS} ${PONG_SET:+--set $PONG_SET} --run-root /tmp/pong 2>&1 | grep -E '^\{|rror' | tee "$OUT/pong.jsonl" ;;
-    scaling) echo "== scaling"; timeout ${SCALING_TIMEOUT:-300} python3 scripts/central_scaling.py --modes central --workers ${SCALING_WORKERS:-1 2 4 8 16 32 64} --seconds ${SCALING_SECONDS:-15} 2>&1 | grep -E '^\{|rror' | tee "$OUT/scaling.jsonl" ;;
+    scaling) echo "== scaling"; timeout ${SCALING_TIMEOUT:-300} python3 scripts/central_scaling.py --modes central --workers ${SCALING_WORKERS:-1 2 4 8 16 32 64} --seconds ${SCALING_SECONDS:-15} ${SCALING_SET:+--set $SCALING_SET} 2>&1 | grep -E '^\{|rror' | tee "$OUT/scaling.jsonl" ;;
     row) seed=${ROW_SEED:-0}; config=${ROW_CONFIG:-configs/appo/atari_pong_gpu.yaml}
          name=$(basename "$(dirname "$config")")-$(basename "$config" .yaml)-seed$seed; echo "== row $name"
          if [ -d /tmp/$name/checkpoints ]; then what="--resume /tmp/$name"; else what="$config run.seed=$seed ${ROW_SET:-} --run-dir /tmp/$name"; fi
