@@ -256,7 +256,7 @@ class Learner:
             scheme = self.scheme.config  # a replica's info counts its own workers and updates: no estimate from them
             workers = None if scheme.num_grad_workers and scheme.grad_communication == "asynchronous" else self.healthy_workers
             dropped, updates = self.dropped_batches - self._lag_base[0], self.updates - self._lag_base[1]
-            said = lag_drop_warning(sum(self.policy_lags.values()), dropped, scheme.max_policy_lag, workers, updates)
+            said = lag_drop_warning(sum(self.policy_lags.values()), dropped, scheme.max_policy_lag, workers, updates, resumed=self._lag_base != (0, 0))
             if said is not None:
                 self._said_dropped = True
                 warnings.warn(said, stacklevel=2)
@@ -687,7 +687,7 @@ def _std(values: list[float]) -> float:
     return math.sqrt(sum((v - m) ** 2 for v in values) / len(values))
 
 
-def lag_drop_warning(kept: int, dropped: int, bound: int | None, workers: int | None, updates: int) -> str | None:
+def lag_drop_warning(kept: int, dropped: int, bound: int | None, workers: int | None, updates: int, *, resumed: bool = False) -> str | None:
     """What to tell when ``scheme.max_policy_lag`` has dropped half or more of the first 20 or more
     rollouts (None: nothing to tell). Their env steps count towards ``run.target_steps`` and the
     FPS, yet nothing trains on them, so such a run looks fast and learns from a fraction of its
@@ -695,7 +695,8 @@ def lag_drop_warning(kept: int, dropped: int, bound: int | None, workers: int | 
     one of ``workers`` asynchronous workers collects, the others' rollouts are trained, ``updates
     / kept`` updates each, so it arrives about ``(workers - 1) x`` that many versions old even
     when the learner keeps up (12 workers of a 16-update APPO rollout: 176). A bound of B keeps
-    about ``B / U + 1`` of every ``workers`` rollouts, whatever the learner's speed."""
+    about ``B / U + 1`` of every ``workers`` rollouts, whatever the learner's speed. ``resumed``:
+    the counts start at a resume."""
     seen = kept + dropped
     if bound is None or seen < 20 or 2 * dropped < seen:
         return None
@@ -707,6 +708,6 @@ def lag_drop_warning(kept: int, dropped: int, bound: int | None, workers: int | 
             f"{(workers - 1) * per_rollout:.0f} versions old when it arrives even when the learner keeps up"
         )
     return (
-        f"scheme.max_policy_lag = {bound} has dropped {dropped:,} of the first {seen:,} rollouts ({100 * dropped / seen:.0f}%): their env steps "
+        f"scheme.max_policy_lag = {bound} has dropped {dropped:,} of the first {seen:,} rollouts{' since the resume' if resumed else ''} ({100 * dropped / seen:.0f}%): their env steps "
         f"count towards run.target_steps and the FPS, but nothing trains on them{arrival}; raise scheme.max_policy_lag, or use fewer collection workers"
     )

@@ -72,7 +72,7 @@ def test_a_resumed_run_tells_of_lag_drops_counted_since_it_resumed_not_before():
         for _ in range(4):
             resumed.step()
     told = [str(w.message) for w in said if "has dropped" in str(w.message)]
-    assert len(told) == 1 and "has dropped 30 of the first 33 rollouts (91%)" in told[0]  # and the 3 kept since
+    assert len(told) == 1 and "has dropped 30 of the first 33 rollouts since the resume (91%)" in told[0]  # and the 3 kept since
 
 
 def test_step_counts_updates_and_rounds():
