@@ -692,11 +692,11 @@ def lag_drop_warning(kept: int, dropped: int, bound: int | None, workers: int | 
     rollouts (None: nothing to tell). Their env steps count towards ``run.target_steps`` and the
     FPS, yet nothing trains on them, so such a run looks fast and learns from a fraction of its
     frames. A rollout's lag counts from the oldest weights that chose one of its actions: while
-    one of ``workers`` asynchronous workers collects, the others' rollouts are trained, ``updates
-    / kept`` updates each, so it arrives about ``(workers - 1) x`` that many versions old even
-    when the learner keeps up (12 workers of a 16-update APPO rollout: 176). A bound of B keeps
-    about ``B / U + 1`` of every ``workers`` rollouts, whatever the learner's speed. ``resumed``:
-    the counts start at a resume."""
+    one of ``workers`` asynchronous workers collects, the others' rollouts are trained, U updates
+    each (``updates`` over the kept rollouts whose updates are done), so it arrives about
+    ``(workers - 1) x U`` versions old even when the learner keeps up (12 workers of a 16-update
+    APPO rollout: 176). A bound of B keeps at most about ``min(workers, B // U + 1)`` of every
+    ``workers`` rollouts, whatever the learner's speed. ``resumed``: the counts start at a resume."""
     seen = kept + dropped
     if bound is None or seen < 20 or 2 * dropped < seen:
         return None

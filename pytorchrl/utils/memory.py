@@ -55,8 +55,9 @@ def held_transitions(config: Config) -> int:
     """The most transitions the replay buffer holds in this run: its capacity, or every env step
     of ``run.target_steps`` when the run ends first. Its observation arrays are ``np.empty``,
     whose pages cost memory only once written, so this, not the capacity, is what they take (a
-    resume with a larger budget is checked again); the few arrays filled when the buffer is made
-    (a priority tree's minima, HER's episode links) are counted at their capacity."""
+    resume with a larger budget is checked again; one whose buffer was not checkpointed refills
+    fewer, so its floor reads high); the few arrays filled when the buffer is made (a priority
+    tree's minima, HER's episode links) are counted at their capacity."""
     return min(config.storage.capacity, config.run.target_steps)
 
 
@@ -73,14 +74,15 @@ def estimate_bytes(config: Config, observation_space: gym.Space) -> dict[str, tu
         from pytorchrl.agent.algorithms.families import ReplayConfig
         from pytorchrl.agent.storages.off_policy.sum_tree import SumTree
 
-        eager = 0  # arrays written whole when the buffer is made: their whole capacity costs at once
+        # arrays written whole when the buffer is made: their whole capacity costs at once
+        eager = {}
         prioritized = isinstance(config.algorithm, ReplayConfig) and config.algorithm.prioritized()
         if prioritized and config.actor.recurrent.type == "none":  # a sequence buffer's tree spans windows, fewer: left out
-            eager += SumTree.eager_bytes(capacity)
+            eager["priority tree"] = SumTree.eager_bytes(capacity)
         if config.storage.her.strategy == "episode":
-            eager += 8 * capacity  # each row's predecessor in its episode
+            eager["episode links"] = 8 * capacity  # each row's predecessor in its episode
         if eager:
-            parts["the replay buffer's priority tree and episode links, made whole"] = ("storage.capacity", capacity, eager)
+            parts[f"the replay buffer's {' and '.join(eager)}, made whole"] = ("storage.capacity", capacity, sum(eager.values()))
     else:
         steps = config.storage.num_steps
         parts[f"a rollout of storage.num_steps x env.num_envs = {steps} x {config.env.num_envs}"] = (
