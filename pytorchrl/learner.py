@@ -252,7 +252,7 @@ class Learner:
         self.policy_lags.update(info.get("policy_lags", ()))
         self._interval.add_episodes(info["episode_returns"], info["episode_lengths"])
         self.scheme.update_worker.set_progress(min(1.0, self.env_steps / self.run.target_steps))
-        if not self._said_dropped:
+        if not self._said_dropped and self.dropped_batches > self._lag_base[0]:  # nothing dropped since the base: nothing to tell
             scheme = self.scheme.config  # a replica's info counts its own workers and updates: no estimate from them
             workers = None if scheme.num_grad_workers and scheme.grad_communication == "asynchronous" else self.healthy_workers
             dropped, updates = self.dropped_batches - self._lag_base[0], self.updates - self._lag_base[1]

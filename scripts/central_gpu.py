@@ -123,10 +123,10 @@ def _trained_share(run_dir: Path, summary: dict[str, Any]) -> float | None:
     """The share of a run's env steps in rollouts that were trained on, not dropped for policy lag."""
     if "dropped_batches" not in summary or not summary.get("env_steps"):
         return None
-    import yaml
+    from pytorchrl.config import load_run_config
 
-    config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    rollout = config["env"]["num_envs"] * config["storage"]["num_steps"]
+    config = load_run_config(run_dir)
+    rollout = config.env.num_envs * config.storage.num_steps
     return round(1.0 - summary["dropped_batches"] * rollout / summary["env_steps"], 3)
 
 

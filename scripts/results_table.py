@@ -559,7 +559,8 @@ def _is_earlier(earlier: Any) -> bool:
 
     return (
         isinstance(earlier, dict) and {"section", "runs"} <= set(earlier) <= {"section", "runs", "record"}
-        and isinstance(earlier["section"], str) and bool(earlier["section"]) and isinstance(earlier.get("record", "-"), str) and bool(earlier.get("record", "-"))
+        and isinstance(earlier["section"], str) and bool(earlier["section"])
+        and ("record" not in earlier or (isinstance(earlier["record"], str) and bool(earlier["record"])))
         and isinstance(earlier["runs"], list) and bool(earlier["runs"]) and all(run(r) for r in earlier["runs"])
         and len({r["seed"] for r in earlier["runs"]}) == len(earlier["runs"])
     )
