@@ -122,8 +122,12 @@ class EnvConfig:
         None, "Override of the env's time limit (episodes are truncated there); at most 100,000,000 (Atari: times frame_skip, it must fit ale-py's 32-bit frame count).",
         min=1, max=100_000_000,
     )
-    normalize_obs: bool = param(False, "Normalise observations by a running mean/std (saved in checkpoints).")
-    normalize_reward: bool = param(False, "Scale rewards by the running std of the discounted return.")
+    normalize_obs: bool = param(
+        False,
+        "Normalise observations by a running mean/std (saved in checkpoints). With a replay buffer the transitions keep the "
+        "statistics of when they were collected, as RLlib's filters do (SB3 normalises at sampling).",
+    )
+    normalize_reward: bool = param(False, "Scale rewards by the running std of the discounted return (a replay buffer keeps them scaled as collected).")
     clip_obs: float = param(10.0, "Clip normalised observations to [-clip_obs, clip_obs] (.inf: no clipping).", min=0, min_exclusive=True, allow_inf=True)
     clip_reward: float = param(10.0, "Clip scaled rewards to [-clip_reward, clip_reward] (.inf: no clipping).", min=0, min_exclusive=True, allow_inf=True)
     reward_gamma: float = param(0.99, "Discount used by reward scaling's running return.", min=0, max=1)

@@ -118,7 +118,7 @@ class Learner:
         #: points where the run may stop on it (the next evaluation due, a checkpoint, the end)
         self._reached_at: tuple[int, float] | None = None
         self._start: float | None = None
-        self._next = {"log": run.log_every, "eval": run.eval_every or math.inf, "checkpoint": run.checkpoint_every or math.inf}
+        self._next = {name: every or math.inf for name, every in self._every().items()}
         self._progress = ProgressLine(run.target_steps, enabled=progress)
         try:
             self.writers: list[Writer] = open_writers(run, self.run_dir) if writers is None else writers
@@ -334,6 +334,10 @@ class Learner:
             self._advance("checkpoint", self.run.checkpoint_every)  # first: the checkpoint holds the next one due
             if self.run_dir is not None:
                 self.checkpoint()
+
+    def _every(self) -> dict[str, int]:
+        """The run's intervals in env steps between log rows, evaluations and checkpoints (0: none)."""
+        return {"log": self.run.log_every, "eval": self.run.eval_every, "checkpoint": self.run.checkpoint_every}
 
     def _advance(self, name: str, every: int) -> None:
         while self._next[name] <= self.env_steps:
@@ -593,7 +597,7 @@ class Learner:
             "env_steps": self.env_steps, "updates": self.updates, "episodes": self.episodes,
             "policy_version": self.policy_version, "wall_time_s": self.wall_time_s,
             **{key: getattr(self, key) for key in _COUNTS},
-            "next": {k: (None if math.isinf(v) else v) for k, v in self._next.items()},
+            "next": {k: (None if math.isinf(v) else v) for k, v in self._next.items()}, "every": self._every(),
             "solved_at": list(self.solved_at) if self.solved_at else None,
             "last_eval": self.last_eval, "last_eval_success": self.last_eval_success, "eval_steps": self._eval_steps,
             **self._interval.state_dict(),  # the log interval in progress, so that a resumed run writes the rows this one would
@@ -613,8 +617,8 @@ class Learner:
                 setattr(self, key, int(c.get(key, 0)))
             self.wall_time_offset = float(c["wall_time_s"])
             self._next = {k: (math.inf if v is None else v) for k, v in c["next"].items()}
-            self.solved_at = tuple(c["solved_at"]) if c["solved_at"] else None  # type: ignore[assignment]
             self.last_eval = c["last_eval"]
+            self._resume_schedule(c.get("every"), tuple(c["solved_at"]) if c["solved_at"] else None)
             self.last_eval_success = c.get("last_eval_success")
             before = [str(v) for v in c.get("code", [])]  # older checkpoints: unknown
             self.code = [*before, code_version()] if before[-1:] != [code_version()] else before
@@ -626,6 +630,22 @@ class Learner:
         except (KeyError, TypeError, RuntimeError, ValueError) as exc:
             raise CheckpointError(f"checkpoint does not match this run's config ({first_problem(exc)})") from None
         self.scheme.update_worker.set_progress(min(1.0, self.env_steps / self.run.target_steps))
+
+    def _resume_schedule(self, saved_every: dict[str, int] | None, solved_at: tuple[int, float] | None) -> None:
+        """What is due next in a resumed run under its own config, which the resume's overrides
+        may have changed: an interval kept goes on from the checkpoint's next point, another one
+        (or one turned on) from its first multiple past the run's steps, one turned off (0) never
+        (older checkpoints kept no intervals: a change shows only where one was turned on or off).
+        The return target reached stays reached only if this config's target is one the
+        evaluation that reached it meets (``run.stop_at_return=null`` or a higher one trains on)."""
+        for name, every in self._every().items():
+            if not every:
+                self._next[name] = math.inf
+            elif math.isinf(self._next[name]) or (saved_every is not None and saved_every.get(name) != every):
+                self._next[name] = (self.env_steps // every + 1) * every
+        target = self.run.stop_at_return
+        reached = target is not None and self.last_eval is not None and self.last_eval >= target
+        self.solved_at = solved_at if reached else None  # type: ignore[assignment]
 
     def load_checkpoint(self, path: str | Path) -> None:
         """Continue from the checkpoint directory ``path``."""

@@ -79,3 +79,21 @@ def test_a_checkpoint_rewritten_under_its_own_name_survives_an_interrupt(tmp_pat
     assert [p.name for p in tmp_path.iterdir()] == ["step_8"]  # nothing left over
     save_checkpoint(tmp_path / "step_8", {"x": 3}, {"env_steps": 8})
     assert load_checkpoint(tmp_path / "step_8")[0] == {"x": 3} and [p.name for p in tmp_path.iterdir()] == ["step_8"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names an fsync'd descriptor through /proc (Linux)")
+def test_a_checkpoint_reaches_the_disk_file_by_file_and_with_its_rename(tmp_path, monkeypatch):
+    """Both files are synced before the directory takes its name, and the parent after the
+    rename: a power loss after older checkpoints are pruned cannot leave this one half there."""
+    import os
+
+    real, synced = os.fsync, []
+
+    def recording(fd):
+        synced.append(Path(os.readlink(f"/proc/self/fd/{fd}")))
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    save_checkpoint(tmp_path / "step_8", {"x": 1}, {"env_steps": 8})
+    assert [p.name for p in synced[:2]] == ["state.pt", "meta.json"] and synced[2].name.startswith(".step_8.tmp-")
+    assert synced[3:] == [tmp_path.resolve()]  # last, the directory the checkpoint was renamed into

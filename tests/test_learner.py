@@ -167,3 +167,71 @@ def test_an_evaluation_logged_in_a_later_row_says_and_is_drawn_at_the_steps_it_e
     events.Reload()
     assert [e.step for e in events.Scalars("eval/return_mean")] == [128, 192, 384]
     assert [e.step for e in events.Scalars("train/return_mean")][:2] == [128, 256]
+
+
+def _loaded(run: dict, state: dict, algorithm: dict | None = None) -> Learner:
+    """A learner of TINY (``algorithm`` merged into its algorithm section) that took ``state``."""
+    config = from_dict({**TINY, "algorithm": {**TINY["algorithm"], **(algorithm or {})}, "run": run})
+    learner = Learner.from_config(config, progress=False)
+    learner.load_state(state)
+    return learner
+
+
+@pytest.mark.timeout(60)
+def test_a_resume_trains_with_the_learning_rate_its_config_gives():
+    """The learning rate is a training hyper-parameter a resume may change: the config's, not
+    the checkpoint's, at the run's progress where it is annealed."""
+    run = {"target_steps": 1024, "eval_every": 0, "eval_episodes": 1}
+    before = _learner(run)
+    before.step()
+    state = before.state_dict()
+    progress = before.env_steps / 1024
+    for anneal, expected in ((False, 5e-5), (True, 5e-5 * (1 - progress))):
+        algo = _loaded(run, state, {"lr": 5e-5, "anneal_lr": anneal}).scheme.update_worker.algo
+        assert algo.lr == pytest.approx(expected)
+        assert [group["lr"] for group in algo.optimizer.param_groups] == pytest.approx([expected] * len(algo.optimizer.param_groups))
+    # a replica taking the master's state steps with the master's annealed learning rate at once
+    master = _loaded(run, state, {"anneal_lr": True}).scheme.update_worker.algo
+    master.set_progress(0.5)
+    replica = _loaded(run, state, {"anneal_lr": True}).scheme.update_worker.algo
+    replica.load_state_dict(master.state_dict())
+    assert replica.lr == pytest.approx(master.lr) and master.lr == pytest.approx(master.initial_lr * 0.5)
+
+
+@pytest.mark.timeout(60)
+def test_a_resume_keeps_its_schedule_and_takes_a_changed_interval_from_its_own_steps():
+    """Intervals kept go on from the checkpoint's next points (an exact resume); a changed one
+    from its first multiple past the run's steps; one turned off (0) never comes, where it once
+    made the resumed run loop for ever."""
+    run = {"target_steps": 640, "log_every": 64, "eval_every": 128, "checkpoint_every": 256, "eval_episodes": 1}
+    before = _learner(run)
+    for _ in range(5 * 4):  # 5 rounds of 64 env steps (4 updates each)
+        before.step()
+    assert before.env_steps == 320
+    state, kept = before.state_dict(), dict(before._next)
+    assert _loaded(run, state)._next == kept
+    changed = _loaded({**run, "log_every": 100, "eval_every": 0, "checkpoint_every": 0}, state)
+    assert changed._next == {"log": 400, "eval": math.inf, "checkpoint": math.inf}
+    summary = changed.train()  # to its 640 steps, not round and round at 320
+    assert summary["env_steps"] == 640 and summary["stop_reason"] == "target_steps"
+    off = _loaded({**run, "eval_every": 0}, state)
+    assert _loaded({**run, "eval_every": 200}, off.state_dict())._next["eval"] == 400  # turned on again
+    del state["learner"]["every"]  # a checkpoint from before the intervals were kept
+    older = _loaded({**run, "eval_every": 0, "log_every": 100}, state)
+    assert older._next == {**kept, "eval": math.inf}  # the interval turned off is seen; the other change is not
+
+
+@pytest.mark.timeout(60)
+def test_a_run_that_reached_its_return_target_trains_on_when_resumed_with_another():
+    """A run stopped by run.stop_at_return resumed with ``run.stop_at_return=null`` (what its
+    warning advises) or a target its last evaluation does not meet trains on; with a target it
+    meets it stops at once, as before."""
+    run = {"target_steps": 1024, "eval_every": 0, "eval_episodes": 1, "stop_at_return": 30}
+    before = _learner(run)
+    before.step()
+    before.solved_at, before.last_eval = (before.env_steps, 1.0), 31.0
+    state = before.state_dict()
+    for target, stops in ((30, True), (20, True), (40, False), (None, False)):
+        resumed = _loaded({**run, "stop_at_return": target}, state)
+        assert (resumed._stop_reason() == "stop_at_return") is stops
+        assert (resumed.solved_at is not None) is stops

@@ -49,13 +49,16 @@ def save_checkpoint(directory: str | Path, state: dict[str, Any], meta: dict[str
     try:
         with open(tmp / STATE_FILE, "wb") as f:
             torch.save(to_tensors(state), f)
-            f.flush()
-            os.fsync(f.fileno())
-        (tmp / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True))
+            _synced(f)
+        with open(tmp / META_FILE, "w") as f:
+            f.write(json.dumps(meta, indent=2, sort_keys=True))
+            _synced(f)
+        _sync_dir(tmp)
         if directory.exists():
             old = tmp.with_name(tmp.name + ".old")
             os.replace(directory, old)
         os.replace(tmp, directory)
+        _sync_dir(directory.parent)  # the rename itself on disk: a power loss after pruning leaves this one whole
     except BaseException:  # an interrupt included: the old checkpoint goes back where it was
         if old is not None and old.exists() and not directory.exists():
             os.replace(old, directory)
@@ -64,6 +67,26 @@ def save_checkpoint(directory: str | Path, state: dict[str, Any], meta: dict[str
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     return directory
+
+
+def _synced(f: Any) -> None:
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def _sync_dir(path: Path) -> None:
+    """Make a directory's entries (files written or renamed into it) durable, where the platform
+    can (not on Windows, nor on some network filesystems)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 #: what a run's checkpoint holds (:meth:`~pytorchrl.learner.Learner.state_dict`)

@@ -225,6 +225,10 @@ def test_rainbow_preset_turns_every_component_on_and_trains():
             ["algorithm.value_rescaling=true", "algorithm.actor_priorities=true", "algorithm.prioritized_replay=true"],
             "'algorithm.value_rescaling' = true is not available with algorithm.actor_priorities",
         ),
+        (
+            ["algorithm.rainbow=true", "algorithm.actor_priorities=true", "algorithm.prioritized_replay=true"],
+            "'algorithm.actor_priorities' = true is not available with C51 (algorithm.distributional or rainbow: the learner's priorities",
+        ),
     ],
 )
 def test_bad_off_policy_input_exits_2_with_one_line(capsys, tmp_path, args, needle):
@@ -265,6 +269,50 @@ def test_actor_side_priorities_are_one_step_td_errors():
     gradient_side.add_data(data)
     leaves = gradient_side.buffer.sampler._tree().leaves()
     assert sorted(leaves[leaves > 0].round(4).tolist()) == sorted(np.round((np.array([0.5, 1.0]) + 1e-6) ** 0.6, 4).tolist())
+
+
+# a 5-step rollout of one env: (action, reward, terminated, truncated, valid, next observation);
+# step 2 is truncated (its next observation the final one), step 3 the reset step after it
+CHAIN = [(1, 1.0, False, False, True, [3.0, 0.0]), (0, 2.0, False, False, True, [0.0, 5.0]), (1, 1.0, False, True, True, [4.0, 1.0]),
+         (0, 0.0, False, False, False, [1.0, 1.0]), (1, 4.0, None, False, True, [2.0, 6.0])]
+
+
+@pytest.mark.parametrize(
+    ("n_step", "double_q", "last_terminated", "expected"),
+    [
+        # Q(s) = (s0, s1), target (s1, s0): V(s) = max(s); gamma 0.5. Row 0: 1 + .5*2 + .25*V(s2 = [0, 5]) - Q = 3.25 - 2
+        (2, False, True, [1.25, 0.5, 2.0, 0.0, 3.0]),
+        # 3 steps: row 0 runs into the truncation (1 + 1 + .25 + .125*V([4, 1])) - 2; the last row meets the rollout's end: 4 + .5*6 - 1
+        (3, False, False, [0.75, 0.5, 2.0, 0.0, 6.0]),
+        # double Q: the online argmax picks, the target values: V(s) = s[1 - argmax s] (min, for distinct entries)
+        (3, True, False, [0.375, 0.25, 3.5, 0.0, 4.0]),
+    ],
+)
+@pytest.mark.parametrize("side", ["storage", "recorder"])
+def test_actor_side_priorities_are_the_learners_n_step_td_errors(n_step, double_q, last_terminated, expected, side):
+    """Ape-X's initial priorities are the TD errors the learner replays with: n-step chains cut at
+    a termination (no bootstrap), a truncation (the final observation's value) and the rollout's
+    end, with double Q's bootstrap value where the learner uses it; the torch storage and the numpy
+    recorder of a central-inference worker agree."""
+    from pytorchrl.agent.storages.off_policy.recorder import ReplayRecorder
+    from pytorchrl.agent.storages.off_policy.replay_storage import ReplayStorage
+
+    actor = _linear_actor(double_q=double_q)
+    shapes = {"num_steps": 5, "num_envs": 1, "obs_shape": (2,), "action_shape": (), "discrete": True}
+    if side == "storage":
+        storage, fn, tensor = ReplayStorage(capacity=100, gamma=0.5, n_step=n_step, prioritized=True, actor_priorities=True, **shapes), actor.score, torch.tensor
+    else:
+        storage = ReplayRecorder(gamma=0.5, n_step=n_step, actor_priorities=True, **shapes)
+        fn, tensor = (lambda obs, actions: tuple(x.detach().numpy() for x in actor.score(torch.as_tensor(obs), torch.as_tensor(actions)))), np.array
+    storage.reset(tensor([[1.0, 2.0]]))
+    for action, reward, terminated, truncated, valid, next_obs in CHAIN:
+        storage.insert(reward=np.array([reward], np.float32), terminated=np.array([last_terminated if terminated is None else terminated]),
+                       truncated=np.array([truncated]), valid=np.array([valid]), next_obs=np.array([next_obs], np.float32),
+                       action=tensor([action]))
+    storage.score(fn)
+    priorities = storage.get_data()["priorities"]
+    assert isinstance(priorities, torch.Tensor if side == "storage" else np.ndarray)
+    np.testing.assert_allclose(np.asarray(priorities).ravel(), expected, rtol=1e-6)
 
 
 @pytest.mark.slow

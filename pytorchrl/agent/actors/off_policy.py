@@ -186,7 +186,7 @@ class OffPolicyActor(nn.Module):
 
     def __init__(
         self, observation_space: gym.Space, action_space: gym.Space, *, apex_alpha: float | None = None, num_collectors: int = 1,
-        action_mask: slice | None = None, **kwargs: Any,
+        action_mask: slice | None = None, double_q: bool = False, **kwargs: Any,
     ) -> None:
         super().__init__()
         if not isinstance(action_space, gym.spaces.Discrete):
@@ -202,6 +202,7 @@ class OffPolicyActor(nn.Module):
         self.register_buffer("epsilon", torch.tensor(1.0))
         self.epsilon_power = 1.0  # per collection worker, never sent: epsilon ** power
         self.apex_alpha, self.num_collectors = apex_alpha, num_collectors
+        self.double_q = double_q  # of the bootstrap value it scores with (score), as the learner's targets
         self.continuous = False
 
     @classmethod
@@ -303,11 +304,16 @@ class OffPolicyActor(nn.Module):
             self.epsilon_power = 1.0 + self.apex_alpha * index / (self.num_collectors - 1)
 
     def score(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``Q(obs, actions)`` and ``max_a Q_target(obs, a)`` (the bootstrap value, for actor-side
-        priorities: Ape-X's collection workers score their own transitions)."""
+        """``Q(obs, actions)`` and the bootstrap value of ``obs`` the learner's targets use,
+        ``Q_target(obs, argmax_a Q(obs, a))`` with double Q, else ``max_a Q_target(obs, a)``
+        (for actor-side priorities: Ape-X's collection workers score their own transitions)."""
         q = self.q_net.forward(obs)
         taken = q.gather(-1, actions.long().view(-1, 1)).squeeze(-1)
-        return taken, self.masked(self.target_q_net.forward(obs), obs).max(-1).values
+        target = self.masked(self.target_q_net.forward(obs), obs)
+        if not self.double_q:
+            return taken, target.max(-1).values
+        chosen = self.masked(q, obs).argmax(-1, keepdim=True)
+        return taken, target.gather(-1, chosen).squeeze(-1)
 
     def target_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
         """``(target, online)`` network pairs."""

@@ -245,7 +245,7 @@ def predictor_loss(algorithm: Any, obs: torch.Tensor) -> tuple[torch.Tensor, dic
     rnd: RandomNetworkDistillation = algorithm.actor.rnd
     proportion = algorithm.config.rnd.update_proportion
     if proportion < 1.0:
-        obs = obs[torch.rand(obs.shape[0], device=obs.device) < proportion]
+        obs = obs[(torch.rand(obs.shape[0]) < proportion).to(obs.device)]  # on the CPU stream, as the minibatches are drawn
     errors = rnd.errors(obs)
     loss = errors.sum() / max(1, errors.numel())
     return loss, {"rnd_loss": float(loss.detach())}

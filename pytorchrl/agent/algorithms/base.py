@@ -373,7 +373,7 @@ class Algorithm:
             self.version = version
 
     def state_dict(self) -> dict[str, Any]:
-        state = {"actor": self.get_weights(), "optimizer": self.optimizer.state_dict(), "version": self.version, "lr": self.lr}
+        state = {"actor": self.get_weights(), "optimizer": self.optimizer.state_dict(), "version": self.version, "lr": self.lr, "progress": self.progress}
         rnd = getattr(self.actor, "rnd", None)
         if rnd is not None:  # RND's running sums of intrinsic rewards: the learner's, not weights
             state["rnd_forward_sums"] = [sums.clone() for sums in rnd.forward_sums]
@@ -383,7 +383,12 @@ class Algorithm:
         self.actor.load_state_dict(state["actor"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.version = int(state["version"])
-        self.update_algorithm_parameter("lr", float(state["lr"]))
+        # the config's learning rate, not the state's "lr": a resume may change it as any training
+        # hyper-parameter (the optimizer's moments are kept), and a schedule sets it from the
+        # state's progress, as the run that wrote the state had it (a replica taking the
+        # master's state then steps with the master's learning rate)
+        self.update_algorithm_parameter("lr", self.initial_lr)
+        self.set_progress(float(state.get("progress", self.progress)))
         rnd = getattr(self.actor, "rnd", None)
         if rnd is not None:  # a checkpoint from before they were kept: the sums start again at 0
             rnd.forward_sums = [torch.as_tensor(sums, dtype=torch.float64).clone() for sums in state.get("rnd_forward_sums", [])]

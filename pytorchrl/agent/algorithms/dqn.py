@@ -58,7 +58,7 @@ class DQNConfig(ReplayConfig):
     num_atoms: int = param(51, "C51: atoms of the return distribution.", min=2, max=10_000)
     v_min: float = param(-10.0, "C51: smallest return on the support.")
     v_max: float = param(10.0, "C51: largest return on the support.")
-    actor_priorities: bool = param(False, "Ape-X: collection workers score their transitions' TD errors as initial priorities (with prioritized_replay).")
+    actor_priorities: bool = param(False, "Ape-X: collection workers score their transitions' n-step TD errors, as the learner does, as initial priorities (with prioritized_replay).")
     apex_epsilon_alpha: float | None = param(
         None, "Ape-X: collector i of N explores with epsilon ** (1 + alpha * i / (N - 1)) (Horgan et al. 2018 use 7 with epsilon 0.4); null: off.", min=0
     )
@@ -98,6 +98,12 @@ class DQNConfig(ReplayConfig):
             raise ConfigError(
                 "config key 'algorithm.value_rescaling' = true is not available with algorithm.actor_priorities (collection workers "
                 "score TD errors in return units, the learner in rescaled ones); allowed: one of the two"
+            )
+        if self.actor_priorities and (self.distributional or self.rainbow):
+            raise ConfigError(
+                "config key 'algorithm.actor_priorities' = true is not available with C51 (algorithm.distributional or rainbow: the "
+                "learner's priorities are the return distribution's cross-entropy, the collection workers' TD errors in return units); "
+                "allowed: actor_priorities with the scalar Q-head"
             )
         if self.actor_priorities and config.actor.recurrent.type != "none":
             raise ConfigError("config key 'algorithm.actor_priorities' = true is not available with a recurrent DQN (sequence priorities come from the learner)")
@@ -146,7 +152,7 @@ class DQN(Algorithm):
         actor_factory = OffPolicyActor.create_factory(
             observation_space, action_space, encoder=encoder_spec(config.actor), dueling=algo.dueling, noisy=algo.noisy_nets,
             num_atoms=algo.num_atoms if algo.distributional else 1, v_min=algo.v_min, v_max=algo.v_max,
-            apex_alpha=algo.apex_epsilon_alpha, num_collectors=num_collectors(config), recurrent=recurrent_spec(config.actor),
+            apex_alpha=algo.apex_epsilon_alpha, num_collectors=num_collectors(config), double_q=algo.double_q, recurrent=recurrent_spec(config.actor),
             action_mask=action_mask_slice(config, observation_space), head_hidden_sizes=tuple(algo.head_hidden_sizes),
         )
         storage_factory = replay_storage_factory(config, observation_space, action_space, actor_priorities=algo.actor_priorities)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from pytorchrl.agent.storages.on_policy.recorder import RolloutRecorder
-from pytorchrl.utils.arrays import is_tensor
+from pytorchrl.utils.arrays import as_numpy, is_tensor
 
 
 class ReplayRecorder(RolloutRecorder):
@@ -21,7 +21,8 @@ class ReplayRecorder(RolloutRecorder):
     across consecutive rollouts.
 
     :param gamma: discount (of actor-side priorities).
-    :param actor_priorities: score each rollout's one-step TD errors (:meth:`score`), which
+    :param n_step: the learner's n-step returns (of actor-side priorities).
+    :param actor_priorities: score each rollout's n-step TD errors (:meth:`score`), which
         become the new transitions' priorities (Ape-X).
     :param rollout: :class:`~pytorchrl.agent.storages.on_policy.recorder.RolloutRecorder`'s arguments.
     """
@@ -29,31 +30,54 @@ class ReplayRecorder(RolloutRecorder):
     #: replayed transitions need no behaviour log-probabilities or values (scoring is only for actor-side priorities)
     needs_scoring = False
 
-    def __init__(self, *, gamma: float = 0.99, actor_priorities: bool = False, **rollout: Any) -> None:
+    def __init__(self, *, gamma: float = 0.99, n_step: int = 1, actor_priorities: bool = False, **rollout: Any) -> None:
         super().__init__(**rollout)
         self.needs_scoring = actor_priorities
         self._gamma = gamma
+        self._n_step = n_step
         self._priorities: Any = None
         self.stream_id = 0  # set by the collection worker: who this rollout's envs are
         self._chunk = 0
 
     def score(self, fn: Callable[..., tuple[Any, Any]], chunk_steps: int = 256, from_step: int = 0) -> None:
-        """Actor-side priorities: ``|r + gamma * max_a Q_target(s') - Q(s, a)|`` per step (a truncated
-        step bootstraps from its final observation; a terminated one does not; reset steps get 0).
+        """Actor-side priorities: the ``n_step`` TD error the learner replays a transition with,
+        ``|r_t + ... + gamma^(k-1) r_(t+k-1) + gamma^k V(s_(t+k)) - Q(s_t, a_t)|`` per step, where the
+        chain stops after ``n_step`` steps, at a termination (no bootstrap), at a truncation (the
+        final observation's value) or at the rollout's end (its last observation's value: a
+        shorter chain, as an Ape-X actor scores what it holds). ``V`` is the actor's bootstrap
+        value (double Q's where the actor has it); reset steps get 0.
 
-        :param fn: ``fn(obs, actions) -> (Q(obs, actions), max_a Q_target(obs, a))`` on flat batches.
+        :param fn: ``fn(obs, actions) -> (Q(obs, actions), V(obs))`` on flat batches.
         :param chunk_steps: unused: one batch (rollouts of replay algorithms are short).
         :param from_step: must be 0 (Q-network actors never score while acting).
         """
         assert from_step == 0
         t, n = self.step, self.num_envs
-        obs, actions, rewards, terminated, valid = (self._view(k) for k in ("obs", "actions", "rewards", "terminated", "valid"))
-        q, bootstrap = fn(obs[: t + 1].reshape(-1, *obs.shape[2:]), actions[: t + 1].reshape(-1, *actions.shape[2:]))
-        q, bootstrap = q.reshape(t + 1, n)[:t], bootstrap.reshape(t + 1, n)[1:]
-        # float32 throughout, as torch computes it (a Python float times a numpy bool array is float64)
-        gamma = self._gamma if is_tensor(rewards) else np.float32(self._gamma)
-        target = rewards[:t] + gamma * (~terminated[:t]) * bootstrap
-        self._priorities = abs(target - q) * valid[:t]
+        obs, actions, rewards, terminated, truncated, valid = (
+            self._view(k) for k in ("obs", "actions", "rewards", "terminated", "truncated", "valid")
+        )
+        q, values = fn(obs[: t + 1].reshape(-1, *obs.shape[2:]), actions[: t + 1].reshape(-1, *actions.shape[2:]))
+        # in numpy float32 (a rollout is a few steps; the result goes back as the rewards came)
+        q, values = as_numpy(q).reshape(t + 1, n)[:t], as_numpy(values).reshape(t + 1, n)
+        reward, term, trunc = as_numpy(rewards)[:t], as_numpy(terminated)[:t], as_numpy(truncated)[:t]
+        gamma, rows = np.float32(self._gamma), np.arange(t)
+        target = np.zeros((t, n), dtype=np.float32)
+        discount = np.ones((t, n), dtype=np.float32)
+        live = np.ones((t, n), dtype=bool)
+        for k in range(self._n_step):
+            j = rows + k  # the chain of row i takes step i + k
+            end = live & (j >= t)[:, None]  # the rollout ends first: bootstrap from its last observation
+            target += np.where(end, discount * values[t], 0)
+            live &= ~end
+            step = np.minimum(j, t - 1)
+            target += np.where(live, discount * reward[step], 0)
+            discount *= gamma
+            cut = live & trunc[step] & ~term[step]
+            target += np.where(cut, discount * values[step + 1], 0)
+            live &= ~(term[step] | trunc[step])
+        target += np.where(live, discount * values[np.minimum(rows + self._n_step, t)], 0)
+        priorities = np.abs(target - q) * as_numpy(valid)[:t]
+        self._priorities = rewards.new_tensor(priorities) if is_tensor(rewards) else priorities
 
     def get_data(self) -> dict[str, Any]:
         data = super().get_data()

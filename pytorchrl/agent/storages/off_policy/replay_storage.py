@@ -36,7 +36,7 @@ class ReplayStorage(RolloutStorage, ReplayRecorder):
     :param updates_per_step: gradient steps per transition received (the replay ratio).
     :param start_steps: transitions in the buffer before the first gradient step.
     :param checkpoint_buffer: include the buffer in checkpoints (:meth:`buffer_state`).
-    :param actor_priorities: collection workers score their rollouts' one-step TD errors, which
+    :param actor_priorities: collection workers score their rollouts' ``n_step`` TD errors, which
         become the new transitions' priorities (Ape-X) instead of the maximum seen so far.
     :param relabeller: hindsight goals for replayed transitions (HER; the buffer applies it).
     :param rollout: :class:`RolloutStorage` arguments (``num_steps``, ``num_envs``, shapes).
@@ -61,7 +61,7 @@ class ReplayStorage(RolloutStorage, ReplayRecorder):
         device: str | torch.device = "cpu",
         **rollout: Any,
     ) -> None:
-        super().__init__(device=device, gamma=gamma, actor_priorities=actor_priorities, **rollout)
+        super().__init__(device=device, gamma=gamma, n_step=n_step, actor_priorities=actor_priorities, **rollout)
         sampler: Sampler = PrioritizedSampler(alpha=alpha, beta0=beta0) if prioritized else UniformSampler()
         self._sampler = sampler
         self._make_buffer: Callable[[], Any] = functools.partial(

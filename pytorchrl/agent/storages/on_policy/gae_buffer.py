@@ -190,7 +190,9 @@ def minibatches(
     n = data["states"].shape[0] if sequences else next(iter(data.values())).shape[0]
     device = next(iter(data.values())).device
     for _ in range(num_epochs):
-        order = torch.randperm(n, device=device) if shuffle else torch.arange(n, device=device)
+        # drawn on the CPU generator (the worker's stream) whatever the device: a GPU run shuffles
+        # as the CPU run with its seed, and a resumed one as the run that went on
+        order = torch.randperm(n).to(device) if shuffle else torch.arange(n, device=device)
         for idx in torch.tensor_split(order, num_batches):
             if sequences:
                 yield {k: v[idx] if k == "states" else v[:, idx] for k, v in data.items()}

@@ -155,7 +155,7 @@ class VTraceBuffer(RolloutStorage):
                 if parts == 1:
                     yield rollout
                     continue
-                order = torch.randperm(n, device=self.device) if shuffle else torch.arange(n, device=self.device)
+                order = torch.randperm(n).to(self.device) if shuffle else torch.arange(n, device=self.device)  # on the CPU stream: as gae_buffer's
                 for cols in torch.tensor_split(order, parts):
                     yield {k: v[cols] if k == "states" else v[:, cols] for k, v in rollout.items()}
 
