@@ -310,8 +310,11 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 def _plot(args: argparse.Namespace) -> int:
     from pytorchrl.plotting import figure_path, plot_runs
+    from pytorchrl.utils.paths import check_output_file
 
-    output = figure_path(args.output)  # where matplotlib writes it: a name without a suffix gets .png
+    if args.output.endswith(("/", os.sep)):
+        raise InputError(f"-o {args.output!r} names a directory; give the image's file name, e.g. {os.path.join(args.output, 'curves.png')!r}")
+    output = check_output_file(figure_path(args.output), "-o")  # where matplotlib writes it: a name without a suffix gets .png
     plot_runs(args.run_dirs, metrics=tuple(args.compare or [args.metric]), x=args.x, output=output, metric_option="--compare" if args.compare else "--metric")
     print(f"pytorchrl: wrote {output}", file=sys.stderr)
     return EXIT_OK

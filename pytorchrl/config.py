@@ -471,6 +471,8 @@ def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...]) -> dict:
         key, sep, text = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"override {item!r} must look like section.key=value")
+        if "" in key.split("."):
+            raise ConfigError(f"override {item!r}: the key {key!r} has an empty part; keys look like section.key, e.g. run.seed")
         _set_dotted(out, key, _override_value(item, text), item)
     return out
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import warnings
@@ -18,7 +19,7 @@ from pytorchrl.envs.rendering import opengl_hint
 from pytorchrl.learner import Learner
 from pytorchrl.utils.checkpoint import META_FILE, RUN_STATE_KEYS, load_checkpoint, load_newest_checkpoint
 from pytorchrl.utils.errors import CheckpointError, InputError
-from pytorchrl.utils.paths import check_output_dir
+from pytorchrl.utils.paths import check_output_dir, make_dir
 
 #: evaluation plays the local collection worker's test envs in this process, so a run is rebuilt
 #: without its remote workers and inference servers (a run trained on a cluster evaluates on a
@@ -55,28 +56,36 @@ def evaluate_checkpoint(
         numbered after the files already there; :mod:`pytorchrl.agent.storages.on_policy.demos`).
     """
     path = check_output_dir(path, "evaluate", must_exist=True, writable=False)  # a file, a missing or too long path: one line
-    if video_dir is not None:  # before the episodes, not after them
-        check_output_dir(video_dir, "--video")
-        _pillow()
-    if demos_dir is not None:
-        check_output_dir(demos_dir, "--save-demos")
-    learner, checkpoint, meta, config = _load(path, overrides, "evaluate")
+    made = []  # output directories made here: removed again (if still empty) when the evaluation fails
+    for directory, option in ((video_dir, "--video"), (demos_dir, "--save-demos")):
+        if directory is not None:  # before the episodes, not after them: made now, as checks cannot foresee every failure
+            check_output_dir(directory, option)
+            if not Path(directory).exists():
+                make_dir(Path(directory), option)
+                made.append(Path(directory))
     try:
-        if demos_dir is not None and config.env.normalize_obs:
-            raise InputError(
-                f"--save-demos: the run {str(checkpoint.parent.parent)!r} normalises its observations (env.normalize_obs = true); demonstrations "
-                "hold the env's own observations, and algorithm.demos needs env.normalize_obs = false"
-            )
-        recorder = EpisodeRecorder() if demos_dir is not None else None
-        deterministic = config.run.eval_deterministic
-        render = _render_env(learner) if video_dir is not None else None  # an env that cannot render fails before the episodes
-        if on_episode is not None:
-            on_episode([])
-        returns = learner.scheme.evaluate(episodes, deterministic, on_episode, recorder)
-        successes = list(learner.scheme.eval_successes)  # goal envs' info["is_success"]; empty for the others
-        video = _record_gif(learner, render, Path(video_dir), deterministic) if render is not None and video_dir is not None else None
-    finally:
-        learner.close()
+        if video_dir is not None:
+            _pillow()
+        learner, checkpoint, meta, config = _load(path, overrides, "evaluate")
+        try:
+            if demos_dir is not None and config.env.normalize_obs:
+                raise InputError(
+                    f"--save-demos: the run {str(checkpoint.parent.parent)!r} normalises its observations (env.normalize_obs = true); demonstrations "
+                    "hold the env's own observations, and algorithm.demos needs env.normalize_obs = false"
+                )
+            recorder = EpisodeRecorder() if demos_dir is not None else None
+            deterministic = config.run.eval_deterministic
+            render = _render_env(learner) if video_dir is not None else None  # an env that cannot render fails before the episodes
+            if on_episode is not None:
+                on_episode([])
+            returns = learner.scheme.evaluate(episodes, deterministic, on_episode, recorder)
+            successes = list(learner.scheme.eval_successes)  # goal envs' info["is_success"]; empty for the others
+            video = _record_gif(learner, render, Path(video_dir), deterministic) if render is not None and video_dir is not None else None
+        finally:
+            learner.close()
+    except BaseException:
+        _remove_empty(made)
+        raise
     mean = sum(returns) / len(returns)
     result = {
         "checkpoint": str(checkpoint),
@@ -93,6 +102,13 @@ def evaluate_checkpoint(
     if recorder is not None and demos_dir is not None:
         result["demos"] = [str(p) for p in recorder.save(Path(demos_dir), config.env.env_id)]
     return result
+
+
+def _remove_empty(directories: list[Path]) -> None:
+    """Remove the output directories a failed evaluation made, where nothing was written into them."""
+    for directory in directories:
+        with contextlib.suppress(OSError):
+            directory.rmdir()
 
 
 def load_learner(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Learner:

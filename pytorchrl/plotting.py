@@ -85,8 +85,16 @@ def load_run(path: str | Path) -> Run:
         raise InputError(f"run directory {str(path)!r} does not exist" if not path.exists() else f"{str(path)!r} is a file, not a run directory")
     if not csv_path.is_file():
         raise InputError(f"run directory {str(path)!r} has no progress.csv (is it a run directory of pytorchrl train?)")
-    with csv_path.open(newline="") as f:
-        rows = list(csv.DictReader(f))
+    try:
+        with csv_path.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            rows = list(reader)
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{str(csv_path)!r} is not text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); is it a pytorchrl progress.csv?") from None
+    long = next((i for i, row in enumerate(rows) if None in row), None)  # csv puts the fields past the header under None
+    if long is not None:
+        fields = len(reader.fieldnames or ()) + len(rows[long][None])  # type: ignore[index]
+        raise InputError(f"{str(csv_path)!r} line {long + 2} has {fields} fields where its header has {len(reader.fieldnames or ())}; is it a pytorchrl progress.csv?")
     if not rows:
         raise InputError(f"{str(csv_path)!r} has no rows yet")
     columns = {name: [_number(row.get(name)) for row in rows] for name in rows[0]}
@@ -229,6 +237,10 @@ def plot_runs(
         ax.legend(loc="best", fontsize="small")
     fig.tight_layout()
     if output is not None:
-        fig.savefig(output, dpi=110)
-        plt.close(fig)
+        try:
+            fig.savefig(output, dpi=110)
+        except OSError as exc:  # a directory that went away, a full disk, a path the checks could not foresee
+            raise InputError(f"-o {str(output)!r} cannot be written: {exc.strerror or exc}") from None
+        finally:
+            plt.close(fig)
     return fig

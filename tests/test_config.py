@@ -140,6 +140,8 @@ def test_missing_file_and_bad_yaml(tmp_path):
         load_config(bad)
     with pytest.raises(ConfigError, match=r"must look like section.key=value"):
         load_config(CONFIGS / "ppo" / "cartpole.yaml", ["algorithm.lr"])
+    with pytest.raises(ConfigError, match=r"override 'run..seed=1': the key 'run..seed' has an empty part; keys look like section.key"):
+        load_config(CONFIGS / "ppo" / "cartpole.yaml", ["run..seed=1"])
 
 
 def test_config_is_frozen():

@@ -77,6 +77,10 @@ def test_runs_of_other_budgets_are_other_lines_and_bookkeeping_keys_are_one(tmp_
         (["RUN", "-o", "RUN/tb.png"], "-o 'RUN/tb.png' is a directory, not a file"),
         (["RUN", "--compare", "eval_return_mean", "nope"], "--compare = 'nope' is not a progress.csv column"),
         (["EMPTY"], "nothing to draw: no row of 'EMPTY/progress.csv' has both env_steps and eval_return_mean as numbers (yet)"),
+        (["BINARY"], "BINARY/progress.csv' is not text (byte 0xb5 at offset 0); is it a pytorchrl progress.csv?"),
+        (["LONG"], "LONG/progress.csv' line 3 has 5 fields where its header has 4; is it a pytorchrl progress.csv?"),
+        (["RUN", "-o", "OUT/figures/"], "-o 'OUT/figures/' names a directory; give the image's file name, e.g. 'OUT/figures/curves.png'"),
+        (["RUN", "-o", "/proc/c.png"], "-o '/proc/c.png' cannot be written: "),  # /proc takes no new files, even as root
     ],
 )
 def test_bad_plot_input_is_one_line_and_exit_2(tmp_path, capsys, args, needle):
@@ -84,7 +88,12 @@ def test_bad_plot_input_is_one_line_and_exit_2(tmp_path, capsys, args, needle):
     (run / "tb").mkdir()  # a directory without progress.csv
     (run / "tb.png").mkdir()  # a directory where the figure would go
     empty = _run_dir(tmp_path, "empty", 0, [(100, 1.0, "")])  # no evaluation yet
-    paths = {"RUN": str(run), "OUT": str(tmp_path), "EMPTY": str(empty)}
+    binary = _run_dir(tmp_path, "binary", 0, [])
+    (binary / "progress.csv").write_bytes(b"\xb5\x00\xff garbage")
+    long = _run_dir(tmp_path, "long", 0, [(100, 1.0, "1")])
+    with (long / "progress.csv").open("a") as f:
+        f.write("200,2.0,1.0,2,7\n")  # a row with a field more than the header
+    paths = {"RUN": str(run), "OUT": str(tmp_path), "EMPTY": str(empty), "BINARY": str(binary), "LONG": str(long)}
     for key, value in paths.items():
         args, needle = [a.replace(key, value) for a in args], needle.replace(key, value)
     code = main(["plot", *args, *([] if "-o" in args else ["-o", str(tmp_path / "x.png")])])

@@ -317,6 +317,13 @@ def test_evaluate_save_demos_writes_demonstrations_a_run_can_replay(tmp_path):
     replayed = Learner.from_config(from_dict({**TINY, "algorithm": {**TINY["algorithm"], "demos": {"enabled": True, "path": str(tmp_path / "saved")}}}), progress=False)
     replayed.close()  # the saved demonstrations pass the checks of a run of the same env
     assert "is a regular file, not a directory" in _cli("evaluate", str(run_dir), "--save-demos", result["demos"][0])[2]
+    # a directory the checks pass but that cannot be made (/proc takes none, even as root): one line before any episode
+    code, out, err = _cli("evaluate", str(run_dir), "--episodes", "1", "--save-demos", "/proc/demos")
+    assert code == 2 and err.strip().splitlines()[-1] == "pytorchrl: error: --save-demos '/proc/demos' cannot be created: No such file or directory", err
+    # an evaluation that fails leaves no output directory it made behind
+    (tmp_path / "not-a-run").mkdir()  # passes the path checks; fails when its checkpoint is read, after the directory is made
+    code, _, err = _cli("evaluate", str(tmp_path / "not-a-run"), "--save-demos", str(tmp_path / "never"))
+    assert code == 2 and "not-a-run" in err and not (tmp_path / "never").exists()
 
 
 FRACTIONAL = {"col_worker_resources": {"num_cpus": 0.1}, "grad_worker_resources": {"num_cpus": 0.1}}
