@@ -101,7 +101,7 @@ def check_space(space: Mapping[str, Any], base: dict[str, Any], where: str = "se
     parsed: dict[str, tuple[str, Any]] = {}
     for key, spec in space.items():
         if not isinstance(key, str):
-            raise ConfigError(f"{where}: key {key!r} must be a dotted config key (e.g. algorithm.lr), not a {type(key).__name__}")
+            raise ConfigError(f"{where}: key {key!r} ({type(key).__name__}) must be a dotted config key string, e.g. algorithm.lr")
         if not isinstance(spec, dict) or len(spec) != 1:
             raise ConfigError(f"{where}: {key!r} must map to one distribution, e.g. {{loguniform: [1.0e-5, 1.0e-2]}}; got {spec!r}")
         (dist, arg), = spec.items()

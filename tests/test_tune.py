@@ -55,7 +55,7 @@ def test_a_space_maps_keys_to_distributions_that_sample_inside_their_bounds():
         ({"storage.num_steps": {"loguniform": [1, 100]}}, r"'storage.num_steps' takes whole numbers, and loguniform samples fractions"),
         ({"algorithm": {"lr": {"uniform": [1e-4, 1e-3]}}}, r"keys are dotted config keys \(e.g. 'algorithm.lr'\), not sections; got the section 'algorithm'"),
         ({"algorithm.lr": {"loguniform": ["3e-3", "1e-4"]}}, r"loguniform needs \[low, high\] with 0 < low < high; got \[0.003, 0.0001\]$"),
-        ({1: {"choice": [1, 2]}}, r"key 1 must be a dotted config key \(e.g. algorithm.lr\), not a int"),
+        ({1: {"choice": [1, 2]}}, r"key 1 \(int\) must be a dotted config key string, e.g. algorithm.lr$"),
     ],
 )
 def test_a_bad_space_is_one_line_naming_the_key(space, message):
