@@ -60,22 +60,22 @@ class ReplayRecorder(RolloutRecorder):
         # in numpy float32 (a rollout is a few steps; the result goes back as the rewards came)
         q, values = as_numpy(q).reshape(t + 1, n)[:t], as_numpy(values).reshape(t + 1, n)
         reward, term, trunc = as_numpy(rewards)[:t], as_numpy(terminated)[:t], as_numpy(truncated)[:t]
-        gamma, rows = np.float32(self._gamma), np.arange(t)
-        target = np.zeros((t, n), dtype=np.float32)
-        discount = np.ones((t, n), dtype=np.float32)
-        live = np.ones((t, n), dtype=bool)
-        for k in range(self._n_step):
-            j = rows + k  # the chain of row i takes step i + k
-            end = live & (j >= t)[:, None]  # the rollout ends first: bootstrap from its last observation
-            target += np.where(end, discount * values[t], 0)
-            live &= ~end
-            step = np.minimum(j, t - 1)
-            target += np.where(live, discount * reward[step], 0)
-            discount *= gamma
-            cut = live & trunc[step] & ~term[step]
-            target += np.where(cut, discount * values[step + 1], 0)
-            live &= ~(term[step] | trunc[step])
-        target += np.where(live, discount * values[np.minimum(rows + self._n_step, t)], 0)
+        # the chains of ReplayBuffer._n_step_returns, over the rollout's rows: G, the bootstrap's
+        # discount and the row of the observation it bootstraps from (obs[t] where the rollout ends)
+        gamma, env = np.float32(self._gamma), np.arange(n)
+        ended = term | trunc
+        returns = reward.astype(np.float32)
+        discounts = np.where(term, np.float32(0), gamma)
+        boot = np.repeat(np.arange(1, t + 1)[:, None], n, axis=1)
+        going = ~ended  # the chain may take the next step
+        for k in range(1, self._n_step):
+            going &= boot < t  # the rollout ends first: bootstrap from its last observation
+            step = np.minimum(boot, t - 1)  # where not going, any row: selected away
+            returns += gamma**k * np.where(going, reward[step, env], 0)
+            discounts = np.where(going, np.where(term[step, env], 0, gamma ** (k + 1)), discounts).astype(np.float32)
+            boot = np.where(going, boot + 1, boot)
+            going &= ~ended[step, env]
+        target = returns + discounts * values[boot, env]
         priorities = np.abs(target - q) * as_numpy(valid)[:t]
         self._priorities = rewards.new_tensor(priorities) if is_tensor(rewards) else priorities
 
