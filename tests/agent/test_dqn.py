@@ -315,6 +315,50 @@ def test_actor_side_priorities_are_the_learners_n_step_td_errors(n_step, double_
     np.testing.assert_allclose(np.asarray(priorities).ravel(), expected, rtol=1e-6)
 
 
+# step 1 failed and its env was restarted (restart_failed_envs): no transition (invalid), cut
+# (truncated), its next observation the last good one; step 2 is the restarted env's reset step
+FAILED_STEP = [(1, 1.0, False, False, True, [3.0, 0.0]), (0, 0.0, False, True, False, [3.0, 0.0]),
+               (1, 0.0, False, False, False, [1.0, 4.0]), (0, 2.0, False, False, True, [2.0, 1.0]),
+               (1, 1.0, False, False, True, [0.0, 3.0])]
+
+
+@pytest.mark.parametrize("n_step", [2, 3])
+@pytest.mark.parametrize("side", ["storage", "recorder"])
+def test_actor_side_priorities_stop_their_chains_where_the_buffer_does_at_a_failed_step(n_step, side):
+    """A chain that meets a step with no transition (a failed env step, restarted) bootstraps from
+    that row's observation, as ReplayBuffer._n_step_returns does: the actor's priorities are the
+    learner's TD errors on every transition of the rollout."""
+    from pytorchrl.agent.storages.off_policy.recorder import ReplayRecorder
+    from pytorchrl.agent.storages.off_policy.replay import ReplayBuffer
+    from pytorchrl.agent.storages.off_policy.replay_storage import ReplayStorage
+
+    actor = _linear_actor()
+    shapes = {"num_steps": 5, "num_envs": 1, "obs_shape": (2,), "action_shape": (), "discrete": True}
+    if side == "storage":
+        storage, fn, tensor = ReplayStorage(capacity=100, gamma=0.5, n_step=n_step, prioritized=True, actor_priorities=True, **shapes), actor.score, torch.tensor
+    else:
+        storage = ReplayRecorder(gamma=0.5, n_step=n_step, actor_priorities=True, **shapes)
+        fn, tensor = (lambda obs, actions: tuple(x.detach().numpy() for x in actor.score(torch.as_tensor(obs), torch.as_tensor(actions)))), np.array
+    storage.reset(tensor([[1.0, 2.0]]))
+    for action, reward, terminated, truncated, valid, next_obs in FAILED_STEP:
+        storage.insert(reward=np.array([reward], np.float32), terminated=np.array([terminated]), truncated=np.array([truncated]),
+                       valid=np.array([valid]), next_obs=np.array([next_obs], np.float32), action=tensor([action]))
+    storage.score(fn)
+    data = storage.get_data()
+    priorities = np.asarray(data.pop("priorities")).ravel()
+    buffer = ReplayBuffer(capacity=100, gamma=0.5, n_step=n_step)
+    buffer.add_data({k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in data.items()})
+    rows = np.flatnonzero(buffer._arrays["ready"][: buffer.size])
+    assert rows.tolist() == [0, 3, 4]
+    returns, discounts, boot = buffer._n_step_returns(rows)
+    obs, actions = (torch.as_tensor(buffer._arrays[k]) for k in ("obs", "actions"))
+    q, _ = actor.score(obs[rows], actions[rows])
+    _, values = actor.score(obs[boot], actions[boot])
+    learner_errors = np.abs(returns + discounts * values.detach().numpy() - q.detach().numpy())
+    np.testing.assert_allclose(priorities[rows], learner_errors, rtol=1e-6)
+    np.testing.assert_array_equal(priorities[[1, 2]], 0.0)  # no transitions: never replayed
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_apex_config_runs_with_two_remote_workers(ray_session):

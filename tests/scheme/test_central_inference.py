@@ -305,6 +305,27 @@ def test_a_central_run_resumed_mid_way_ends_where_the_whole_run_ends(ray_session
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_a_live_central_run_that_loads_an_older_checkpoint_acts_with_its_weights(ray_session, tmp_path):
+    """Loading a checkpoint of an earlier version into a running learner (a rollback) sends the
+    loaded weights to the servers at the next round, though their version is below the servers'."""
+    learner = Learner.from_config(from_dict({**SMALL, "scheme": CENTRAL}), progress=False)
+    try:
+        for _ in range(ROUND_UPDATES):
+            learner.step()
+        path = learner.checkpoint(tmp_path / "round1")
+        for _ in range(2 * ROUND_UPDATES):
+            learner.step()
+        learner.load_checkpoint(path)
+        acting = learner.scheme.algorithm.get_weights(acting=True)
+        info = learner.step()
+        for name in learner.scheme.inference.names:
+            served = compression.unpack(call_surviving(name, lambda h: h.call.remote("get_weights"), 30))
+            assert all(torch.equal(served[k], acting[k]) for k in acting)
+        assert info["policy_lags"] == [0, 0]  # collected with the loaded version, not one from its future
+    finally:
+        learner.close()
+
+
 @pytest.mark.parametrize(("inference", "device", "num_servers", "num_gpus", "expected"), [
     ("central", "cuda", 1, None, 0.5),  # run.device: cuda puts the server on the learner's GPU
     ("central", "cuda:1", 2, None, 0.25),

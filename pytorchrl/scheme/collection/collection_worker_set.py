@@ -511,6 +511,9 @@ class CollectionWorkerSet:
                  for w in [*state.get("remote", []), state["local"]] if isinstance(w.get("envs"), dict)), {}
             ), state.get("reported_statistics") if state.get("merged_statistics") else None)
             self._spent = [dict(done) for done in state.get("spent", [])]  # the checkpoint's rollouts under way: the next collection counts them
+            # the next sync sends the loaded weights whatever their version: a live run that loads
+            # an older (or same-version) checkpoint must not go on acting with the weights it had
+            self._weights = None
             # rollouts under way from before the load are not the loaded run's: every worker starts
             # a new one, and one removed meanwhile ends now
             self._pending.clear()

@@ -60,6 +60,7 @@ class ReplayRecorder(RolloutRecorder):
         # in numpy float32 (a rollout is a few steps; the result goes back as the rewards came)
         q, values = as_numpy(q).reshape(t + 1, n)[:t], as_numpy(values).reshape(t + 1, n)
         reward, term, trunc = as_numpy(rewards)[:t], as_numpy(terminated)[:t], as_numpy(truncated)[:t]
+        transition = as_numpy(valid)[:t].astype(bool)
         # the chains of ReplayBuffer._n_step_returns, over the rollout's rows: G, the bootstrap's
         # discount and the row of the observation it bootstraps from (obs[t] where the rollout ends)
         gamma, env = np.float32(self._gamma), np.arange(n)
@@ -69,14 +70,16 @@ class ReplayRecorder(RolloutRecorder):
         boot = np.repeat(np.arange(1, t + 1)[:, None], n, axis=1)
         going = ~ended  # the chain may take the next step
         for k in range(1, self._n_step):
-            going &= boot < t  # the rollout ends first: bootstrap from its last observation
             step = np.minimum(boot, t - 1)  # where not going, any row: selected away
+            # the rollout ends first, or the next row is no transition (a failed step restarted, a
+            # reset step): bootstrap from that row's observation, as the buffer's ``ready`` cut does
+            going &= (boot < t) & transition[step, env]
             returns += gamma**k * np.where(going, reward[step, env], 0)
             discounts = np.where(going, np.where(term[step, env], 0, gamma ** (k + 1)), discounts).astype(np.float32)
             boot = np.where(going, boot + 1, boot)
             going &= ~ended[step, env]
         target = returns + discounts * values[boot, env]
-        priorities = np.abs(target - q) * as_numpy(valid)[:t]
+        priorities = np.abs(target - q) * transition
         self._priorities = rewards.new_tensor(priorities) if is_tensor(rewards) else priorities
 
     def get_data(self) -> dict[str, Any]:
