@@ -30,7 +30,7 @@ from pytorchrl.agent.storages.on_policy.demos import (
     save_demo,
 )
 from pytorchrl.cli import main
-from pytorchrl.config import from_dict
+from pytorchrl.config import ConfigError, from_dict
 from pytorchrl.envs.chain import write_chain_demos
 from pytorchrl.learner import Learner
 from pytorchrl.scheme.inference import InferenceServer, RemotePolicy, direct_call
@@ -291,8 +291,22 @@ def test_bad_demonstrations_are_refused_in_one_line(tmp_path):
     assert "needs algorithm.demos.path" in _refused(tmp_path, {**raw, "algorithm": {**raw["algorithm"], "demos": {"enabled": True}}})
     assert "add up to more than 1" in _refused(tmp_path, raw, "algorithm.demos.phi=0.5")
     assert "env.normalize_obs = false" in _refused(tmp_path, raw, "env.normalize_obs=true")
+    assert "env.normalize_reward = false" in _refused(tmp_path, raw, "env.normalize_reward=true")
     dqn = {**raw, "algorithm": {"name": "dqn", "demos": raw["algorithm"]["demos"]}}
     assert "algorithm.demos" in _refused(tmp_path, dqn)
+
+
+@pytest.mark.parametrize(("key", "value"), [("repeat_action_probability", 0.25), ("clip_rewards", True), ("terminal_on_life_loss", True)])
+def test_demonstrations_on_atari_need_whole_games_of_raw_scores_without_sticky_actions(key, value):
+    """Demonstrations are whole games with raw scores, replayed action by action: the agent's
+    episodes must be the same (no sign clipping, no life as an episode), and the env must repeat
+    a recorded game (no sticky actions). Each of the three is refused alone, naming its key."""
+    whole_games = {"repeat_action_probability": 0.0, "clip_rewards": False, "terminal_on_life_loss": False}
+    raw = {"env": {"env_id": "ALE/Breakout-v5", "atari": {**whole_games, key: value}},
+           "algorithm": {"name": "ppo", "demos": {"enabled": True, "path": "demos"}}}
+    with pytest.raises(ConfigError, match=rf"needs env\.atari\.{key} = .* \(it is {value}\)"):
+        from_dict(raw)
+    from_dict({**raw, "env": {**raw["env"], "atari": whole_games}})  # all three off: accepted
 
 
 @pytest.mark.timeout(60)

@@ -129,13 +129,25 @@ class OnPolicyConfig(AlgorithmConfig):
             raise ConfigError(
                 "config key 'algorithm.demos.enabled' = true needs env.normalize_obs = false: replayed episodes are checked against the recorded observations"
             )
+        # the agent's own episodes are ranked against the demonstrations by return: both must be
+        # whole episodes of raw rewards (demonstrations are recorded so, by evaluation's envs)
+        if config.env.normalize_reward:
+            raise ConfigError(
+                "config key 'algorithm.demos.enabled' = true needs env.normalize_reward = false: the agent's episodes are kept by their return, against the demonstrations' raw ones"
+            )
         from pytorchrl.envs.atari import is_atari_id
 
-        sticky = config.env.atari.repeat_action_probability
-        if is_atari_id(config.env.env_id) and sticky > 0:
-            raise ConfigError(
-                f"config key 'algorithm.demos.enabled' = true needs env.atari.repeat_action_probability = 0 (it is {sticky}): sticky actions make a replayed episode differ from the recorded one"
-            )
+        if is_atari_id(config.env.env_id):
+            atari = config.env.atari
+            for key, value, why in (
+                ("repeat_action_probability", atari.repeat_action_probability, "sticky actions make a replayed episode differ from the recorded one"),
+                ("clip_rewards", atari.clip_rewards, "the agent's episodes are kept by their return, against the demonstrations' raw scores"),
+                ("terminal_on_life_loss", atari.terminal_on_life_loss, "demonstrations are whole games, and a life's episode starts mid-game"),
+            ):
+                if value:
+                    raise ConfigError(
+                        f"config key 'algorithm.demos.enabled' = true needs env.atari.{key} = {0 if key == 'repeat_action_probability' else 'false'} (it is {value}): {why}"
+                    )
 
     def switched_off(self, config: Config) -> list[tuple[bool, list[str], str]]:
         return [(not self.demos.enabled, ["demos"], "algorithm.demos.enabled is false")]
