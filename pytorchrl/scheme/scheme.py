@@ -18,7 +18,7 @@ from pytorchrl.config_applicability import warn_inapplicable
 from pytorchrl.envs.vec_env import VecEnv
 from pytorchrl.scheme.base.inference_servers import InferenceServers, server_resources
 from pytorchrl.scheme.base.ray_runtime import configure_ray
-from pytorchrl.scheme.base.worker_set import FaultTolerance, busy_resources, check_fits, cluster_resources
+from pytorchrl.scheme.base.worker_set import FaultTolerance, busy_resources, check_fits, cluster_resources, no_remote_workers
 from pytorchrl.scheme.collection.collection_worker_set import CollectionWorkerSet
 from pytorchrl.scheme.gradients.gradient_worker_set import GradientWorkerSet
 from pytorchrl.scheme.inference import InferenceServer, policy_spec
@@ -173,9 +173,8 @@ class Scheme:
     @property
     def num_collection_workers(self) -> int:
         """Remote collection workers, starting ones included (summed over gradient workers)."""
-        ws = self.grad_workers.workers
-        if ws.remote:
-            return sum(ws.call_all("num_collection_workers"))
+        if self.grad_workers.workers.remote:
+            return self.grad_workers.num_collection_workers
         return self.collection_workers.num_remote_workers
 
     def _check_count(self, method: str, num: Any) -> None:
@@ -204,10 +203,12 @@ class Scheme:
 
     def _resize(self, method: str, num: int) -> None:
         ws = self.grad_workers.workers
-        if ws.remote:
-            ws.call_all(method, num)
-        else:
+        if not ws.remote:
             getattr(ws.local_worker, method)(num)
+        elif not self.config.num_col_workers:  # the replicas' local collection workers collect
+            raise no_remote_workers("collection worker", "adding" if method.startswith("add") else "removing")
+        else:
+            self.grad_workers.resize_collection_workers(num if method.startswith("add") else -num)
 
     def evaluate(
         self, num_episodes: int, deterministic: bool = True, on_episode: Callable[[list[float]], None] | None = None,

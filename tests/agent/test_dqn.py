@@ -271,6 +271,27 @@ def test_actor_side_priorities_are_one_step_td_errors():
     assert sorted(leaves[leaves > 0].round(4).tolist()) == sorted(np.round((np.array([0.5, 1.0]) + 1e-6) ** 0.6, 4).tolist())
 
 
+def _scored_priorities(side: str, n_step: int, actor: OffPolicyActor, chain: list[tuple]) -> dict:
+    """The rollout data (actor-side ``priorities`` included) of one env's ``chain`` of steps
+    (action, reward, terminated, truncated, valid, next observation) from [1, 2], scored by
+    ``actor`` on the torch storage or on the numpy recorder of a central-inference worker."""
+    from pytorchrl.agent.storages.off_policy.recorder import ReplayRecorder
+    from pytorchrl.agent.storages.off_policy.replay_storage import ReplayStorage
+
+    shapes = {"num_steps": len(chain), "num_envs": 1, "obs_shape": (2,), "action_shape": (), "discrete": True}
+    if side == "storage":
+        storage, fn, tensor = ReplayStorage(capacity=100, gamma=0.5, n_step=n_step, prioritized=True, actor_priorities=True, **shapes), actor.score, torch.tensor
+    else:
+        storage = ReplayRecorder(gamma=0.5, n_step=n_step, actor_priorities=True, **shapes)
+        fn, tensor = (lambda obs, actions: tuple(x.detach().numpy() for x in actor.score(torch.as_tensor(obs), torch.as_tensor(actions)))), np.array
+    storage.reset(tensor([[1.0, 2.0]]))
+    for action, reward, terminated, truncated, valid, next_obs in chain:
+        storage.insert(reward=np.array([reward], np.float32), terminated=np.array([terminated]), truncated=np.array([truncated]),
+                       valid=np.array([valid]), next_obs=np.array([next_obs], np.float32), action=tensor([action]))
+    storage.score(fn)
+    return storage.get_data()
+
+
 # a 5-step rollout of one env: (action, reward, terminated, truncated, valid, next observation);
 # step 2 is truncated (its next observation the final one), step 3 the reset step after it
 CHAIN = [(1, 1.0, False, False, True, [3.0, 0.0]), (0, 2.0, False, False, True, [0.0, 5.0]), (1, 1.0, False, True, True, [4.0, 1.0]),
@@ -294,23 +315,8 @@ def test_actor_side_priorities_are_the_learners_n_step_td_errors(n_step, double_
     a termination (no bootstrap), a truncation (the final observation's value) and the rollout's
     end, with double Q's bootstrap value where the learner uses it; the torch storage and the numpy
     recorder of a central-inference worker agree."""
-    from pytorchrl.agent.storages.off_policy.recorder import ReplayRecorder
-    from pytorchrl.agent.storages.off_policy.replay_storage import ReplayStorage
-
-    actor = _linear_actor(double_q=double_q)
-    shapes = {"num_steps": 5, "num_envs": 1, "obs_shape": (2,), "action_shape": (), "discrete": True}
-    if side == "storage":
-        storage, fn, tensor = ReplayStorage(capacity=100, gamma=0.5, n_step=n_step, prioritized=True, actor_priorities=True, **shapes), actor.score, torch.tensor
-    else:
-        storage = ReplayRecorder(gamma=0.5, n_step=n_step, actor_priorities=True, **shapes)
-        fn, tensor = (lambda obs, actions: tuple(x.detach().numpy() for x in actor.score(torch.as_tensor(obs), torch.as_tensor(actions)))), np.array
-    storage.reset(tensor([[1.0, 2.0]]))
-    for action, reward, terminated, truncated, valid, next_obs in CHAIN:
-        storage.insert(reward=np.array([reward], np.float32), terminated=np.array([last_terminated if terminated is None else terminated]),
-                       truncated=np.array([truncated]), valid=np.array([valid]), next_obs=np.array([next_obs], np.float32),
-                       action=tensor([action]))
-    storage.score(fn)
-    priorities = storage.get_data()["priorities"]
+    chain = [(a, r, last_terminated if te is None else te, tr, v, o) for a, r, te, tr, v, o in CHAIN]
+    priorities = _scored_priorities(side, n_step, _linear_actor(double_q=double_q), chain)["priorities"]
     assert isinstance(priorities, torch.Tensor if side == "storage" else np.ndarray)
     np.testing.assert_allclose(np.asarray(priorities).ravel(), expected, rtol=1e-6)
 
@@ -328,23 +334,10 @@ def test_actor_side_priorities_stop_their_chains_where_the_buffer_does_at_a_fail
     """A chain that meets a step with no transition (a failed env step, restarted) bootstraps from
     that row's observation, as ReplayBuffer._n_step_returns does: the actor's priorities are the
     learner's TD errors on every transition of the rollout."""
-    from pytorchrl.agent.storages.off_policy.recorder import ReplayRecorder
     from pytorchrl.agent.storages.off_policy.replay import ReplayBuffer
-    from pytorchrl.agent.storages.off_policy.replay_storage import ReplayStorage
 
     actor = _linear_actor()
-    shapes = {"num_steps": 5, "num_envs": 1, "obs_shape": (2,), "action_shape": (), "discrete": True}
-    if side == "storage":
-        storage, fn, tensor = ReplayStorage(capacity=100, gamma=0.5, n_step=n_step, prioritized=True, actor_priorities=True, **shapes), actor.score, torch.tensor
-    else:
-        storage = ReplayRecorder(gamma=0.5, n_step=n_step, actor_priorities=True, **shapes)
-        fn, tensor = (lambda obs, actions: tuple(x.detach().numpy() for x in actor.score(torch.as_tensor(obs), torch.as_tensor(actions)))), np.array
-    storage.reset(tensor([[1.0, 2.0]]))
-    for action, reward, terminated, truncated, valid, next_obs in FAILED_STEP:
-        storage.insert(reward=np.array([reward], np.float32), terminated=np.array([terminated]), truncated=np.array([truncated]),
-                       valid=np.array([valid]), next_obs=np.array([next_obs], np.float32), action=tensor([action]))
-    storage.score(fn)
-    data = storage.get_data()
+    data = _scored_priorities(side, n_step, actor, FAILED_STEP)
     priorities = np.asarray(data.pop("priorities")).ravel()
     buffer = ReplayBuffer(capacity=100, gamma=0.5, n_step=n_step)
     buffer.add_data({k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in data.items()})

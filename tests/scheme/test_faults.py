@@ -231,6 +231,57 @@ def test_a_dead_gradient_worker_is_replaced(ray_session, communication, executio
             assert all(torch.equal(replica[k], master[k]) for k in master)
 
 
+def test_a_gradient_worker_dead_at_a_checkpoint_is_replaced_and_its_replacement_keeps_the_added_collection_workers(ray_session, tmp_path):
+    """Two gradient workers with a collection worker each, one added to each mid-run; then one
+    gradient worker dies. The next checkpoint is written all the same (the dead one is left out
+    and replaced), and its replacement joins with two collection workers, as the others have."""
+    learner = crashing_learner(
+        {}, {"num_grad_workers": 2, "num_col_workers": 1, "grad_worker_resources": {"num_cpus": 0.1}}, target_steps=10**9,
+    )
+    scheme, replicas = learner.scheme, learner.scheme.grad_workers.workers
+    deadline = time.monotonic() + 240  # within the test's 300 s: a loaded CI machine starts processes slowly
+
+    def step_until(done) -> None:
+        while not done() and time.monotonic() < deadline:
+            learner.step()
+
+    def per_replica() -> list[int]:
+        return [replicas.get(replicas.call(w, "num_collection_workers")) for w in replicas.remote_workers]
+
+    try:
+        learner.step()
+        scheme.add_collection_workers(1)
+        assert scheme.num_collection_workers == 4
+        ray_session.kill(replicas.remote_workers[0])
+        path = learner.checkpoint(tmp_path / "checkpoint")  # the dead one is found here
+        assert (path / "meta.json").exists()
+        assert scheme.num_collection_workers == 4  # the replacement's two counted while it starts
+        step_until(lambda: len(replicas.remote_workers) == 2)
+        assert per_replica() == [2, 2]
+        learner.step()
+    finally:
+        learner.close()
+    assert learner.worker_restarts == 1
+
+
+def test_a_collection_worker_found_dead_by_a_checkpoint_has_its_rollout_counted_lost(ray_session, tmp_path):
+    """Asynchronous collection: the worker with a rollout under way dies between two steps and a
+    checkpoint is the first to find it. Its rollout is lost and counted with the next step's
+    report, beside its restart."""
+    learner = crashing_learner({}, {"col_communication": "asynchronous", "worker_timeout_s": 600}, target_steps=10**9)
+    try:
+        for _ in range(2):
+            learner.step()
+        col = learner.scheme.collection_workers
+        (busy, _), = col._pending.values()  # the other worker's rollout was taken: it waits for the next step
+        ray_session.kill(busy)
+        learner.checkpoint(tmp_path / "checkpoint")
+        info = learner.step()
+    finally:
+        learner.close()
+    assert info["lost_batches"] == 1 and learner.lost_batches == learner.worker_restarts == 1
+
+
 @pytest.mark.parametrize("communication", ["synchronous", "asynchronous"])
 def test_every_sigkilled_worker_is_counted_once_and_its_replacement_timed(ray_session, communication):
     # the drill of a hostile user: SIGKILL a collection worker's process N times, the next one

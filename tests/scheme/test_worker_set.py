@@ -8,7 +8,7 @@ import torch
 
 from pytorchrl.scheme.base import compression
 from pytorchrl.scheme.base.infos import merge_step_infos
-from pytorchrl.scheme.base.worker_set import actor_options, check_fits, total_resources
+from pytorchrl.scheme.base.worker_set import CollectorNumbering, actor_options, check_fits, total_resources
 
 
 def test_packing_round_trips_nested_tensors_of_every_dtype_with_and_without_lz4():
@@ -95,7 +95,7 @@ def test_a_replacement_collection_worker_gets_fresh_env_and_acting_seeds():
         "seed": 5,
         "storage_factory": GAEBuffer.create_factory(num_steps=4, num_envs=2, obs_shape=(4,), action_shape=(), discrete=True),
     }
-    make = functools.partial(_make_collection_worker, worker_kwargs=kwargs, offset=0, local_collects=True)
+    make = functools.partial(_make_collection_worker, worker_kwargs=kwargs, numbering=CollectorNumbering(), local_collects=True)
     local, original, replacement = make(0, local=True), make(1, local=False), make(1, local=False, generation=1)
     # remote worker 1 of generation 0 collects what the local worker would; its replacement does not
     assert original.envs._seeds == local.envs._seeds
@@ -114,3 +114,28 @@ def test_a_ray_error_that_announces_its_cause_keeps_the_cause_in_its_one_line():
     assert _first_line(RuntimeError("No cluster. To fix this, either:\n  1. start one\n  2. point at one")) == "No cluster. To fix this, either: 1. start one"
     assert _first_line(RuntimeError("Cannot connect.\nmore")) == "Cannot connect."
     assert _first_line(RuntimeError("")) == "RuntimeError"
+
+
+def test_collector_numbers_are_distinct_over_every_replica_added_workers_included():
+    """Each gradient replica's collecting workers keep the numbers they always had (replica r's
+    first worker r * n), and workers added later take numbers no other replica's worker has."""
+    for replicas in (1, 2, 3):
+        for per_replica in (1, 2, 3):
+            numbers = {(r, index): CollectorNumbering(r, replicas, per_replica)(index) for r in range(replicas) for index in range(1, per_replica + 5)}
+            assert len(set(numbers.values())) == len(numbers)
+            assert all(numbers[r, j + 1] == r * per_replica + j for r in range(replicas) for j in range(per_replica))
+    one = CollectorNumbering()
+    assert [one(index) for index in range(6)] == [0, 0, 1, 2, 3, 4]  # the local worker and remote worker 1 collect alike
+
+
+def test_collection_workers_added_to_gradient_replicas_take_numbers_no_other_collector_has():
+    from pytorchrl.scheme.gradients.gradient_worker_set import collection_overrides
+
+    for num_remote, collectors in ((2, 1), (3, 2)):
+        numberings = [collection_overrides(index, local=False, num_remote=num_remote, collectors=collectors, generation=0)["numbering"]
+                      for index in range(1, num_remote + 1)]
+        numbers = [numbering(worker) for numbering in numberings for worker in range(1, collectors + 4)]  # 3 added to each
+        assert len(set(numbers)) == len(numbers)
+    assert collection_overrides(0, local=True, num_remote=2, collectors=1, generation=0) == {"evaluation_only": True}
+    # no remote gradient workers: the local one's set numbers its workers from 0
+    assert collection_overrides(0, local=True, num_remote=0, collectors=2, generation=0)["numbering"] == CollectorNumbering(0, 1, 2)

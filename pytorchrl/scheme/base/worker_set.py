@@ -286,7 +286,7 @@ class WorkerSet(Generic[W]):
         if num < 0:
             raise ValueError(f"cannot add {num} workers: must be >= 0")
         if not self.remote_workers and not self._starting:
-            raise ValueError(f"adding remote {self.name}s needs a set started with remote ones (the local worker does the work here)")
+            raise no_remote_workers(self.name, "adding")
         for _ in range(num):
             self._start(self._next_index)
             self._next_index += 1
@@ -300,10 +300,8 @@ class WorkerSet(Generic[W]):
         """
         have = len(self.remote_workers) + len(self._starting)
         if have == 0:
-            raise ValueError(f"removing remote {self.name}s needs a set started with remote ones (the local worker does the work here)")
-        if not 0 <= num < have:
-            room = f"at most {have - 1} can go" if have > 1 else "none can go"
-            raise ValueError(f"cannot remove {num} of {have} remote {self.name}s: at least one must stay, so {room}")
+            raise no_remote_workers(self.name, "removing")
+        check_removal(self.name, have, num)
         for ref in list(self._starting)[::-1][:num]:
             handle, _ = self._starting.pop(ref)
             self.kill(handle)
@@ -350,6 +348,21 @@ class WorkerSet(Generic[W]):
     def call_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
         """Call ``method`` on every remote worker and return the results (in worker order)."""
         return self.get([self.call(w, method, *args, **kwargs) for w in self.remote_workers])
+
+    def ask_all(self, method: str, *args: Any, control: bool = False) -> list[Any]:
+        """The answers to ``method`` of every active remote worker that gives one (in worker
+        order; ``control``: beside a long call in progress). One found dead is handed to
+        :meth:`fail` (replaced) and left out; a call of its still under way fails for whoever
+        waits on it next, who counts what it loses."""
+        refs = [(w, self.call(w, method, *args, control=control)) for w in list(self.remote_workers)]
+        out = []
+        for worker, ref in refs:
+            ok, value = self.try_get(ref)
+            if ok:
+                out.append(value)
+            else:
+                self.fail(worker, value)
+        return out
 
     def put(self, value: Any, *, compress: bool = False) -> Any:
         """Make ``value`` ready to be passed to any number of calls, packed (its tensors in one
@@ -400,6 +413,21 @@ class WorkerSet(Generic[W]):
             for w in [*self.remote_workers, *(h for h, _ in self._starting.values())]:
                 ray.kill(w)
             self.remote_workers, self._starting = [], {}
+
+
+def no_remote_workers(name: str, verb: str) -> ValueError:
+    """The error of ``verb`` (adding, removing) remote workers of a set that has none."""
+    return ValueError(f"{verb} remote {name}s needs a set started with remote ones (the local worker does the work here)")
+
+
+def check_removal(name: str, have: int, num: int) -> None:
+    """Refuse to take ``num`` of ``have`` remote workers called ``name`` out (one must stay).
+
+    :raises ValueError: naming how many can go.
+    """
+    if not 0 <= num < have:
+        room = f"at most {have - 1} can go" if have > 1 else "none can go"
+        raise ValueError(f"cannot remove {num} of {have} remote {name}s: at least one must stay, so {room}")
 
 
 def first_answer(workers: WorkerSet[Any], method: str, *, control: bool = False, skip: Sequence[Any] = ()) -> tuple[bool, Any]:
@@ -460,6 +488,30 @@ def replica_ordinal(index: int) -> int:
     """The ordinal that keys a worker's seeds: remote worker ``k`` gets ``k - 1`` and the local
     worker (index 0) gets 0, so a lone remote worker reproduces a lone local one exactly."""
     return max(index - 1, 0)
+
+
+@dataclass(frozen=True)
+class CollectorNumbering:
+    """The number of each collecting worker of one gradient replica's collection set, which keys
+    its seeds: numbers are distinct over every replica's workers, added ones included.
+
+    Replica ``replica`` (of ``replicas``) starts with ``per_replica`` collecting workers, numbered
+    ``replica * per_replica + j`` (``j``: :func:`replica_ordinal` of the worker's index), so that
+    the replicas' first workers are numbered 0, 1, 2, ... in order. A worker added later (``j >=
+    per_replica``) takes a number past all of those, the replicas' added workers interleaved:
+    ``replicas * per_replica + (j - per_replica) * replicas + replica``. One set alone
+    (``replicas`` 1) numbers its workers ``j``.
+    """
+
+    replica: int = 0
+    replicas: int = 1
+    per_replica: int = 1
+
+    def __call__(self, index: int) -> int:
+        j = replica_ordinal(index)
+        if j < self.per_replica:
+            return self.replica * self.per_replica + j
+        return self.replicas * self.per_replica + (j - self.per_replica) * self.replicas + self.replica
 
 
 def actor_options(resources: dict[str, Any]) -> dict[str, Any]:

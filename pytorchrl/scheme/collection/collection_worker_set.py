@@ -15,7 +15,7 @@ from pytorchrl.envs.normalization import MergedStatistics
 from pytorchrl.scheme.base.evaluator import EvaluationRequest, Evaluator
 from pytorchrl.scheme.base.inference_servers import InferenceServers
 from pytorchrl.scheme.base.infos import count_spent, spent_state, under_way_reports
-from pytorchrl.scheme.base.worker_set import FaultTolerance, WorkerSet, answers, first_answer, pass_on, replica_ordinal
+from pytorchrl.scheme.base.worker_set import CollectorNumbering, FaultTolerance, WorkerSet, answers, first_answer, pass_on
 from pytorchrl.scheme.collection.collection_worker import CollectionWorker
 from pytorchrl.scheme.collection.thin_worker import Deferred, generation_kwargs, make_collection_worker, thin_recorder_factory
 from pytorchrl.utils.arrays import to_arrays, to_tensors
@@ -42,8 +42,9 @@ class CollectionWorkerSet:
     :param num_workers: remote collection workers.
     :param communication: ``synchronous`` | ``asynchronous``.
     :param resources: Ray resources of each remote worker.
-    :param index_offset: collector index of this set's first collecting worker (gradient
-        workers each own a set; offsets keep every collector's seeds distinct).
+    :param numbering: the numbers of this set's collecting workers, which key their seeds
+        (gradient workers each own a set; the numbering keeps every collector's seeds distinct,
+        added workers' included). Default: one set alone.
     :param max_policy_lag: drop rollouts older than this many versions (None: keep all).
     :param fraction_samples: synchronous preemption threshold on data.
     :param fraction_workers: synchronous preemption threshold on workers.
@@ -75,7 +76,7 @@ class CollectionWorkerSet:
         num_workers: int = 0,
         communication: str = "synchronous",
         resources: dict[str, Any] | None = None,
-        index_offset: int = 0,
+        numbering: CollectorNumbering | None = None,
         max_policy_lag: int | None = None,
         fraction_samples: float = 1.0,
         fraction_workers: float = 1.0,
@@ -97,8 +98,9 @@ class CollectionWorkerSet:
         self.statistics_from: Callable[[], dict[str, Any] | None] | None = None
         if evaluation_only:
             num_workers = 0
+        numbering = numbering or CollectorNumbering()
         factory: Callable[..., Any] = functools.partial(
-            _make_collection_worker, worker_kwargs=worker_kwargs, offset=index_offset,
+            _make_collection_worker, worker_kwargs=worker_kwargs, numbering=numbering,
             local_collects=num_workers == 0 and not evaluation_only, set_generation=seed_generation,
             policy_factory=None if self.inference is None else self.inference.policy_factory(),
         )
@@ -112,7 +114,7 @@ class CollectionWorkerSet:
                 **{k: worker_kwargs[k] for k in ("seed", "env_seed") if k in worker_kwargs},
             }
             factory = functools.partial(
-                make_collection_worker, torch_factory=Deferred(factory), thin_kwargs=thin_kwargs, offset=index_offset, set_generation=seed_generation,
+                make_collection_worker, torch_factory=Deferred(factory), thin_kwargs=thin_kwargs, numbering=numbering, set_generation=seed_generation,
             )
         self.workers: WorkerSet[CollectionWorker] = WorkerSet(
             factory, num_remote=num_workers, resources=resources, compress=compress, fault=fault, name="collection worker"
@@ -122,7 +124,7 @@ class CollectionWorkerSet:
         self.workers.on_join = functools.partial(pass_on, self.workers, get="running_statistics", put="adopt_statistics", control=True)
         # run.eval_parallel: a remote twin of the local worker as it is when it does not collect (its test envs seeded alike)
         self._evaluator_factory = functools.partial(
-            _make_collection_worker, worker_kwargs=worker_kwargs, offset=index_offset, local_collects=False, set_generation=seed_generation
+            _make_collection_worker, worker_kwargs=worker_kwargs, numbering=numbering, local_collects=False, set_generation=seed_generation
         )
         self.evaluator = Evaluator(self._evaluator_factory)  # its actor starts with the first start_evaluation()
         self._weights: tuple[int, Any] | None = None  # (version, object ref) of the newest weights
@@ -133,6 +135,7 @@ class CollectionWorkerSet:
         self.dropped_batches = 0
         self.preempted_batches = 0
         self.lost_batches = 0
+        self._reported_counts = (0, 0, 0)  # (dropped, preempted, lost) at the last collect()'s report
         self._retiring: set[Any] = set()  # asynchronous: removed workers whose last rollout is under way
         self._spent: list[dict[str, Any]] = []  # asynchronous: the infos of rollouts dropped for policy lag
         #: remote workers' normaliser statistics merged over all of them (``obs_rms``, ``ret_rms``;
@@ -173,13 +176,15 @@ class CollectionWorkerSet:
                 info = merge_collection_info([info], current_version=version)
                 count_spent(info, self._spent)  # a checkpoint's rollouts under way, resumed without remote workers
                 return [data], info
-            counts = (self.dropped_batches, self.preempted_batches, self.lost_batches)
             results = self._collect_sync() if self.communication == "synchronous" else self._collect_async(version)
             info = merge_collection_info([i for _, i in results], current_version=version)
             count_spent(info, self._spent)
-            info["dropped_batches"] = self.dropped_batches - counts[0]
-            info["preempted_batches"] = self.preempted_batches - counts[1]
-            info["lost_batches"] = self.lost_batches - counts[2]
+            # since the last report, wherever it was noticed: a death found by a checkpoint's
+            # state_dict() between two collections loses its rollout all the same
+            counts = (self.dropped_batches, self.preempted_batches, self.lost_batches)
+            for key, now, before in zip(("dropped_batches", "preempted_batches", "lost_batches"), counts, self._reported_counts, strict=True):
+                info[key] = now - before
+            self._reported_counts = counts
             info.update(self.workers.report())  # restarts since the last report, wherever the death was found
             info["healthy_workers"] = len(self.workers.remote_workers)
             if self.inference is not None:
@@ -553,19 +558,19 @@ def _make_collection_worker(
     *,
     local: bool,
     worker_kwargs: dict[str, Any],
-    offset: int,
+    numbering: CollectorNumbering,
     local_collects: bool,
     generation: int = 0,
     set_generation: int = 0,
     policy_factory: Callable[[int], Any] | None = None,
 ) -> CollectionWorker:
-    # the collecting workers are numbered from `offset`: the local one when it collects, else the
-    # remote ones (index 1 -> offset), so one remote worker collects what a local one would; a
-    # replacement (generation > 0) keeps the number and gets fresh seeds
+    # the collecting workers are numbered by `numbering`: the local one when it collects, else the
+    # remote ones (index 1 -> the set's first number), so one remote worker collects what a local
+    # one would; a replacement (generation > 0) keeps the number and gets fresh seeds
     kwargs = generation_kwargs(worker_kwargs, generation, set_generation)
     if not local and policy_factory is not None:  # central inference: remote workers hold no network
         kwargs["policy_factory"] = policy_factory
-    return CollectionWorker(offset + replica_ordinal(index), collect=local_collects if local else True, **kwargs)
+    return CollectionWorker(numbering(index), collect=local_collects if local else True, **kwargs)
 
 
 def _left(deadline: float) -> float | None:

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from pytorchrl.scheme.base.worker_set import replica_ordinal
+from pytorchrl.scheme.base.worker_set import CollectorNumbering
 from pytorchrl.utils.arrays import as_numpy
 from pytorchrl.utils.seeding import ACTING_ROLE, derive_seed, generation_seed
 
@@ -213,14 +213,14 @@ class Deferred:
 
 
 def make_collection_worker(
-    index: int, *, local: bool, generation: int = 0, torch_factory: Deferred, thin_kwargs: dict[str, Any], offset: int, set_generation: int = 0,
+    index: int, *, local: bool, generation: int = 0, torch_factory: Deferred, thin_kwargs: dict[str, Any], numbering: CollectorNumbering, set_generation: int = 0,
 ) -> Any:
     """The collection worker set's factory in central mode: the local worker is a torch
     :class:`~.collection_worker.CollectionWorker` (it evaluates), a remote one a
     :class:`ThinCollectionWorker`, numbered and seeded as the torch factory numbers them."""
     if local:
         return torch_factory.load()(index, local=True, generation=generation)
-    return ThinCollectionWorker(offset + replica_ordinal(index), **generation_kwargs(thin_kwargs, generation, set_generation))
+    return ThinCollectionWorker(numbering(index), **generation_kwargs(thin_kwargs, generation, set_generation))
 
 
 def generation_kwargs(kwargs: dict[str, Any], generation: int, set_generation: int) -> dict[str, Any]:

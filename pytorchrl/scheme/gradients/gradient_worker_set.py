@@ -7,7 +7,16 @@ import threading
 from typing import Any
 
 from pytorchrl.envs.normalization import MergedStatistics
-from pytorchrl.scheme.base.worker_set import FaultTolerance, WorkerSet, first_answer, give, pass_on, replica_ordinal
+from pytorchrl.scheme.base.worker_set import (
+    CollectorNumbering,
+    FaultTolerance,
+    WorkerSet,
+    check_removal,
+    first_answer,
+    give,
+    pass_on,
+    replica_ordinal,
+)
 from pytorchrl.scheme.gradients.gradient_worker import GradientWorker
 from pytorchrl.utils.seeding import generation_seed
 
@@ -23,7 +32,7 @@ class GradientWorkerSet:
     :param num_workers: remote gradient workers.
     :param communication: ``synchronous`` | ``asynchronous``.
     :param resources: Ray resources of each remote worker.
-    :param collectors_per_worker: collecting workers per gradient worker (for seed offsets).
+    :param collectors_per_worker: collecting workers per gradient worker at the start (for their numbers: :class:`CollectorNumbering`).
     :param compress: lz4-compress the gradients remote workers send.
     :param fault: restarts of dead remote gradient workers (``timeout_s`` is left to their
         collection workers: a gradient step waits for a collection round). A replacement gets
@@ -43,7 +52,7 @@ class GradientWorkerSet:
     ) -> None:
         self.communication = communication
         factory = functools.partial(
-            _make_gradient_worker, worker_kwargs=worker_kwargs, has_remote=num_workers > 0, collectors=collectors_per_worker
+            _make_gradient_worker, worker_kwargs=worker_kwargs, num_remote=num_workers, collectors=collectors_per_worker
         )
         self.workers: WorkerSet[GradientWorker] = WorkerSet(
             factory, num_remote=num_workers, resources=resources, compress=compress, fault=fault, name="gradient worker"
@@ -58,7 +67,12 @@ class GradientWorkerSet:
         # a replacement's new collection workers normalise with the merge (before the first
         # report, a surviving replica's statistics), not fresh ones (its weights and optimizer
         # come from the master: UpdateWorker)
-        self.workers.on_join = self._give_statistics
+        self.workers.on_join = self._on_join
+        self._collectors = collectors_per_worker
+        #: collection workers added to (> 0) or taken from (< 0) every replica since the start: a
+        #: replacement replica, built with the config's count, is resized alike when it joins
+        self._collectors_added = 0
+        self._resize_lock = threading.Lock()
 
     @property
     def local_worker(self) -> GradientWorker:
@@ -82,12 +96,36 @@ class GradientWorkerSet:
             self._statistics.set(statistics)
             self.statistics_version += 1
 
-    def _give_statistics(self, joined: list[Any]) -> None:
+    def _on_join(self, joined: list[Any]) -> None:
+        with self._resize_lock:  # a resize from another thread reaches every replica, this one too
+            if self._collectors_added:
+                method = "add_collection_workers" if self._collectors_added > 0 else "remove_collection_workers"
+                give(self.workers, joined, method, abs(self._collectors_added))
         merged = self.merged_statistics()
         if not merged:
             pass_on(self.workers, joined, get="running_statistics", put="adopt_statistics")
             return
         give(self.workers, joined, "adopt_statistics", merged)
+
+    def resize_collection_workers(self, num: int) -> None:
+        """Add ``num`` remote collection workers to every remote replica (``num`` < 0: take
+        ``-num`` out of each, the newest first); replicas that join later (replacements, built
+        with the config's count) are resized alike. A replica found dead is replaced.
+
+        :raises ValueError: when it would leave a replica without a remote collection worker.
+        """
+        with self._resize_lock:
+            if num < 0:
+                check_removal("collection worker", self._collectors + self._collectors_added, -num)
+            method = "add_collection_workers" if num > 0 else "remove_collection_workers"
+            self.workers.ask_all(method, abs(num))
+            self._collectors_added += num
+
+    @property
+    def num_collection_workers(self) -> int:
+        """Remote collection workers over every replica, those of replicas starting included."""
+        answers = self.workers.ask_all("num_collection_workers")
+        return sum(answers) + len(self.workers.starting) * (self._collectors + self._collectors_added)
 
     def normalization_state(self) -> dict[str, Any] | None:
         """The observation statistics merged over every replica (their collection workers
@@ -106,12 +144,19 @@ class GradientWorkerSet:
 
 
 def _make_gradient_worker(
-    index: int, *, local: bool, worker_kwargs: dict[str, Any], has_remote: bool, collectors: int, generation: int = 0
+    index: int, *, local: bool, worker_kwargs: dict[str, Any], num_remote: int, collectors: int, generation: int = 0
 ) -> GradientWorker:
-    if local and has_remote:
-        overrides: dict[str, Any] = {"evaluation_only": True}
-    else:
-        overrides = {"index_offset": replica_ordinal(index) * collectors, "seed_generation": generation}
     kwargs = dict(worker_kwargs)
     kwargs["seed"] = generation_seed(kwargs.get("seed", 0), generation)  # a replacement: fresh shuffling stream
+    overrides = collection_overrides(index, local=local, num_remote=num_remote, collectors=collectors, generation=generation)
     return GradientWorker(index, col_overrides=overrides, report_statistics=not local, **kwargs)
+
+
+def collection_overrides(index: int, *, local: bool, num_remote: int, collectors: int, generation: int) -> dict[str, Any]:
+    """How gradient worker ``index`` (of ``num_remote`` remote ones) builds its collection set:
+    beside remote ones, the local worker's only evaluates; a replica's collecting workers are
+    numbered apart from every other replica's (:class:`CollectorNumbering`), and a replaced
+    replica's get fresh seeds."""
+    if local and num_remote:
+        return {"evaluation_only": True}
+    return {"numbering": CollectorNumbering(replica_ordinal(index), max(num_remote, 1), collectors), "seed_generation": generation}

@@ -67,8 +67,8 @@ class UpdateWorker:
         if joined and synchronous:
             self._replicas_synced = False  # every replica restarts from the master's state
         for worker in joined if self._replicas_synced else []:  # asynchronous: the newcomers alone
-            self._load_master(worker)
-            self._submit(worker)
+            if self._load_master(worker):  # one that died meanwhile has no step to lose
+                self._submit(worker)
         if not self._replicas_synced:
             self._drain()
             for worker in list(self._workers.remote_workers):
@@ -83,12 +83,14 @@ class UpdateWorker:
             info["worker_replace_s"] = (info.get("worker_replace_s", events["worker_replace_s"]) + events["worker_replace_s"]) / 2
         return info
 
-    def _load_master(self, worker: Any) -> None:
+    def _load_master(self, worker: Any) -> bool:
         """Give a gradient worker the master's weights, optimizer state and version, and the
-        hyper-parameters changed since the start (:meth:`set_hyperparameters`)."""
+        hyper-parameters changed since the start (:meth:`set_hyperparameters`); False when it
+        is dead (it is then replaced)."""
         ok, reason = self._workers.try_get(self._workers.call(worker, "load_algorithm_state", self.algo.state_dict(), self._hyperparameters))
         if not ok:
             self._workers.fail(worker, reason)
+        return ok
 
     def _step_local(self) -> dict[str, Any]:
         _, info = self.grad_workers.local_worker.step(return_gradients=False)
@@ -223,9 +225,9 @@ class UpdateWorker:
     def replica_weights(self) -> list[dict[str, torch.Tensor]]:
         """Every remote gradient worker's weights, once they have applied all that was sent."""
         if self.update_execution == "decentralised" and self._average is not None:
-            self._workers.call_all("apply_gradients", self._average)
+            self._workers.ask_all("apply_gradients", self._average)
             self._average = None
-        return self._workers.call_all("get_weights")
+        return self._workers.ask_all("get_weights")
 
     def set_progress(self, progress: float) -> None:
         self.algo.set_progress(progress)
@@ -243,7 +245,9 @@ class UpdateWorker:
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {"local_gradient_worker": self.grad_workers.local_worker.state_dict()}
         if self.remote:
-            state["remote_gradient_workers"] = self._workers.call_all("collection_state_dict")
+            # a replica found dead is replaced and left out (its replacement starts afresh, as a
+            # collection worker's does); its step under way is lost at the next step
+            state["remote_gradient_workers"] = self._workers.ask_all("collection_state_dict")
             # asynchronous: the steps under way ended before those states were read
             under_way = [info for _, info in answers(self._workers, list(self._pending))]
             merged = self.grad_workers.merged_statistics(*under_way_reports(under_way))
@@ -264,7 +268,7 @@ class UpdateWorker:
             merged = first_answer(self._workers, "running_statistics")[1] or {}
             self.grad_workers.set_merged_statistics(merged)
             if merged:
-                self._workers.call_all("adopt_statistics", merged)
+                self._workers.ask_all("adopt_statistics", merged)
         self._starts_round.clear()  # each replica's next step starts a round
         self._pending.clear()  # steps under way from before the load: theirs is not the loaded run's
         self._spent = [dict(done) for done in state.get("spent", [])]  # the checkpoint's steps under way: the next step counts them
