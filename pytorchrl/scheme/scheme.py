@@ -118,15 +118,20 @@ class Scheme:
             "col_workers_factory": col_workers_factory, "actor_factory": actor_factory, "algo_factory": algo_factory,
             "storage_factory": storage_factory, "device": device, "torch_threads": torch_threads, "seed": seed,
         }
-        self.grad_workers = GradientWorkerSet(
-            worker_kwargs=grad_kwargs,
-            num_workers=config.num_grad_workers,
-            communication=config.grad_communication,
-            resources=grad_resources,
-            collectors_per_worker=max(config.num_col_workers, 1),
-            compress=config.compress_data,
-            fault=dataclasses.replace(fault, timeout_s=None),
-        )
+        try:  # the servers started must not outlive an error in the workers (parts that do not fit)
+            self.grad_workers = GradientWorkerSet(
+                worker_kwargs=grad_kwargs,
+                num_workers=config.num_grad_workers,
+                communication=config.grad_communication,
+                resources=grad_resources,
+                collectors_per_worker=max(config.num_col_workers, 1),
+                compress=config.compress_data,
+                fault=dataclasses.replace(fault, timeout_s=None),
+            )
+        except BaseException:
+            if self.inference is not None:
+                self.inference.close()
+            raise
         self.update_worker = UpdateWorker(self.grad_workers, update_execution=config.update_execution)
         if config.num_grad_workers > 0:  # the local gradient worker's envs do not collect: the replicas' statistics
             self.collection_workers.statistics_from = self.grad_workers.normalization_state

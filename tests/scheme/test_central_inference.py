@@ -326,6 +326,37 @@ def test_a_live_central_run_that_loads_an_older_checkpoint_acts_with_its_weights
         learner.close()
 
 
+def test_a_scheme_refused_after_its_workers_started_leaves_no_actor_behind(ray_session):
+    """Parts that do not fit (an IMPALA algorithm on PPO's storage) are refused once the servers
+    and the remote collection workers are up: they end with the error, as a notebook that tries
+    again needs (they would hold their CPUs, and the next try would wait for them)."""
+    import time
+
+    from pytorchrl import GAEBuffer, OnPolicyActor, Scheme, VecEnv
+    from pytorchrl.agent.algorithms import ALGORITHMS
+    from pytorchrl.utils.errors import InputError
+
+    def ours() -> list[str]:
+        return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("pytorchrl-inference-")]
+
+    time.sleep(1.0)  # actors of the tests before give their CPUs back
+    before, servers_before = ray.available_resources().get("CPU", 0.0), ours()
+    env_factory, obs_space, action_space = VecEnv.create_factory("CartPole-v1", num_envs=2, seed=0)
+    config = from_dict({"scheme": CENTRAL}).scheme
+    with pytest.raises(InputError, match=r"IMPALA takes a storage made by VTraceBuffer\.create_factory"):
+        Scheme(
+            env_factory=env_factory, actor_factory=OnPolicyActor.create_factory(obs_space, action_space),
+            algo_factory=ALGORITHMS["impala"].create_factory(),
+            storage_factory=GAEBuffer.create_factory(num_steps=16, num_envs=2, obs_shape=(4,), action_shape=(), discrete=True),
+            config=config,
+        )
+    assert ours() == servers_before
+    deadline = time.monotonic() + 60
+    while ray.available_resources().get("CPU", 0.0) < before - 1e-6 and time.monotonic() < deadline:
+        time.sleep(0.2)  # Ray frees a killed actor's CPUs within moments
+    assert ray.available_resources().get("CPU", 0.0) >= before - 1e-6
+
+
 @pytest.mark.parametrize(("inference", "device", "num_servers", "num_gpus", "expected"), [
     ("central", "cuda", 1, None, 0.5),  # run.device: cuda puts the server on the learner's GPU
     ("central", "cuda:1", 2, None, 0.25),

@@ -272,7 +272,11 @@ class InferenceServers:
         if len(ready) < len(self.handles):
             self.close()
             raise WorkerFailure(f"inference servers did not start within {STARTUP_TIMEOUT_S:g} s; is the Ray cluster overloaded?")
-        ray.get(ready)  # a server that could not start raises its error here
+        try:
+            ray.get(ready)  # a server that could not start raises its error here
+        except BaseException:  # the others (and the box) end with it
+            self.close()
+            raise
         self._since = time.monotonic()
         self._starts = num_servers  # server starts counted so far (the box counts them)
         self._max_restarts = max_restarts

@@ -148,9 +148,13 @@ class WorkerSet(Generic[W]):
         if num_remote:
             ray = ensure_ray()
             self._actor_cls = ray.remote(**actor_options(self.resources))(_WorkerHost)
-            for i in range(1, num_remote + 1):
-                self._start(i)
-            self._await_ready()
+            try:
+                for i in range(1, num_remote + 1):
+                    self._start(i)
+                self._await_ready()
+            except BaseException:  # one could not start: the others end with the error, not with the driver
+                self.close()
+                raise
 
     def _start(self, index: int, generation: int = 0, delay_s: float = 0.0) -> Any:
         handle = self._actor_cls.remote(self.worker_factory, index, self.compress, generation, delay_s, remote_threads(self.resources))

@@ -59,13 +59,17 @@ class GradientWorker:
         self.device = torch.device(device)
         self._stream = TorchStream(derive_seed(seed, GRADIENT_ROLE, replica_ordinal(index)))
         self.col_workers = col_workers_factory(**(col_overrides or {}))
-        self.actor = actor_factory(self.device)
-        algorithm_class = getattr(algo_factory, "func", None)  # create_factory's partial of the class
-        check_parts(algorithm_class, actor=self.actor)  # before the algorithm reads the actor
-        self.algo = algo_factory(self.actor, self.device)
-        self.storage = storage_factory(device=self.device)
-        check_parts(algorithm_class, storage=self.storage)
-        check_shared_settings(self.algo, self.storage, getattr(algo_factory, "keywords", {}))
+        try:  # parts that do not fit are refused here: the collection workers started must not outlive the error
+            self.actor = actor_factory(self.device)
+            algorithm_class = getattr(algo_factory, "func", None)  # create_factory's partial of the class
+            check_parts(algorithm_class, actor=self.actor)  # before the algorithm reads the actor
+            self.algo = algo_factory(self.actor, self.device)
+            self.storage = storage_factory(device=self.device)
+            check_parts(algorithm_class, storage=self.storage)
+            check_shared_settings(self.algo, self.storage, getattr(algo_factory, "keywords", {}))
+        except BaseException:
+            self.col_workers.close()
+            raise
         self._batches: Iterator[dict[str, torch.Tensor]] | None = None
         self._remaining = 0
 
