@@ -25,3 +25,10 @@ class TrainingDiverged(RuntimeError):
 class WorkerFailure(RuntimeError):
     """Remote workers died and could not be replaced (``scheme.max_worker_restarts`` used up, or,
     with ``scheme.ignore_worker_failures``, none left). The run's last checkpoint stays valid."""
+
+
+class RequestInDoubt(RuntimeError):
+    """A call to an inference server that may or may not have run: Ray lost touch with the server
+    (``ActorUnavailableError``) while its process lived on. Raised only for a request that is not
+    safe to send twice (a recurrent act that leaves its state on the server); its sender resends
+    it in a form that is (:class:`~pytorchrl.scheme.inference.client.RemotePolicy`)."""

@@ -43,6 +43,7 @@ from pytorchrl.scheme.collection.thin_worker import ThinCollectionWorker, thin_r
 from pytorchrl.scheme.inference import ActReply, InferenceServer, MissingStateError, RemotePolicy, direct_call, policy_spec
 from pytorchrl.scheme.inference.array_policy import ArrayPolicy, FrameDelta, MissingNoiseError, decode_frames, encode_frames
 from pytorchrl.utils.arrays import is_tensor, to_tensors
+from pytorchrl.utils.errors import RequestInDoubt
 from tests.conftest import CONFIGS
 
 GRU = "ppo/cartpole_masked_gru.yaml"
@@ -503,6 +504,84 @@ def test_a_collection_worker_acting_through_the_server_collects_the_same_data(ma
             worker.close()
     metrics = server.pop_metrics()
     assert metrics["requests"] == 32 and metrics["score_requests"] == 2 and episode_starts > 0
+
+
+class _LostReplies:
+    """An in-process transport whose 5th and 11th recurrent acts from the server's held state run
+    on the server, but their replies are lost, as when Ray loses touch with a live server. A
+    plain call is then sent again (as ``call_surviving`` does); ``once`` says the call is in doubt."""
+
+    def __init__(self, server: InferenceServer) -> None:
+        self.direct, self.held_acts = direct_call(server), 0
+
+    def _lost(self, method: str, args: tuple) -> bool:
+        if method != "act" or args[5] is not None:  # args[5]: the state sent, None to act from the held one
+            return False
+        self.held_acts += 1
+        if self.held_acts in (5, 11):
+            self.direct(method, *args)  # it ran; its reply never came back
+            return True
+        return False
+
+    def __call__(self, method: str, *args: Any) -> Any:
+        self._lost(method, args)
+        return self.direct(method, *args)
+
+    def once(self, method: str, *args: Any) -> Any:
+        if self._lost(method, args):
+            raise RequestInDoubt("lost touch with the server")
+        return self.direct(method, *args)
+
+
+def test_a_recurrent_act_whose_reply_was_lost_is_sent_again_with_its_state(make_server):
+    """A recurrent act from the state the server holds moves that state on: sent twice, the second
+    would act from a state one step ahead, and the storage would record it. The worker sends it
+    again with its state instead, and collects what a local worker collects."""
+    setup = Setup(GRU, "storage.num_steps=16", "env.num_envs=8")
+    workers = [
+        CollectionWorker(1, env_factory=setup.env_factory, actor_factory=setup.wiring.actor, storage_factory=setup.wiring.storage, seed=7)
+        for _ in range(2)
+    ]
+    weights = setup.local.get_weights()
+    server = make_server(setup, max_batch_size=8, max_wait_ms=10_000)
+    server.set_weights(weights, 3)
+    workers[0].set_weights(weights, 3)
+    transport = _LostReplies(server)
+    workers[1].policy = RemotePolicy(transport, 1)
+    try:
+        (local, _), (remote, _) = (w.collect_data() for w in workers)
+    finally:
+        for worker in workers:
+            worker.close()
+    assert transport.held_acts >= 11
+    for key in local:
+        assert torch.equal(local[key], remote[key]), key
+
+
+def test_a_call_that_may_have_run_on_an_unreachable_server_is_resent_only_where_that_is_safe(ray_session):
+    from ray.exceptions import ActorUnavailableError
+
+    sent = []
+
+    def submit(handle: Any) -> Any:
+        sent.append(handle)
+        if len(sent) == 1:
+            raise ActorUnavailableError("lost touch", None)
+        return ray_session.put(42)
+
+    inference_servers._handles["pytorchrl-test-server"] = "handle"
+    with pytest.raises(RequestInDoubt, match="pytorchrl-test-server was unreachable during a call that may have run"):
+        inference_servers.call_surviving("pytorchrl-test-server", submit, 30, resend_in_doubt=False)
+    assert len(sent) == 1
+    sent.clear()
+    resolved = []
+    original, inference_servers._resolve = inference_servers._resolve, lambda name: resolved.append(name)  # the name still resolves: a live server
+    try:
+        assert inference_servers.call_surviving("pytorchrl-test-server", submit, 30) == 42
+    finally:
+        inference_servers._resolve = original
+        inference_servers._handles.pop("pytorchrl-test-server")
+    assert len(sent) == 2 and resolved == ["pytorchrl-test-server"]
 
 
 @pytest.mark.parametrize("thin", [False, True], ids=["torch-worker", "thin-worker"])

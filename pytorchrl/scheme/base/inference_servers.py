@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from pytorchrl.scheme.base import compression
 from pytorchrl.scheme.base.socket_transport import Endpoint, Route, SocketCall, SocketListener, socket_address
 from pytorchrl.scheme.base.worker_set import STARTUP_TIMEOUT_S, remote_threads
-from pytorchrl.utils.errors import WorkerFailure
+from pytorchrl.utils.errors import RequestInDoubt, WorkerFailure
 from pytorchrl.utils.runtime import cap_threads, renice_threads, thread_ids
 
 if TYPE_CHECKING:
@@ -159,13 +159,23 @@ class ServerCall:
         self.name, self.timeout_s = name, timeout_s
 
     def __call__(self, method: str, *args: Any) -> Any:
+        return self._send(method, args, resend_in_doubt=True)
+
+    def once(self, method: str, *args: Any) -> Any:
+        """As a call, for a request that is not safe to send twice: where it may have run on a
+        server Ray lost touch with, :class:`RequestInDoubt` is raised instead of sending it again."""
+        return self._send(method, args, resend_in_doubt=False)
+
+    def _send(self, method: str, args: tuple[Any, ...], *, resend_in_doubt: bool) -> Any:
         packed = compression.pack(args)
-        return compression.unpack(call_surviving(self.name, lambda h: h.request.remote(method, packed), self.timeout_s))
+        return compression.unpack(call_surviving(self.name, lambda h: h.request.remote(method, packed), self.timeout_s, resend_in_doubt=resend_in_doubt))
 
 
-def call_surviving(name: str, submit: Callable[[Any], Any], timeout_s: float | None) -> Any:
+def call_surviving(name: str, submit: Callable[[Any], Any], timeout_s: float | None, *, resend_in_doubt: bool = True) -> Any:
     """``ray.get(submit(handle))`` on the actor named ``name``, sent again while Ray restarts it.
 
+    :param resend_in_doubt: send it again, too, when Ray lost touch with a live server (a network
+        fault: the call may or may not have run); else raise :class:`RequestInDoubt`.
     :raises WorkerFailure: the actor is gone for good (its restarts used up: its name no longer resolves).
     :raises ray.exceptions.GetTimeoutError: no reply within ``timeout_s`` in all (or the
         ``RayActorError`` of the last try, when the time ran out while it was restarting).
@@ -178,7 +188,9 @@ def call_surviving(name: str, submit: Callable[[Any], Any], timeout_s: float | N
         left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
         try:
             return ray.get(submit(handle), timeout=left)
-        except ray.exceptions.RayActorError:
+        except ray.exceptions.RayActorError as error:
+            if not resend_in_doubt and isinstance(error, ray.exceptions.ActorUnavailableError):
+                raise RequestInDoubt(f"inference server {name} was unreachable during a call that may have run: {error}") from error
             if deadline is not None and time.monotonic() >= deadline:
                 raise
             try:  # a name that still resolves is an actor being restarted

@@ -19,6 +19,7 @@ import torch
 from pytorchrl.agent.contracts import Acted, ActionSlots
 from pytorchrl.scheme.inference.server import ActReply, InferenceServer, MissingStateError
 from pytorchrl.scheme.inference.spec import PolicySpec
+from pytorchrl.utils.errors import RequestInDoubt
 
 #: ``call(method_name, *args)``: runs the server's method and returns its result
 Call = Callable[..., Any]
@@ -74,9 +75,13 @@ class RemotePolicy:
             starts = ~state.any(-1)
             sent = None if self._continues(state) else state
         given = () if slots.given is None else ((slots.given, slots.action[slots.given]),)  # sent only when there are any
+        # acting from the state the server holds moves it on: such a request must not run twice
+        # (a resend after a network fault would act from the moved state), so where it may have
+        # run it is sent again with the state, as when the server holds none
+        call = getattr(self._call, "once", self._call) if self.is_recurrent and sent is None else self._call
         try:
-            reply: ActReply = self._call("act", self.worker_index, obs, noise, starts, scored, sent, *given)
-        except MissingStateError:
+            reply: ActReply = call("act", self.worker_index, obs, noise, starts, scored, sent, *given)
+        except (MissingStateError, RequestInDoubt):
             reply = self._call("act", self.worker_index, obs, noise, starts, scored, state, *given)
         slots.action.copy_(reply.action)
         if scored:
