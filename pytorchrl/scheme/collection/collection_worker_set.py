@@ -163,9 +163,10 @@ class CollectionWorkerSet:
     def collect(self) -> tuple[list[dict[str, torch.Tensor]], dict[str, Any]]:
         """One round of data: rollouts and their merged info (see the class doc).
 
-        With remote workers the info also counts what happened during this call: rollouts
-        dropped for policy lag, preempted, or lost with a dead worker (``dropped_batches``,
-        ``preempted_batches``, ``lost_batches``), workers replaced since the last collection
+        With remote workers the info also counts what happened since the last collection:
+        rollouts dropped for policy lag, preempted, or lost with a dead worker (``dropped_batches``,
+        ``preempted_batches``, ``lost_batches``: a loss found by a checkpoint in between counts
+        here too), workers replaced since the last collection
         (``worker_restarts``, and ``worker_replace_s``: how long replacements that joined took),
         and the workers active at its end (``healthy_workers``).
         """
