@@ -243,7 +243,7 @@ def _record_gif(learner: Learner, render: tuple[Any, Any, Any], video_dir: Path,
     done, rhs = False, None  # rhs: a recurrent actor's state, carried through the episode
     while not done and len(frames) <= MAX_VIDEO_FRAMES:
         action, rhs = worker.policy.evaluation_step(envs.single_obs(obs), rhs, None, deterministic)
-        obs, _, terminated, truncated, _ = env.step(action[0].numpy())
+        obs, _, terminated, truncated, _ = env.step(envs.env_actions(action[0].numpy()))
         frames.append(env.render())
         done = terminated or truncated
     env.close()

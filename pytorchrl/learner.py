@@ -288,6 +288,10 @@ class Learner:
         written; without, nothing is left)."""
         if progress_csv is not None:
             truncate_progress(progress_csv, self._interval.mark[0])
+            for writer in self.writers:  # TensorBoard: its points past the checkpoint go too
+                rewind = getattr(writer, "rewind", None)
+                if rewind is not None:
+                    rewind(self._interval.mark[0])
         self._after_round(resumed=True)
 
     def _after_round(self, *, resumed: bool = False) -> None:
@@ -483,12 +487,17 @@ class Learner:
 
     # ---------------------------------------------------------------- eval, logging
 
-    def predict(self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = True) -> tuple[Any, Any]:
+    def predict(self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool | None = None) -> tuple[Any, Any]:
         """The policy's action for an observation as the env returns it (or a batch of them):
         ``action, state = learner.predict(obs)``, as Stable-Baselines3's ``model.predict``; see
         :meth:`Scheme.predict <pytorchrl.scheme.scheme.Scheme.predict>`. A saved run's policy:
-        :func:`pytorchrl.evaluation.load_learner`."""
-        return self.scheme.predict(observation, state, episode_start, deterministic)
+        :func:`pytorchrl.evaluation.load_learner`.
+
+        :param deterministic: the policy's mode (True) or a sample (False); None: as the run
+            evaluates (``run.eval_deterministic``: the mode, but sampled for the Atari PPO
+            configs, whose argmax policies can stall a game).
+        """
+        return self.scheme.predict(observation, state, episode_start, self.run.eval_deterministic if deterministic is None else deterministic)
 
     def evaluate(self) -> float:
         """Mean return over ``run.eval_episodes`` episodes (``run.eval_deterministic``) of the
@@ -616,6 +625,7 @@ class Learner:
             for key in _COUNTS:
                 setattr(self, key, int(c.get(key, 0)))
             self.wall_time_offset = float(c["wall_time_s"])
+            self._start = None  # this session's clock starts again at the next step (a trained learner that loads: not from its first)
             self._next = {k: (math.inf if v is None else v) for k, v in c["next"].items()}
             self.last_eval = c["last_eval"]
             self._resume_schedule(c.get("every"), tuple(c["solved_at"]) if c["solved_at"] else None)

@@ -379,6 +379,10 @@ def tune(
     if scheduler == "pbt":
         check_pbt_keys(parsed, base_config.algorithm.name)
     run = base_config.run
+    if scheduler == "pbt" and (run.eval_parallel or "run.eval_parallel" in parsed):
+        # a row's evaluation comes in rounds after its weights were taken: the checkpoint PBT
+        # keeps with its score would hold later weights than the ones scored
+        raise InputError("--scheduler pbt needs run.eval_parallel = false: an evaluation made beside training reports its score after the weights it scored have moved on")
     if run.prometheus_port not in (None, 0):
         raise InputError(
             f"config key 'run.prometheus_port' = {run.prometheus_port}: trials run side by side and cannot share one port; use 0 (a free port each) or null"

@@ -169,6 +169,54 @@ def test_an_evaluation_logged_in_a_later_row_says_and_is_drawn_at_the_steps_it_e
     assert [e.step for e in events.Scalars("train/return_mean")][:2] == [128, 256]
 
 
+@pytest.mark.timeout(60)
+def test_a_resumed_run_redraws_its_tensorboard_points_past_the_checkpoint_once(tmp_path):
+    """A run that logged past its newest checkpoint (a crash, a second Ctrl-C) logs those steps
+    again when resumed: TensorBoard drops the first ones, as progress.csv does, and each tag's
+    steps go up once."""
+    import shutil
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = {"target_steps": 256, "log_every": 64, "checkpoint_every": 128, "eval_every": 128, "eval_episodes": 1, "stop_at_return": None}
+    learner = _learner(run, run_dir=tmp_path)
+    learner.train()
+    learner.close()
+    shutil.rmtree(tmp_path / "checkpoints" / "step_256")  # the run died after the rows at 192 and 256, before their checkpoint
+    resumed = Learner.resume(tmp_path, progress=False)
+    resumed.train()
+    resumed.close()
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("time/fps")] == [64, 128, 192, 256]
+    assert [e.step for e in events.Scalars("eval/return_mean")] == [128, 256]
+
+
+@pytest.mark.timeout(60)
+def test_a_learner_that_loads_a_checkpoint_after_training_on_takes_its_clock_and_episode_window(tmp_path):
+    """Learner.load_checkpoint on a learner that trained past the checkpoint (a rollback): its
+    training time and its window of recent episodes are the checkpoint's, not the checkpoint's
+    plus what this learner did since its first step. Rows have worker_replace_s from the first
+    on (progress.csv's header is fixed by it), empty while no replacement joined."""
+    learner = _learner({"target_steps": 10**6, "eval_every": 0})
+    try:
+        for _ in range(8):
+            learner.step()
+        before = learner.wall_time_s
+        path = learner.checkpoint(tmp_path / "checkpoint")  # holds the training time at some moment of this call
+        after, saved_window, saved_episodes = learner.wall_time_s, list(learner._interval.returns), learner.episodes
+        for _ in range(40):
+            learner.step()
+        assert learner.episodes > saved_episodes
+        learner.load_checkpoint(path)
+        assert before - 1e-3 <= learner.wall_time_s <= after + 1e-3
+        assert list(learner._interval.returns) == saved_window and learner.episodes == saved_episodes
+        row = learner.metrics()
+        assert "worker_replace_s" in row and row["worker_replace_s"] is None
+    finally:
+        learner.close()
+
+
 def _loaded(run: dict, state: dict, algorithm: dict | None = None) -> Learner:
     """A learner of TINY (``algorithm`` merged into its algorithm section) that took ``state``."""
     config = from_dict({**TINY, "algorithm": {**TINY["algorithm"], **(algorithm or {})}, "run": run})

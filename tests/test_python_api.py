@@ -345,6 +345,37 @@ def test_predict_acts_as_evaluation_does_on_raw_observations(pendulum_run):
         loaded.close()
 
 
+def test_predict_gives_box_actions_within_the_bounds_evaluation_steps_the_env_with():
+    """A Gaussian policy's mode can leave the action space; the envs are stepped with it clipped
+    (as Stable-Baselines3's predict clips), and predict gives what they are stepped with."""
+    raw = {"env": {"env_id": "Pendulum-v1", "num_envs": 2}, "storage": {"num_steps": 16}, "algorithm": {"name": "ppo", "minibatch_size": 32}}
+    learner = Learner.from_config(from_dict(raw), progress=False)
+    try:
+        with torch.no_grad():
+            learner.scheme.algorithm.actor.action_head.linear.bias.fill_(50.0)  # a mode far past Pendulum's [-2, 2]
+        single, _ = learner.predict(np.zeros(3, np.float32))
+        batch, _ = learner.predict(np.zeros((4, 3), np.float32))
+    finally:
+        learner.close()
+    assert single.tolist() == [2.0] and batch.tolist() == [[2.0]] * 4
+
+
+@pytest.mark.parametrize("eval_deterministic", [True, False])
+def test_predict_acts_as_the_run_evaluates_unless_told(eval_deterministic):
+    """By default predict takes the mode or samples as the run's evaluations do
+    (``run.eval_deterministic``: the Atari PPO configs sample); ``deterministic`` overrides it."""
+    raw = {"env": {"env_id": "Pendulum-v1", "num_envs": 2}, "storage": {"num_steps": 16}, "algorithm": {"name": "ppo", "minibatch_size": 32},
+           "run": {"eval_deterministic": eval_deterministic}}
+    learner = Learner.from_config(from_dict(raw), progress=False)
+    obs = np.full((64, 3), 0.1, np.float32)  # one observation, 64 times
+    try:
+        default, mode, sampled = learner.predict(obs)[0], learner.predict(obs, deterministic=True)[0], learner.predict(obs, deterministic=False)[0]
+    finally:
+        learner.close()
+    assert len(np.unique(mode)) == 1 and len(np.unique(sampled)) > 1
+    assert (len(np.unique(default)) == 1) == eval_deterministic
+
+
 def test_predict_carries_a_recurrent_state_and_resets_it_at_episode_starts():
     config = load_config(CONFIGS / "ppo" / "cartpole_masked_gru.yaml", SMALL)
     learner = Learner.from_config(config, progress=False)

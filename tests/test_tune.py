@@ -78,6 +78,15 @@ def test_pbt_perturbs_only_what_a_running_algorithm_can_change():
         check_pbt_keys(check_space({"storage.num_steps": {"choice": [16, 32]}}, BASE), "ppo")
 
 
+def test_pbt_refuses_evaluations_made_beside_training(tmp_path):
+    """PBT keeps a checkpoint with each score: one made beside training scores weights the
+    learner has moved on from by the time the score comes in."""
+    with pytest.raises(InputError, match=r"^--scheduler pbt needs run.eval_parallel = false: an evaluation made beside training"):
+        tune(CONFIGS / "ppo" / "cartpole.yaml", {"algorithm.lr": {"loguniform": [1e-4, 1e-3]}}, scheduler="pbt",
+             overrides=["run.eval_parallel=true"], directory=tmp_path / "t")
+    assert not (tmp_path / "t").exists()
+
+
 def test_bad_tune_input_is_exit_2_with_one_line(tmp_path, capsys):
     space = tmp_path / "space.yaml"
     space.write_text("algorithm.lrr: {loguniform: [1.0e-4, 1.0e-3]}\n")

@@ -252,12 +252,16 @@ class VecEnv:
         arrays = self.step_arrays(actions.numpy() if actions.device.type == "cpu" else actions.cpu().numpy())
         return tuple(torch.from_numpy(a) for a in arrays)  # type: ignore[return-value]
 
+    def env_actions(self, actions: np.ndarray) -> np.ndarray:
+        """What the envs are given for the policy's ``actions`` (one env's or a batch): Box
+        actions clipped to the space's bounds (a Gaussian policy's samples are not), as
+        Stable-Baselines3 does; others as they are."""
+        return actions if self._discrete else np.clip(actions, self._low, self._high)
+
     def step_arrays(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`step` on numpy arrays, for callers that store the results in numpy anyway
         (the collection loop: each tensor round trip costs microseconds per step)."""
-        if not self._discrete:
-            actions = np.clip(actions, self._low, self._high)
-        obs, reward, terminated, truncated, info = self.env.step(actions)
+        obs, reward, terminated, truncated, info = self.env.step(self.env_actions(actions))
         valid = ~self._prev_done
         restarted = self._count_restarts(info)
         if restarted is not None:  # a failed step is no transition (reset steps can restart too)

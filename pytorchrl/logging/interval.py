@@ -74,6 +74,9 @@ class LogInterval:
             "policy_lag_mean": 0.0,
             **totals,
             "gradient_staleness": 0.0,
+            # a column from the first row on (progress.csv's header is fixed by it): filled in an
+            # interval in which a dead worker's replacement joined
+            "worker_replace_s": None,
             "eval_time_s": 0.0,  # in every row: progress.csv's header is fixed by the first, often before an evaluation
         }
         row.update(dict.fromkeys(self.algorithm_metrics))
@@ -99,6 +102,8 @@ class LogInterval:
         """Take :meth:`state_dict`'s keys back (an older checkpoint without the interval's: a new
         one from ``env_steps`` and ``wall_time_s``, the checkpoint's, which overstates the next
         row's FPS)."""
+        self.returns.clear()  # the checkpoint's window, not added to what this learner saw before loading it
+        self.lengths.clear()
         self.returns.extend(state["returns"])
         self.lengths.extend(state["lengths"])
         self.values = {k: list(v) for k, v in state.get("interval", {}).items()}

@@ -63,7 +63,18 @@ class TensorBoardWriter:
     def __init__(self, log_dir: str | Path) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(log_dir=str(log_dir))
+        self.log_dir = str(log_dir)
+        self.writer = SummaryWriter(log_dir=self.log_dir)
+
+    def rewind(self, env_steps: int) -> None:
+        """The run goes on from a checkpoint at ``env_steps`` (a resume): the points logged past
+        it, which the run now logs again, are dropped. A new event file starts with a session
+        start at ``env_steps + 1``, from which TensorBoard purges what earlier files hold past it
+        (as ``progress.csv`` is cut back)."""
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer.close()
+        self.writer = SummaryWriter(log_dir=self.log_dir, purge_step=env_steps + 1)
 
     def write(self, row: dict[str, Any]) -> None:
         step = int(row["env_steps"])

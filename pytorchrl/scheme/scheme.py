@@ -249,7 +249,8 @@ class Scheme:
     ) -> tuple[np.ndarray, Any]:
         """The current policy's action for one env's observation, or for a batch of them (a
         leading axis), as the env returns them: normalised with the training statistics, acted
-        on by the driver's collection worker as in evaluation (``deterministic``: the mode).
+        on by the driver's collection worker as in evaluation (``deterministic``: the mode), and
+        as evaluation steps its envs with it (Box actions clipped to the space's bounds).
 
         :param state: a recurrent policy's state, from the previous call (None: a new episode).
         :param episode_start: with ``state``, a bool per row: which rows start a new episode.
@@ -266,7 +267,7 @@ class Scheme:
         state, starts = _predict_state(policy, state, episode_start, deterministic, rows=len(obs))
         with torch.no_grad():
             action, state = policy.evaluation_step(obs, state, starts, deterministic)
-        actions = action.cpu().numpy()
+        actions = envs.env_actions(action.cpu().numpy())  # what evaluation's envs would be given: within a Box's bounds
         return (actions[0] if single else actions), state
 
     @property
