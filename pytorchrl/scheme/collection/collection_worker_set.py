@@ -128,6 +128,7 @@ class CollectionWorkerSet:
         )
         self.evaluator = Evaluator(self._evaluator_factory)  # its actor starts with the first start_evaluation()
         self._weights: tuple[int, Any] | None = None  # (version, object ref) of the newest weights
+        self._resend = False  # a checkpoint was loaded: the next sync sends its weights whatever their version
         self._pending: dict[Any, tuple[Any, float]] = {}  # asynchronous: rollout ref -> (worker, deadline)
         self._idle: list[Any] = []  # asynchronous: workers to restart at the next collect()
         self._version = 0  # of the newest weights given to sync_weights
@@ -353,11 +354,12 @@ class CollectionWorkerSet:
         if not self.remote:
             self.local_worker.set_weights(weights, version)
         elif self.inference is not None:
-            if self._weights is None or version - self._weights[0] >= self.weight_sync_every:
+            if self._weights is None or self._resend or version - self._weights[0] >= self.weight_sync_every:
                 self.inference.set_weights(weights, version)
                 self._weights = (version, None)
-        elif self._weights is None or self._weights[0] != version:
+        elif self._weights is None or self._resend or self._weights[0] != version:
             self._weights = (version, self.workers.put(weights))
+        self._resend = False
 
     # -------------------------------------------------------------------- evaluation
 
@@ -519,7 +521,7 @@ class CollectionWorkerSet:
             self._spent = [dict(done) for done in state.get("spent", [])]  # the checkpoint's rollouts under way: the next collection counts them
             # the next sync sends the loaded weights whatever their version: a live run that loads
             # an older (or same-version) checkpoint must not go on acting with the weights it had
-            self._weights = None
+            self._resend = True
             # rollouts under way from before the load are not the loaded run's: every worker starts
             # a new one, and one removed meanwhile ends now
             self._pending.clear()
