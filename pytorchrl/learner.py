@@ -242,6 +242,10 @@ class Learner:
         self._interval.add_update(info)
         self._round_end = bool(info.get("round_end", True))
         if self._round_end:
+            # schedules (an annealed learning rate or clip range, exploration, PER's beta) move
+            # once a round, from the steps taken so far: every update of a round uses one value,
+            # round k of N the value at k / N, as CleanRL's (the last round's learning rate is not 0)
+            self.scheme.update_worker.set_progress(min(1.0, self.env_steps / self.run.target_steps))
             self._after_round()
         return info
 
@@ -251,7 +255,6 @@ class Learner:
         self.healthy_workers = info.get("healthy_workers", self.healthy_workers)
         self.policy_lags.update(info.get("policy_lags", ()))
         self._interval.add_episodes(info["episode_returns"], info["episode_lengths"])
-        self.scheme.update_worker.set_progress(min(1.0, self.env_steps / self.run.target_steps))
         if not self._said_dropped and self.dropped_batches > self._lag_base[0]:  # nothing dropped since the base: nothing to tell
             scheme = self.scheme.config  # a replica's info counts its own workers and updates: no estimate from them
             workers = None if scheme.num_grad_workers and scheme.grad_communication == "asynchronous" else self.healthy_workers

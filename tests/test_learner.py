@@ -217,6 +217,27 @@ def test_a_learner_that_loads_a_checkpoint_after_training_on_takes_its_clock_and
         learner.close()
 
 
+@pytest.mark.timeout(60)
+def test_an_annealed_learning_rate_moves_once_a_round_and_never_reaches_zero():
+    """Every update of a round uses one learning rate, round k of N the rate at k / N (CleanRL's
+    schedule): the first round the full rate, the last 1 / N of it, not 0."""
+    learner = Learner.from_config(from_dict({**TINY, "algorithm": {**TINY["algorithm"], "lr": 1e-3, "anneal_lr": True},
+                                             "run": {"target_steps": 256, "eval_every": 0}}), progress=False)
+    rates: list[list[float]] = [[]]
+    try:
+        while not learner.done():
+            info = learner.step()
+            rates[-1].append(info["lr"])
+            if info["round_end"]:
+                rates.append([])
+    finally:
+        learner.close()
+    rounds = rates[:-1]  # 256 steps in rounds of 64: 4 rounds of 2 epochs x 2 minibatches
+    assert [len(r) for r in rounds] == [4, 4, 4, 4]
+    for k, rates_of_round in enumerate(rounds):
+        assert rates_of_round == pytest.approx([1e-3 * (1 - k / 4)] * 4, rel=1e-6), k
+
+
 def _loaded(run: dict, state: dict, algorithm: dict | None = None) -> Learner:
     """A learner of TINY (``algorithm`` merged into its algorithm section) that took ``state``."""
     config = from_dict({**TINY, "algorithm": {**TINY["algorithm"], **(algorithm or {})}, "run": run})

@@ -66,7 +66,7 @@ class OnPolicyConfig(AlgorithmConfig):
     """Hyper-parameters shared by the on-policy algorithms."""
 
     lr: float = param(3e-4, "Adam learning rate.", min=0, min_exclusive=True)
-    anneal_lr: bool = param(False, "Decay the learning rate linearly to 0 over run.target_steps.")
+    anneal_lr: bool = param(False, "Decay the learning rate linearly towards 0 over run.target_steps, once a round: round k of N trains at 1 - k/N of lr (CleanRL's schedule).")
     gamma: float = param(0.99, "Discount factor.", min=0, max=1)
     gae_lambda: float = param(0.95, "GAE lambda (Schulman et al. 2016); 1 gives Monte-Carlo returns.", min=0, max=1)
     normalize_advantages: bool = param(True, "Normalise advantages per minibatch to zero mean, unit std.")

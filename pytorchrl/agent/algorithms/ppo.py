@@ -27,7 +27,7 @@ class PPOConfig(OnPolicyConfig):
     num_epochs: int = param(10, "Passes over each rollout.", min=1, max=10_000)
     minibatch_size: int = param(64, "Transitions per gradient step.", min=1, max=10_000_000)
     clip_range: float = param(0.2, "Clip range of the probability ratio.", min=0, min_exclusive=True)
-    anneal_clip_range: bool = param(False, "Decay clip_range linearly to 0 over run.target_steps.")
+    anneal_clip_range: bool = param(False, "Decay clip_range linearly towards 0 over run.target_steps, once a round, as anneal_lr.")
     clip_range_vf: float | None = param(None, "Clip the value update around the old value (null: off).", min=0, min_exclusive=True)
     target_kl: float | None = param(None, "Stop a rollout's epochs early once the approximate KL exceeds this.", min=0, min_exclusive=True)
 
