@@ -38,7 +38,8 @@ anchor cell as one more figure on the anchor's side.
 
 The last column, "against the anchor" (:func:`against_text`), works the comparisons out: how many
 seeds reached the anchor's return within its budget (within the steps run, where a row runs short
-of the budget on purpose), then the median final return as a share of the anchor's return, of
+of the budget on purpose) in one evaluation at least, and how many ended at or above it where
+that differs (the anchor is an agent's return at its budget, not a peak), then the median final return as a share of the anchor's return, of
 the published value and of the reference's median (a difference where a return is negative).
 
 ``earlier`` (optional) keeps a row's figures from runs made before run records were kept, whose
@@ -52,6 +53,12 @@ the section). Once a kept run counts, the row is made from kept runs alone. ``re
 is for a run whose record is kept but whose config has changed since at a key that is not neutral
 (the GPU Pong row's ``scheme.max_policy_lag``): it says where the record is and how it differs,
 in place of "lost", and the row's seeds say "earlier config".
+
+``seeds`` (optional, default 0, 1 and 2) are the seeds a row is made of: a row with fewer
+finished runs says which it lacks, and a run directory not finished (in progress, or stopped to
+be resumed) is told on stderr. Files that would make a row wrong without a word (two runs of one
+seed, a ``progress.csv`` that goes back in steps, a final return that is not finite or that no
+evaluation in ``progress.csv`` backs) stop the table with one line naming the run.
 
 ``config`` is the row's label: a shipped config's path, or for a family default the command's
 ``--algo ALGO --env ENV`` (``benchmarks/defaults.yaml``). ``overrides`` (optional) lists the
@@ -97,6 +104,7 @@ import csv
 import datetime
 import functools
 import json
+import math
 import shlex
 import shutil
 import statistics
@@ -170,16 +178,28 @@ def read_run(run_dir: Path, threshold: float | None, metric: str = "eval", ancho
     last = None
     reached: dict[float, int] = {}  # return -> the first step at or above it
     targets = [t for t in (threshold, anchor) if t is not None]
+    if not (run_dir / "progress.csv").is_file():
+        raise RunRecordError(f"{run_dir}: no progress.csv beside its summary.json")
+    previous = -1
     with open(run_dir / "progress.csv", newline="") as f:
         for row in csv.DictReader(f):
+            steps = int(float(row["env_steps"]))
+            if steps <= previous:  # a resume truncates the rows past its checkpoint: two runs' rows here
+                raise RunRecordError(f"{run_dir}: progress.csv goes back from {previous:,} to {steps:,} env steps (rows of two runs?)")
+            previous = steps
             value = row.get(column) or ""
             if not value:
                 continue
             last = float(value)
+            if not math.isfinite(last):
+                raise RunRecordError(f"{run_dir}: progress.csv has {column} = {value} at {steps:,} env steps")
             for target in targets:
                 if target not in reached and last >= target:
-                    reached[target] = evaluated_steps(row) if metric == "eval" else int(float(row["env_steps"]))
+                    reached[target] = evaluated_steps(row) if metric == "eval" else steps
     final = summary.get("final_eval_return_mean") if metric == "eval" else last
+    if metric == "eval" and final is not None and (not math.isfinite(float(final)) or last is None):
+        why = f"final_eval_return_mean = {final}" if last is not None else f"final_eval_return_mean = {final} but progress.csv has no evaluation"
+        raise RunRecordError(f"{run_dir}: summary.json says {why}")
     return Run(
         seed=int(config["run"]["seed"]), env_id=config["env"]["env_id"], algorithm=config["algorithm"]["name"],
         final_return=final, steps_to_threshold=None if threshold is None else reached.get(threshold), env_steps=int(summary["env_steps"]),
@@ -287,7 +307,11 @@ def against_text(entry: dict[str, Any], runs: Sequence[Run], references: Sequenc
         within = sum(1 for r in runs if r.steps_to_anchor is not None and r.steps_to_anchor <= budget)
         short = stop is None and steps < 0.95 * budget
         span = f"in the {_number(steps)} steps run ({steps / budget:.0%} of its budget)" if short else f"within its {_number(budget)} steps"
-        parts.append(f"{within}/{len(runs)} {reached} its {_number(target)} {span}")
+        # reached: one evaluation at or above it at some point; the anchor is an agent's at its
+        # budget, so where the runs ended is said too
+        at_end = sum(1 for f in finals if f >= target)
+        ended = f" ({at_end}/{len(runs)} at their end)" if reached == "reached" and at_end != within else ""
+        parts.append(f"{within}/{len(runs)} {reached} its {_number(target)} {span}{ended}")
     if stop is not None:
         return "; ".join(parts)
     median = statistics.median(finals)
@@ -410,10 +434,23 @@ def rows_and_runs(manifest: Path, root: Roots, repo: Path = REPO) -> list[tuple[
     for entry in entries(manifest):
         accepted = accepted_run_dirs(entry, root, repo)
         references = reference_run_dirs(entry, root, repo)
-        row = table_row(entry, [read_run(p, entry.get("threshold"), entry["metric"], (entry.get("anchor") or {}).get("return")) for p in accepted], _labels(entry, repo), [read_reference(p) for p in references])
-        row["our protocol"] = our_protocol(entry, repo)
+        runs = [read_run(p, entry.get("threshold"), entry["metric"], (entry.get("anchor") or {}).get("return")) for p in accepted]
+        by_seed: dict[int, Path] = {}
+        for run, run_dir in zip(runs, accepted, strict=True):
+            if run.seed in by_seed:  # a rerun beside the first: one seed would weigh twice
+                raise RunRecordError(f"{entry['config']}: {by_seed[run.seed]} and {run_dir} are both its seed {run.seed}; keep one")
+            by_seed[run.seed] = run_dir
+        row = table_row(entry, runs, _labels(entry, repo), [read_reference(p) for p in references])
+        missing = [seed for seed in entry.get("seeds", SEEDS) if seed not in by_seed]
+        if runs and missing:
+            row["seeds"] += f" ({len(runs)} of {len(runs) + len(missing)}: seed{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} not finished)"
+        row["our protocol"] = ("training returns, the mean of the last 100 episodes (the sampled policy); evaluations: " if entry["metric"] == "train" else "") + our_protocol(entry, repo)
         out.append((row, accepted, references))
     return out
+
+
+#: the seeds a row is made of (a manifest entry's ``seeds`` says otherwise): fewer are said in the row
+SEEDS = (0, 1, 2)
 
 
 def our_protocol(entry: dict[str, Any], repo: Path = REPO) -> str:
@@ -530,6 +567,9 @@ def entries(manifest: Path) -> list[dict[str, Any]]:
                 f"{manifest}: {entry.get('config')!r} has earlier {earlier!r}; allowed: a mapping with a section (a BENCHMARKS.md heading) "
                 "and runs, a non-empty list of {seed: integer, return: number, steps: positive integer, date, machine: text and wall_s: seconds (both optional)}"
             )
+        seeds = entry.get("seeds")
+        if seeds is not None and not (isinstance(seeds, list) and seeds and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds)):
+            raise ManifestError(f"{manifest}: {entry.get('config')!r} has seeds {seeds!r}; allowed: a non-empty list of seeds (integers >= 0)")
         published = entry.get("published")
         if published is not None and not _is_published(published):
             raise ManifestError(
@@ -582,7 +622,19 @@ def run_dirs(entry: dict[str, Any], root: Roots) -> list[Path]:
     """The finished runs that ``entry``'s glob finds under ``root`` (one root or several: a name
     found under more than one is taken from the first): a ``summary.json`` that does not say
     ``interrupted`` (a run stopped to be resumed is not finished)."""
-    return _glob_roots(entry.get("runs"), root, lambda p: (p / "summary.json").is_file() and _finished(p / "summary.json"))
+    return _glob_roots(entry.get("runs"), root, _counts)
+
+
+def _counts(run_dir: Path) -> bool:
+    """Whether ``run_dir`` is a finished run; one line on stderr for a run directory that is not
+    (in progress, or stopped to be resumed): the row's seeds are then fewer, and say so."""
+    summary = run_dir / "summary.json"
+    if summary.is_file() and _finished(summary):
+        return True
+    if (run_dir / "config.yaml").is_file():
+        state = "stopped to be resumed" if summary.is_file() else "in progress (no summary.json)"
+        print(f"results_table: {run_dir} not counted: {state}", file=sys.stderr)
+    return False
 
 
 def _glob_roots(glob: str | None, root: Roots, keep: Callable[[Path], bool]) -> list[Path]:
@@ -664,6 +716,11 @@ def _finished(summary: Path) -> bool:
     return json.loads(summary.read_text()).get("stop_reason") in FINISHED
 
 
+class RunRecordError(ValueError):
+    """A run directory (or record) whose files contradict themselves or each other: the table
+    would be wrong without a word, so it is not made."""
+
+
 class MarkerError(ValueError):
     """A file given to ``--into`` lacks the generated block's markers."""
 
@@ -739,7 +796,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_root = args.root[0] if args.root else Path("runs")  # never the records
         sys.stdout.writelines(line + "\n" for line in missing_commands(args.manifest, roots, args.seeds, run_root=run_root))
         return 0
-    table = rows_and_runs(args.manifest, roots)
+    try:
+        table = rows_and_runs(args.manifest, roots)
+    except RunRecordError as error:
+        print(f"results_table: error: {error}", file=sys.stderr)
+        return 2
     if args.archive:
         for _, found, references in table:
             for run_dir in [*found, *references]:

@@ -53,7 +53,7 @@ def test_two_run_directories_make_exact_rows_and_a_config_without_runs_says_so(t
     ]))
     rows = results_table.results_table(manifest, tmp_path)
     assert rows[0] == {
-        "env": "CartPole-v1", "algorithm": "ppo", "config": "configs/ppo/cartpole.yaml", "seeds": "0, 1",
+        "env": "CartPole-v1", "algorithm": "ppo", "config": "configs/ppo/cartpole.yaml", "seeds": "0, 1 (2 of 3: seed 2 not finished)",
         "final return (median)": "400", "spread (min to max)": "301 to 500", "steps to threshold": "1/2 reached 475, at 3,000",
         "wall-clock (median)": "16 s", "CPU": "CPU X, 2 cores", "anchor": "500 in 100,000 steps (zoo)", "anchor's protocol": "agent steps",
         "our protocol": "agent steps; deterministic evaluation, 10 episodes every 4,096 steps",  # from the config's run section
@@ -63,7 +63,7 @@ def test_two_run_directories_make_exact_rows_and_a_config_without_runs_says_so(t
     assert rows[1]["seeds"] == "no runs yet" and rows[1]["against the anchor"] == "" and rows[1]["anchor"] == "none" and rows[1]["config"] == "configs/ppo/acrobot.yaml"
     assert (rows[1]["env"], rows[1]["algorithm"]) == ("Acrobot-v1", "ppo")  # named from the config
     text = results_table.markdown(rows)
-    assert text.splitlines()[2].startswith("| CartPole-v1 | ppo | configs/ppo/cartpole.yaml | 0, 1 | 400 |")
+    assert text.splitlines()[2].startswith("| CartPole-v1 | ppo | configs/ppo/cartpole.yaml | 0, 1 (2 of 3: seed 2 not finished) | 400 |")
 
 
 def test_a_run_stopped_at_its_return_target_says_its_final_figure_is_that_evaluation(tmp_path):
@@ -136,7 +136,7 @@ def test_earlier_runs_fill_a_row_without_a_kept_run_and_say_what_backs_them(tmp_
     assert results_table.results_table(manifest, [runs])[0]["wall-clock (median)"] == "200 s"  # typed for every run: their median
     _run(runs, "ppo-cartpole-seed0", 0, [(1000, 100.0), (2000, 300.0)], 12.0)  # a kept run: the row is made from it alone
     row = results_table.results_table(manifest, [runs])[0]
-    assert row["seeds"] == "0" and row["final return (median)"] == "300" and row["wall-clock (median)"] == "12 s"
+    assert row["seeds"] == "0 (1 of 3: seeds 1, 2 not finished)" and row["final return (median)"] == "300" and row["wall-clock (median)"] == "12 s"
 
     # a kept record of the config before a change says so, in place of "lost"
     manifest.write_text(yaml.safe_dump([{**entry, "earlier": {**entry["earlier"], "record": "benchmarks/runs/x: lr 3e-4 then"}}]))
@@ -185,7 +185,7 @@ def test_a_run_of_another_config_is_left_out_and_told(tmp_path, capsys, monkeypa
     _run(tmp_path, "ppo-cartpole-seed3", 3, [(1000, 20.0)], 3.0, overrides=("run.max_time_s=5",))  # its final return is where it was cut
     manifest = tmp_path / "results.yaml"
     manifest.write_text(yaml.safe_dump([{"config": "configs/ppo/cartpole.yaml", "runs": "ppo-cartpole-seed*", "threshold": 475}]))
-    assert results_table.results_table(manifest, tmp_path)[0]["seeds"] == "0"
+    assert results_table.results_table(manifest, tmp_path)[0]["seeds"] == "0 (1 of 3: seeds 1, 2 not finished)"
     told = capsys.readouterr().err.splitlines()
     assert len(told) == 3
     assert "ppo-cartpole-seed1 left out" in told[0] and "algorithm.lr = 0.01, not 0.002" in told[0]
@@ -198,7 +198,7 @@ def test_a_run_of_another_config_is_left_out_and_told(tmp_path, capsys, monkeypa
     manifest.write_text(yaml.safe_dump([
         {"config": "configs/ppo/cartpole.yaml", "runs": "ppo-cartpole-seed*", "threshold": 475, "overrides": ["algorithm.lr=0.01"]},
     ]))
-    assert results_table.results_table(manifest, tmp_path)[0]["seeds"] == "1"  # now the other way round
+    assert results_table.results_table(manifest, tmp_path)[0]["seeds"] == "1 (1 of 3: seeds 0, 2 not finished)"  # now the other way round
 
 
 def test_every_shipped_row_resolves_its_config():
@@ -232,7 +232,7 @@ def test_run_records_keep_the_row_when_the_run_directories_are_gone(tmp_path):
 
     shutil.rmtree(runs)
     assert results_table.main([str(manifest), "--root", str(records), "-o", str(table)]) == 0
-    assert table.read_text() == before and "| 0, 1 | 390 | 300 to 480 | 1/2 reached 475, at 3,000 |" in before
+    assert table.read_text() == before and "| 0, 1 (2 of 3: seed 2 not finished) | 390 | 300 to 480 | 1/2 reached 475, at 3,000 |" in before
 
     _run(runs, "ppo-cartpole-seed1", 1, [(1000, 500.0)], 1.0)  # a newer run of seed 1 beside its record
     assert results_table.results_table(manifest, [runs, records])[0]["final return (median)"] == "490"  # 480 and 500
@@ -505,3 +505,55 @@ def test_figures_read_as_the_prose_gives_them(value, shown):
     """Whole numbers at 100 and over, three significant digits under 100: the table's -7.75 is
     the -7.75 its section reports, not a rounded -7.8."""
     assert results_table._number(value) == shown
+
+
+def test_run_files_that_would_make_a_wrong_row_stop_the_table_naming_the_run(tmp_path, capsys):
+    """A duplicate seed, rows of two runs in one progress.csv, a non-finite or unbacked final
+    return: each is one line naming the run, exit 2, and no table; a run not finished is told
+    on stderr and the row says which seeds it lacks."""
+    manifest = tmp_path / "results.yaml"
+    manifest.write_text(yaml.safe_dump([{"config": "configs/ppo/cartpole.yaml", "runs": "ppo-cartpole-*", "threshold": 475,
+                                         "anchor": {"return": 490, "budget": 100000, "source": "zoo", "protocol": "agent steps"}}]))
+
+    def table_error(root: Path) -> str:
+        code = results_table.main([str(manifest), "--root", str(root), "-o", str(tmp_path / "table.md")])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and not (tmp_path / "table.md").exists(), err
+        return err[-1]
+
+    cases = {
+        "twice": lambda root: _run(root, "ppo-cartpole-seed0-rerun", 0, [(1000, 480.0)], 5.0),
+        "back": lambda root: (root / "ppo-cartpole-seed1" / "progress.csv").write_text("env_steps,eval_return_mean\n1000,10\n2000,490\n1000,20\n"),
+        "nan": lambda root: (root / "ppo-cartpole-seed1" / "summary.json").write_text(json.dumps(
+            {"env_steps": 2000, "wall_time_s": 5.0, "final_eval_return_mean": float("nan"), "machine": "CPU X", "stop_reason": "target_steps"})),
+        "empty": lambda root: (root / "ppo-cartpole-seed1" / "progress.csv").write_text("env_steps,eval_return_mean\n"),
+    }
+    messages = {
+        "twice": "are both its seed 0; keep one", "back": "progress.csv goes back from 2,000 to 1,000 env steps",
+        "nan": "summary.json says final_eval_return_mean = nan", "empty": "but progress.csv has no evaluation",
+    }
+    for name, spoil in cases.items():
+        root = tmp_path / name
+        _run(root, "ppo-cartpole-seed0", 0, [(1000, 100.0), (2000, 495.0), (3000, 480.0)], 12.0)
+        _run(root, "ppo-cartpole-seed1", 1, [(1000, 50.0), (2000, 300.0)], 20.0)
+        spoil(root)
+        line = table_error(root)
+        assert line.startswith("results_table: error: ") and messages[name] in line and str(root) in line, line
+    root = tmp_path / "fine"
+    _run(root, "ppo-cartpole-seed0", 0, [(1000, 100.0), (2000, 495.0), (3000, 480.0)], 12.0)
+    _run(root, "ppo-cartpole-seed1", 1, [(1000, 50.0), (2000, 300.0)], 20.0)
+    _run(root, "ppo-cartpole-seed2", 2, [(1000, 50.0)], 20.0, stop_reason="interrupted")
+    (row,) = results_table.results_table(manifest, root)
+    assert f"{root / 'ppo-cartpole-seed2'} not counted: stopped to be resumed" in capsys.readouterr().err
+    assert row["seeds"] == "0, 1 (2 of 3: seed 2 not finished)"
+    # seed 0 reached 490 once and ended below it: said beside the count
+    assert row["against the anchor"].startswith("1/2 reached its 490 in the 2,500 steps run (2% of its budget) (0/2 at their end)")
+
+
+def test_a_row_of_training_returns_says_so_in_its_protocol(tmp_path):
+    _run(tmp_path, "ppo-cartpole-seed0", 0, [(1000, 100.0), (2000, 400.0)], 12.0, train=[80.0, 350.0])
+    manifest = tmp_path / "results.yaml"
+    manifest.write_text(yaml.safe_dump([{"config": "configs/ppo/cartpole.yaml", "runs": "ppo-cartpole-seed*", "threshold": 300, "metric": "train", "seeds": [0]}]))
+    (row,) = results_table.results_table(manifest, tmp_path)
+    assert row["our protocol"].startswith("training returns, the mean of the last 100 episodes (the sampled policy); evaluations: agent steps")
+    assert row["seeds"] == "0" and row["final return (median)"] == "350 (training, last 100 episodes)"
