@@ -163,7 +163,7 @@ class Scheme:
         """
         self._check_count("add_collection_workers", num)
         self._check_room(num)
-        self._resize("add_collection_workers", num)
+        self._resize(num)
 
     def remove_collection_workers(self, num: int) -> None:
         """Take ``num`` remote collection workers out (per gradient worker when those are
@@ -173,7 +173,7 @@ class Scheme:
         :raises ValueError: when ``num`` would leave no remote collection worker.
         """
         self._check_count("remove_collection_workers", num)
-        self._resize("remove_collection_workers", num)
+        self._resize(-num)
 
     @property
     def num_collection_workers(self) -> int:
@@ -206,14 +206,18 @@ class Scheme:
         if busy is not None:
             warnings.warn(busy, stacklevel=3)
 
-    def _resize(self, method: str, num: int) -> None:
+    def _resize(self, num: int) -> None:
+        """Add ``num`` remote collection workers (``num`` < 0: take ``-num`` out), per gradient
+        worker when those are remote."""
         ws = self.grad_workers.workers
-        if not ws.remote:
-            getattr(ws.local_worker, method)(num)
+        if not ws.remote and num > 0:
+            ws.local_worker.add_collection_workers(num)
+        elif not ws.remote:
+            ws.local_worker.remove_collection_workers(-num)
         elif not self.config.num_col_workers:  # the replicas' local collection workers collect
-            raise no_remote_workers("collection worker", "adding" if method.startswith("add") else "removing")
+            raise no_remote_workers("collection worker", "adding" if num > 0 else "removing")
         else:
-            self.grad_workers.resize_collection_workers(num if method.startswith("add") else -num)
+            self.grad_workers.resize_collection_workers(num)
 
     def evaluate(
         self, num_episodes: int, deterministic: bool = True, on_episode: Callable[[list[float]], None] | None = None,

@@ -126,7 +126,7 @@ def test_remote_workers_act_with_the_servers_weights_of_the_round_and_hold_no_to
         assert type(col.local_worker.policy).__name__ == "LocalPolicy"  # evaluation keeps a local copy
         for name in learner.scheme.inference.names:  # synchronous rounds hold the weights: an MLP scores its rollouts at their end
             assert compression.unpack(call_surviving(name, lambda h: h.call.remote("array_spec"), 30)) == {"scores_while_acting": False}
-        assert col.thin and col.workers.call_all("imports_torch") == [False, False]
+        assert col.thin and col.workers.ask_all("imports_torch") == [False, False]
         for name in learner.scheme.inference.names:
             weights = compression.unpack(call_surviving(name, lambda h: h.call.remote("get_weights"), 30))
             assert all(torch.equal(weights[k], start[k]) for k in start)

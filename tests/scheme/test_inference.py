@@ -477,8 +477,9 @@ def test_a_client_resends_the_state_that_the_server_does_not_hold(make_server):
 # ----------------------------------------------------------------------- (e) whole rollouts
 
 
-@pytest.mark.parametrize("config", ["ppo/cartpole.yaml", GRU])
-def test_a_collection_worker_acting_through_the_server_collects_the_same_data(make_server, config):
+def _local_and_served_workers(make_server: Callable[..., InferenceServer], config: str, transport: Callable[[InferenceServer], Any] = direct_call) -> tuple[list[CollectionWorker], InferenceServer]:
+    """Two collection workers alike (8 envs, 16 steps, seed 7) with the weights of version 3: the
+    first acts locally, the second through a server reached by ``transport(server)``."""
     setup = Setup(config, "storage.num_steps=16", "env.num_envs=8")
     workers = [
         CollectionWorker(1, env_factory=setup.env_factory, actor_factory=setup.wiring.actor, storage_factory=setup.wiring.storage, seed=7)
@@ -488,7 +489,13 @@ def test_a_collection_worker_acting_through_the_server_collects_the_same_data(ma
     server = make_server(setup, max_batch_size=8, max_wait_ms=10_000)
     server.set_weights(weights, 3)
     workers[0].set_weights(weights, 3)
-    workers[1].policy = RemotePolicy(direct_call(server), 1)
+    workers[1].policy = RemotePolicy(transport(server), 1)
+    return workers, server
+
+
+@pytest.mark.parametrize("config", ["ppo/cartpole.yaml", GRU])
+def test_a_collection_worker_acting_through_the_server_collects_the_same_data(make_server, config):
+    workers, server = _local_and_served_workers(make_server, config)
     episode_starts = 0
     try:
         for _ in range(2):  # the second rollout starts from the first's last state
@@ -537,17 +544,8 @@ def test_a_recurrent_act_whose_reply_was_lost_is_sent_again_with_its_state(make_
     """A recurrent act from the state the server holds moves that state on: sent twice, the second
     would act from a state one step ahead, and the storage would record it. The worker sends it
     again with its state instead, and collects what a local worker collects."""
-    setup = Setup(GRU, "storage.num_steps=16", "env.num_envs=8")
-    workers = [
-        CollectionWorker(1, env_factory=setup.env_factory, actor_factory=setup.wiring.actor, storage_factory=setup.wiring.storage, seed=7)
-        for _ in range(2)
-    ]
-    weights = setup.local.get_weights()
-    server = make_server(setup, max_batch_size=8, max_wait_ms=10_000)
-    server.set_weights(weights, 3)
-    workers[0].set_weights(weights, 3)
-    transport = _LostReplies(server)
-    workers[1].policy = RemotePolicy(transport, 1)
+    workers, _ = _local_and_served_workers(make_server, GRU, _LostReplies)
+    transport = workers[1].policy._call
     try:
         (local, _), (remote, _) = (w.collect_data() for w in workers)
     finally:

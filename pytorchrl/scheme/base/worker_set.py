@@ -349,10 +349,6 @@ class WorkerSet(Generic[W]):
         fn = worker.call.options(concurrency_group=CONTROL_GROUP) if control else worker.call
         return fn.remote(method, *args, **kwargs)
 
-    def call_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
-        """Call ``method`` on every remote worker and return the results (in worker order)."""
-        return self.get([self.call(w, method, *args, **kwargs) for w in self.remote_workers])
-
     def ask_all(self, method: str, *args: Any, control: bool = False) -> list[Any]:
         """The answers to ``method`` of every active remote worker that gives one (in worker
         order; ``control``: beside a long call in progress). One found dead is handed to

@@ -52,6 +52,8 @@ class RemotePolicy:
 
     def __init__(self, call: Call, worker_index: int, *, spec: PolicySpec | None = None) -> None:
         self._call = call
+        # a request not safe to send twice goes by ``once`` where the transport has it (ServerCall)
+        self._call_once: Call = getattr(call, "once", call)
         self.worker_index = worker_index
         self.spec: PolicySpec = call("policy_spec") if spec is None else spec
         self.is_recurrent = self.spec.is_recurrent
@@ -78,7 +80,7 @@ class RemotePolicy:
         # acting from the state the server holds moves it on: such a request must not run twice
         # (a resend after a network fault would act from the moved state), so where it may have
         # run it is sent again with the state, as when the server holds none
-        call = getattr(self._call, "once", self._call) if self.is_recurrent and sent is None else self._call
+        call = self._call_once if self.is_recurrent and sent is None else self._call
         try:
             reply: ActReply = call("act", self.worker_index, obs, noise, starts, scored, sent, *given)
         except (MissingStateError, RequestInDoubt):
