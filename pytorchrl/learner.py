@@ -19,7 +19,7 @@ from typing import Any
 from pytorchrl.config import Config, RunConfig, check_section, checked, config_to_dict, load_run_config
 from pytorchrl.logging.interval import LogInterval
 from pytorchrl.logging.writers import ProgressLine, Writer
-from pytorchrl.run_dir import RunDirLock, check_new_run_dir, claim_run_dir, close_writers, open_writers, truncate_progress
+from pytorchrl.run_dir import RunDirLock, check_new_run_dir, claim_run_dir, close_writers, open_writers
 from pytorchrl.scheme.scheme import Scheme, build_scheme
 from pytorchrl.utils.arrays import to_tensors
 from pytorchrl.utils.checkpoint import (
@@ -201,7 +201,7 @@ class Learner:
             raise
         _write_config(run_dir, config)
         learner.resumed_from = checkpoint
-        learner.continue_round(run_dir / "progress.csv")
+        learner.continue_round()
         reached = {  # a run resumed past where it stops stops at once: say why, and what would train on
             "stop_at_return": f"run.stop_at_return = {config.run.stop_at_return} was reached (at {learner.env_steps:,} env steps)",
             "target_steps": f"run.target_steps = {config.run.target_steps:,} is already reached (the run is at {learner.env_steps:,} env steps)",
@@ -284,17 +284,15 @@ class Learner:
         steps = [(int(p.name.split("_")[1]), p) for p in directory.glob("step_*") if p.name.split("_")[1].isdigit()]
         return max(steps)[1] if steps else None
 
-    def continue_round(self, progress_csv: Path | None = None) -> None:
-        """After :meth:`load_state`: drop the rows ``progress_csv`` holds past the checkpoint's
-        last written one, and do what the checkpoint's round had left to do (with
-        ``run.eval_parallel`` its checkpoint comes before its evaluation starts and its row is
-        written; without, nothing is left)."""
-        if progress_csv is not None:
-            truncate_progress(progress_csv, self._interval.mark[0])
-            for writer in self.writers:  # TensorBoard: its points past the checkpoint go too
-                rewind = getattr(writer, "rewind", None)
-                if rewind is not None:
-                    rewind(self._interval.mark[0])
+    def continue_round(self) -> None:
+        """After :meth:`load_state`: the writers drop what they logged past the checkpoint
+        (``progress.csv``'s rows, TensorBoard's points: the run logs them again), and the
+        checkpoint's round does what it had left to do (with ``run.eval_parallel`` its checkpoint
+        comes before its evaluation starts and its row is written; without, nothing is left)."""
+        for writer in self.writers:
+            rewind = getattr(writer, "rewind", None)  # optional (Writer): a user's writer may keep nothing
+            if rewind is not None:
+                rewind(self._interval.mark[0])
         self._after_round(resumed=True)
 
     def _after_round(self, *, resumed: bool = False) -> None:

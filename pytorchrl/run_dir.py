@@ -14,7 +14,7 @@ from pytorchrl.config import RunConfig
 from pytorchrl.logging.writers import CSVWriter, TensorBoardWriter, Writer
 from pytorchrl.utils.checkpoint import list_checkpoints
 from pytorchrl.utils.errors import InputError
-from pytorchrl.utils.paths import check_run_dir, make_dir, write_text_atomic
+from pytorchrl.utils.paths import check_run_dir, make_dir
 
 
 def check_new_run_dir(run_dir: str | Path, what: str) -> Path:
@@ -146,13 +146,3 @@ def close_writers(writers: list[Writer]) -> None:
     for writer in writers:
         writer.close()
 
-
-def truncate_progress(path: Path, env_steps: int) -> None:
-    """Drop progress.csv rows written after the checkpoint a run resumes from (they will be redone)."""
-    if not path.is_file():
-        return
-    lines = path.read_text().splitlines(keepends=True)
-    if not lines:
-        return
-    keep = [lines[0]] + [ln for ln in lines[1:] if ln.split(",", 1)[0].isdigit() and int(ln.split(",", 1)[0]) <= env_steps]
-    write_text_atomic(path, "".join(keep))

@@ -301,7 +301,7 @@ def run_trial(params: dict[str, Any], *, base: dict[str, Any], root: str, metric
             restore(learner, state, params)
         learner.writers.append(TuneReporter(learner, metric, checkpoint_every, restored=checkpoint is not None))
         if checkpoint is not None:
-            learner.continue_round(run_dir / "progress.csv")
+            learner.continue_round()
         learner.train(stop_signals=False)  # the trial's process is a Ray worker: its SIGTERM is Ray's
     finally:
         learner.close()

@@ -170,10 +170,11 @@ def test_an_evaluation_logged_in_a_later_row_says_and_is_drawn_at_the_steps_it_e
 
 
 @pytest.mark.timeout(60)
-def test_a_resumed_run_redraws_its_tensorboard_points_past_the_checkpoint_once(tmp_path):
+def test_a_resumed_run_redraws_its_tensorboard_points_and_csv_rows_past_the_checkpoint_once(tmp_path):
     """A run that logged past its newest checkpoint (a crash, a second Ctrl-C) logs those steps
-    again when resumed: TensorBoard drops the first ones, as progress.csv does, and each tag's
-    steps go up once."""
+    again when resumed: its writers (TensorBoard, progress.csv) drop the first ones, and each
+    tag's steps and the CSV's rows go up once."""
+    import csv
     import shutil
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -190,6 +191,8 @@ def test_a_resumed_run_redraws_its_tensorboard_points_past_the_checkpoint_once(t
     events.Reload()
     assert [e.step for e in events.Scalars("time/fps")] == [64, 128, 192, 256]
     assert [e.step for e in events.Scalars("eval/return_mean")] == [128, 256]
+    with open(tmp_path / "progress.csv", newline="") as f:
+        assert [int(row["env_steps"]) for row in csv.DictReader(f)] == [64, 128, 192, 256]
 
 
 @pytest.mark.timeout(60)

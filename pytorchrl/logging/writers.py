@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
+from pytorchrl.utils.paths import write_text_atomic
+
 #: the columns every progress.csv starts with, in this order (DESIGN.md §7)
 REQUIRED_COLUMNS = (
     "env_steps", "updates", "wall_time_s", "fps", "train_return_mean", "eval_return_mean",
@@ -17,7 +19,11 @@ REQUIRED_COLUMNS = (
 
 
 class Writer(Protocol):
-    """Where the learner's log rows go: progress.csv, TensorBoard, Prometheus, Ray Tune."""
+    """Where the learner's log rows go: progress.csv, TensorBoard, Prometheus, Ray Tune.
+
+    A writer that keeps what it wrote may also have ``rewind(env_steps)``: a resumed run calls it
+    with its checkpoint's steps, and the writer drops the rows past them, which the run writes
+    again (``progress.csv`` and TensorBoard do; a writer without it is left as it is)."""
 
     def write(self, row: dict[str, Any]) -> None: ...
 
@@ -44,6 +50,16 @@ class CSVWriter:
             if new:
                 writer.writeheader()
             writer.writerow({k: _fmt(v) for k, v in row.items()})
+
+    def rewind(self, env_steps: int) -> None:
+        """A resume from a checkpoint at ``env_steps``: the rows past it go (they are written again)."""
+        if not self.path.is_file():
+            return
+        lines = self.path.read_text().splitlines(keepends=True)
+        if not lines:
+            return
+        keep = [lines[0]] + [ln for ln in lines[1:] if ln.split(",", 1)[0].isdigit() and int(ln.split(",", 1)[0]) <= env_steps]
+        write_text_atomic(self.path, "".join(keep))
 
     def close(self) -> None:
         pass
