@@ -10,9 +10,10 @@ cadence, polyak rate, TD3's noise and delay, SAC's entropy coefficient and gSDE;
 schedule, target updates (converted from gradient steps to env steps), gradient clipping and Adam
 epsilon, vanilla DQN only (no Rainbow part); PPO's rollout, epochs,
 minibatches, clipping, coefficients, schedules, Adam epsilon, initial log std, orthogonal init and
-VecNormalize for the env's normalisation) and its evaluation
+VecNormalize for the env's normalisation; SAC and TD3 take the policy's gradient after the
+critics' step, SB3's only order, which ``settings.json`` records as ``policy_update``) and its evaluation
 protocol: ``run.eval_episodes`` deterministic episodes on a separate env every ``run.eval_every``
-agent steps and where the run ends (``--resume`` of a finished run adds that last evaluation
+agent steps, after the update that ends the round as pytorchrl's evaluations are, and where the run ends (``--resume`` of a finished run adds that last evaluation
 where it is missing). The run directory gets ``progress.csv`` (env_steps, wall_time_s, eval_return_mean,
 eval_return_std, train_return_mean), ``settings.json`` (the config, its overrides, the seed, the
 mapped settings, SB3's version, the CPU, the steps made) and, every ``run.checkpoint_every`` steps
@@ -153,6 +154,10 @@ def sb3_settings(config: Config) -> dict:
         if algo.use_sde:  # SB3's -1: a matrix per rollout, as pytorchrl's null
             settings.update(use_sde=True, sde_sample_freq=algo.sde_sample_freq or -1)
             settings["policy_kwargs"]["log_std_init"] = algo.sde_log_std_init
+    if algo.name in ("sac", "td3"):
+        # not a setting SB3 has: its SAC and TD3 step the critics before the policy's gradient is
+        # taken (pytorchrl's after_critics); recorded, as the one way a reference may differ
+        settings["policy_update"] = "after_critics"
     return settings
 
 
@@ -172,14 +177,14 @@ def _build(settings: dict, env, seed: int):
     import torch
     from stable_baselines3.common.noise import NormalActionNoise
 
-    kwargs = {k: v for k, v in settings.items() if k not in ("algo", "action_noise_sigma", "n_envs", "normalize", "anneal")}
+    kwargs = {k: v for k, v in settings.items() if k not in ("algo", "action_noise_sigma", "n_envs", "normalize", "anneal", "policy_update")}
     kwargs["policy_kwargs"] = dict(kwargs["policy_kwargs"], activation_fn=getattr(torch.nn, kwargs["policy_kwargs"]["activation_fn"]))
     for key in settings.get("anneal", ()):  # linear to 0 over the run: SB3 passes the share of the run left
         start = kwargs[key]
         kwargs[key] = lambda remaining, start=start: start * remaining
-    if settings["algo"] == "td3":
-        half_range = (env.action_space.high - env.action_space.low) / 2
-        kwargs["action_noise"] = NormalActionNoise(np.zeros_like(half_range), settings["action_noise_sigma"] * half_range)
+    if settings["algo"] == "td3":  # SB3 adds it to the action scaled to [-1, 1], as pytorchrl does: no rescaling
+        dim = env.action_space.shape[0]
+        kwargs["action_noise"] = NormalActionNoise(np.zeros(dim), np.full(dim, settings["action_noise_sigma"]))
     return _classes()[settings["algo"]]("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
 
 
@@ -203,7 +208,7 @@ def evaluate(model, env, episodes: int) -> tuple[float, float]:
     return float(np.mean(returns)), float(np.std(returns))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("config")
     ap.add_argument("--steps", type=int, default=None, help="agent steps (default: the config's run.target_steps)")
@@ -212,7 +217,7 @@ def main() -> None:
     ap.add_argument("--resume", action="store_true", help="continue from the run directory's checkpoint")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1: one process per core)")
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE config overrides, as pytorchrl train takes them")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     import gymnasium as gym
     import torch
@@ -295,12 +300,14 @@ def main() -> None:
         print(f"{n} steps, {time.perf_counter() - started:.0f} s: eval {mean:.1f} +- {std:.1f}", flush=True)
 
     class Every(BaseCallback):
-        """Evaluates and checkpoints where the step count crosses a multiple of the config's
-        ``eval_every`` and ``checkpoint_every`` (a vector env's step adds ``n_envs``)."""
+        """Evaluates and checkpoints where the step count has crossed a multiple of the config's
+        ``eval_every`` and ``checkpoint_every`` (a vector env's step adds ``n_envs``), at the start
+        of the next rollout: after the update that ends the round, as pytorchrl's round ends with
+        its update before it evaluates (SB3 calls ``_on_step`` before it trains on the rollout)."""
 
         last = model.num_timesteps
 
-        def _on_step(self) -> bool:
+        def _on_rollout_start(self) -> None:
             n, last = self.model.num_timesteps, self.last
             self.last = n
 
@@ -311,6 +318,8 @@ def main() -> None:
                 record(n)
             if crossed(config.run.checkpoint_every):
                 checkpoint()
+
+        def _on_step(self) -> bool:
             return not stop["asked"]
 
     if model.num_timesteps < steps:

@@ -97,7 +97,7 @@ def test_the_sb3_reference_maps_a_configs_settings_onto_sb3s_and_refuses_what_it
         "learning_starts": 10_000, "train_freq": 1, "gradient_steps": 1, "tau": 0.005,
         "policy_kwargs": {"net_arch": [400, 300], "activation_fn": "ReLU"},
         "policy_delay": 2, "target_policy_noise": 0.2, "target_noise_clip": 0.5, "action_noise_sigma": 0.1,
-        "n_envs": 1, "normalize": None,
+        "n_envs": 1, "normalize": None, "policy_update": "after_critics",
     }
     # SAC: an update cadence of 64 steps with one gradient step each, and the learned coefficient's start
     sac = script.sb3_settings(load_config(root / "configs/sac/bipedalwalker.yaml", ["algorithm.init_ent_coef=0.5"]))
@@ -140,6 +140,30 @@ def test_the_sb3_reference_maps_a_configs_settings_onto_sb3s_and_refuses_what_it
     for override, named in [("algorithm.n_step=3", "n_step"), ("algorithm.max_grad_norm=10", "max_grad_norm"), ("actor.mlp_precision=bfloat16", "mlp_precision")]:
         with pytest.raises(SystemExit, match=named):
             script.sb3_settings(load_config(root / "configs/sac/ant.yaml", [override]))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_sb3_reference_explores_in_scaled_units_and_evaluates_after_the_rounds_update(tmp_path, monkeypatch):
+    """Two ways the reference could run other settings than it claims: TD3's noise scale is in
+    [-1, 1] action units on both sides (SB3 adds it to the scaled action: Pendulum's bounds of 2
+    must not double it), and an evaluation plays the weights after the update that ends its round,
+    as pytorchrl's do (SB3's ``_on_step`` comes before it trains on the rollout)."""
+    import gymnasium as gym
+
+    from pytorchrl.config import load_config
+
+    script = load_script("sb3_reference")
+    root = Path(__file__).resolve().parent.parent
+    td3 = script.sb3_settings(load_config(root / "configs/td3/pendulum.yaml", ["storage.capacity=1000"]))
+    model = script._build(td3, gym.make("Pendulum-v1"), 0)
+    assert model.action_noise._sigma.tolist() == [td3["action_noise_sigma"]]
+    seen = []
+    evaluate = script.evaluate
+    monkeypatch.setattr(script, "evaluate", lambda model, env, episodes: (seen.append((model.num_timesteps, model._n_updates)), evaluate(model, env, episodes))[1])
+    overrides = ["env.num_envs=1", "storage.num_steps=64", "algorithm.minibatch_size=64", "algorithm.num_epochs=1", "run.eval_every=128", "run.eval_episodes=1", "run.checkpoint_every=0"]
+    script.main([str(root / "configs/ppo/cartpole.yaml"), *overrides, "--steps", "256", "--out", str(tmp_path / "run")])
+    assert seen == [(128, 2), (256, 4)]  # one epoch of one minibatch a rollout of 64 steps: 2 updates by 128
 
 
 @pytest.mark.slow
