@@ -162,16 +162,22 @@ def _members(runs: list[Run]) -> str:
 
 
 def band(runs: list[Run], x: str, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``(x, mean, min, max)`` of ``metric`` over ``runs``, on the first run's x values up to the
-    shortest run's last one; each run interpolated linearly onto them."""
-    series = [run.series(x, metric) for run in runs]
-    series = [(xs, ys) for xs, ys in series if len(xs)]
+    """``(x, mean, min, max)`` of ``metric`` over the ``runs`` that have it, on the first such
+    run's x values within the range every run covers (from the latest first point to the earliest
+    last one; their union there when the first run has none of them), each run interpolated
+    linearly onto them: a run is never held flat past its own points. Runs with no range in common
+    are averaged where they are: each point over the runs that cover it."""
+    series = [(xs, ys) for xs, ys in (run.series(x, metric) for run in runs) if len(xs)]
     if not series:
         return (np.empty(0),) * 4  # type: ignore[return-value]
-    end = min(xs[-1] for xs, _ in series)
-    grid = series[0][0][series[0][0] <= end]
-    values = np.stack([np.interp(grid, xs, ys) for xs, ys in series])
-    return grid, values.mean(0), values.min(0), values.max(0)
+    start, end = max(xs[0] for xs, _ in series), min(xs[-1] for xs, _ in series)
+    every = np.unique(np.concatenate([xs for xs, _ in series]))
+    first = series[0][0]
+    grid = first[(first >= start) & (first <= end)]
+    if not len(grid):
+        grid = every[(every >= start) & (every <= end)] if start <= end else every
+    values = np.stack([np.where((grid >= xs[0]) & (grid <= xs[-1]), np.interp(grid, xs, ys), np.nan) for xs, ys in series])
+    return grid, np.nanmean(values, 0), np.nanmin(values, 0), np.nanmax(values, 0)
 
 
 def plot_runs(
@@ -222,7 +228,9 @@ def plot_runs(
     fig, axes = plt.subplots(1, len(metrics), figsize=(6.4 * len(metrics), 4.2), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
         for i, (label, members) in enumerate(group_runs(runs).items()):
-            usable = [r for r in members if metric in r.columns]
+            usable = [r for r in members if metric in r.columns and len(r.series(x, metric)[0])]  # the runs that draw
+            if not usable:
+                continue
             grid, mean, low, high = band(usable, x, metric)
             colour = f"C{i % 10}"
             seeds = _members(usable)

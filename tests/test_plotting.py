@@ -52,6 +52,24 @@ def test_seeds_of_one_config_are_a_mean_with_a_band_and_configs_get_their_own_li
     assert len(fig.axes) == 2 and fig.axes[1].get_ylabel() == "train_return_mean"
 
 
+def test_a_seed_is_never_held_flat_outside_its_points_and_a_seed_with_nothing_to_draw_is_not_counted(tmp_path):
+    """Seeds evaluated at other cadences (``eval_every`` is bookkeeping: one group) are averaged
+    where all of them have points, not with a seed's first value carried back to steps before
+    it; a seed with no evaluation yet is neither in the legend's count nor in the band."""
+    rows = [(5000, 1.0, "0"), (10000, 2.0, "100"), (15000, 3.0, "200"), (20000, 4.0, "300")]
+    a = _run_dir(tmp_path, "s0", 0, rows, eval_every=5000)
+    b = _run_dir(tmp_path, "s1", 1, [(5000, 1.0, ""), (20000, 4.0, "500")], eval_every=20000)
+    later = _run_dir(tmp_path, "s2", 2, [(10000, 2.0, "40"), (15000, 3.0, "60"), (20000, 4.0, "80")], eval_every=5000)
+    line = plot_runs([a, b]).axes[0].lines[0]
+    assert np.array_equal(line.get_xydata(), [[20000, 400]]) and line.get_label() == "ppo CartPole-v1 (2 seeds)"
+    assert np.array_equal(plot_runs([a, later]).axes[0].lines[0].get_xydata(), [[10000, 70], [15000, 130], [20000, 190]])
+    apart = _run_dir(tmp_path, "s3", 3, [(30000, 5.0, "600")], eval_every=5000)  # no steps in common: each point where it is
+    assert np.array_equal(plot_runs([a, apart]).axes[0].lines[0].get_xydata(), [[5000, 0], [10000, 100], [15000, 200], [20000, 300], [30000, 600]])
+    empty = _run_dir(tmp_path, "s4", 4, [(5000, 1.0, "")], eval_every=5000)
+    fig = plot_runs([a, empty])
+    assert fig.axes[0].lines[0].get_label() == "ppo CartPole-v1" and not fig.axes[0].collections
+
+
 def test_runs_of_other_budgets_are_other_lines_and_bookkeeping_keys_are_one(tmp_path):
     """A budget is part of the experiment (annealing schedules are fractions of it); seeds,
     checkpoints and evaluation cadence are not."""
