@@ -129,6 +129,34 @@ def test_observations_are_normalised_by_running_statistics_and_clipped():
     assert out[0, 0] == pytest.approx(0.0, abs=1e-3) and out[0, 2] == 2.0  # clipped
 
 
+@pytest.mark.parametrize("image", [(4, 36, 36), (36, 36, 3)])
+def test_image_observations_reach_both_networks_as_normalised_not_scaled_again(image):
+    """Frames are whitened and clipped to [-5, 5] before the networks (the paper's input): the
+    image encoders' 1/255 for stored uint8 frames must not apply to them a second time, and
+    neither network's input may change the other's (a float input is the caller's tensor)."""
+    space = gym.spaces.Box(0, 255, image, np.uint8)
+    rnd = RNDSpec().build(space)
+    frames = torch.randint(0, 256, (16, *image), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    rnd.update_obs_stats(frames)
+    seen = []
+    conv2d = torch.nn.functional.conv2d
+
+    def spy(x, *args, **kwargs):
+        if x.shape[1] == min(image):  # the first convolution's input
+            seen.append((x.min().item(), x.max().item()))
+        return conv2d(x, *args, **kwargs)
+
+    normalized = rnd.normalize(frames)
+    torch.nn.functional.conv2d = spy
+    try:
+        rnd.errors(frames)
+    finally:
+        torch.nn.functional.conv2d = conv2d
+    expected = (normalized.min().item(), normalized.max().item())
+    assert len(seen) == 2 and all(low == pytest.approx(expected[0]) and high == pytest.approx(expected[1]) for low, high in seen)
+    assert expected[0] < -1 and expected[1] > 1
+
+
 def test_the_predictor_learns_what_it_sees_so_seen_states_pay_less():
     torch.manual_seed(0)
     rnd = RNDSpec(features=8, hidden_sizes=(32,)).build(OBS)

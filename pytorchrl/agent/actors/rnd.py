@@ -87,7 +87,8 @@ class RandomNetworkDistillation(nn.Module):
         if not isinstance(observation_space, (gym.spaces.Box, gym.spaces.Discrete)):
             raise ValueError(f"RND needs a Box or Discrete observation space, got {observation_space}")
         self.spec = spec
-        encoder = EncoderSpec(hidden_sizes=spec.hidden_sizes, activation="relu")
+        # images arrive normalised and clipped (``normalize``), not as uint8 frames: not scaled again
+        encoder = EncoderSpec(hidden_sizes=spec.hidden_sizes, activation="relu", image_scale=1.0)
         # the predictor is one layer deeper than the target (as in the paper): it can fit the
         # target's features, and what it cannot fit yet is what is new
         target, predictor = encoder.build(observation_space), encoder.build(observation_space)

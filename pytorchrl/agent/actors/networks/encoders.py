@@ -66,6 +66,10 @@ class EncoderSpec:
     :param mlp_precision: what the hidden layers of the MLP after the extractor, and of a critic
         ensemble, compute in: ``float32`` or ``bfloat16`` (explicit casts, :func:`run_layers`;
         parameters, gradients and optimizer state stay float32, output layers and losses too).
+    :param image_scale: what image inputs are multiplied by: ``1/255`` for the stored ``uint8``
+        frames every actor reads; ``1.0`` for images that are already floats on their scale
+        (RND's normalised observations: scaled again, they would reach its first layer at 1/255
+        of the paper's range).
     """
 
     kind: str = "auto"
@@ -75,6 +79,7 @@ class EncoderSpec:
     cnn_features: int | None = None
     cnn_precision: str = "float32"
     mlp_precision: str = "float32"
+    image_scale: float = 1.0 / 255.0
 
     def extractor(self, space: gym.Space) -> nn.Module | None:
         """The space-specific part alone (None: a flat Box, read as it is)."""
@@ -89,7 +94,7 @@ class EncoderSpec:
         if self.kind in IMAGE_ENCODERS:
             raise EncoderError(f"encoder {self.kind!r} needs image observations (a uint8 Box of 3 dims); the observation space is {space}")
         if is_image_space(space):
-            return ScaledFlatten(space)
+            return ScaledFlatten(space, self.image_scale)
         return None
 
     @property
@@ -102,6 +107,7 @@ class EncoderSpec:
         assert cls is not None
         net = cls.make(space, self.cnn_options, where)
         net.dtype = _precision("CNN", self.cnn_precision)
+        net.input_scale = self.image_scale
         return net
 
     def large_mlp_inputs(self, space: gym.Space) -> list[str]:
@@ -181,14 +187,15 @@ class Encoder(MLP):
 
 
 class ScaledFlatten(nn.Module):
-    """A ``uint8`` image for an MLP: flattened and scaled to ``[0, 1]``."""
+    """An image for an MLP: flattened and scaled (a ``uint8`` one to ``[0, 1]``; ``scale``: :attr:`EncoderSpec.image_scale`)."""
 
-    def __init__(self, space: gym.Space) -> None:
+    def __init__(self, space: gym.Space, scale: float = 1.0 / 255.0) -> None:
         super().__init__()
         self.out_features = _flat_size(space)
+        self.scale = scale
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return obs.flatten(1).float().mul_(1.0 / 255.0)
+        return _scaled(obs.flatten(1), torch.float32, self.scale)
 
 
 class OneHot(nn.Module):
@@ -213,8 +220,16 @@ def _image_input(space: gym.Space, where: str) -> tuple[int, int, int, bool]:
     return int(c), int(h), int(w), channels_last
 
 
-def _to_float_image(obs: torch.Tensor, shape: tuple[int, ...], channels_last: bool, dtype: torch.dtype) -> torch.Tensor:
-    """Stored images as ``dtype`` NCHW in ``[0, 1]``, laid out channels-last in memory: oneDNN's
+def _scaled(x: torch.Tensor, dtype: torch.dtype, scale: float) -> torch.Tensor:
+    """``x`` as ``dtype`` times ``scale``; in place only on the copy a cast made (a float input
+    may be the caller's own tensor, which ``.to`` returns as it is)."""
+    if scale == 1.0:
+        return x.to(dtype)
+    return x.to(dtype).mul_(scale) if x.dtype != dtype else x * scale
+
+
+def _to_float_image(obs: torch.Tensor, shape: tuple[int, ...], channels_last: bool, dtype: torch.dtype, scale: float = 1.0 / 255.0) -> torch.Tensor:
+    """Stored images as ``dtype`` NCHW times ``scale`` (``uint8`` ones: in ``[0, 1]``), laid out channels-last in memory: oneDNN's
     convolutions run ~1.5x faster on it (measured: a Nature CNN step of 256, forward and
     backward, 58 instead of 88 ms on the 2-core VM). The layout change is made on the uint8
     tensor, a quarter of the bytes."""
@@ -223,7 +238,7 @@ def _to_float_image(obs: torch.Tensor, shape: tuple[int, ...], channels_last: bo
         x = x.permute(0, 3, 1, 2)
     else:
         x = x.contiguous(memory_format=torch.channels_last)
-    return x.to(dtype).mul_(1.0 / 255.0)
+    return _scaled(x, dtype, scale)
 
 
 class _ImageNet(CachedLayers):
@@ -237,6 +252,8 @@ class _ImageNet(CachedLayers):
     convs: nn.ModuleList
     linear: nn.Linear | None
     dtype: torch.dtype = torch.float32
+    #: what its input is multiplied by (:attr:`EncoderSpec.image_scale`)
+    input_scale: float = 1.0 / 255.0
     #: its ``actor.encoder`` options (keyword arguments) and their defaults
     options: ClassVar[dict[str, Any]] = {}
 
@@ -311,7 +328,7 @@ class NatureCNN(_ImageNet):
         self._finish(c * h * w, features)
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
-        x = _to_float_image(obs, self.shape, self.channels_last, self.dtype)
+        x = _to_float_image(obs, self.shape, self.channels_last, self.dtype, self.input_scale)
         for (w, b), stride in zip(self._layers, self.strides):
             x = F.relu(F.conv2d(x, w, b, stride))
         return self._output(x)
@@ -343,7 +360,7 @@ class ImpalaResNet(_ImageNet):
         self._finish(c * h * w, features)
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
-        x = _to_float_image(obs, self.shape, self.channels_last, self.dtype)
+        x = _to_float_image(obs, self.shape, self.channels_last, self.dtype, self.input_scale)
         layers = self._layers
         for s in range(self.num_stacks):
             w, b = layers[5 * s]
@@ -390,7 +407,7 @@ class DictExtractor(nn.Module):
                 part = OneHot(int(sub.n))
             elif is_image_space(sub):
                 images += 1
-                part = ScaledFlatten(sub) if spec.kind == "mlp" else spec._cnn(sub, where)
+                part = ScaledFlatten(sub, spec.image_scale) if spec.kind == "mlp" else spec._cnn(sub, where)
             elif isinstance(sub, gym.spaces.Box) and sub.shape:
                 part = None
             else:
