@@ -62,3 +62,30 @@ def test_buffer_joins_workers_and_samples_only_valid_steps():
     learner.after_gradients()
     with pytest.raises(RuntimeError):
         learner.before_gradients()
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("recurrent", [False, True])
+def test_no_minibatch_size_is_one_batch_however_many_steps_are_reset_steps(recurrent):
+    """``algorithm.minibatch_size: null`` (A2C; IMPALA's default) is the whole round in one
+    gradient step. Sized by its valid steps instead, a rollout of 1-step episodes (every other
+    step a reset step) split in two."""
+    from pytorchrl.agent.storages import VTraceBuffer
+
+    steps, envs = 6, 4
+    valid = torch.ones(steps, envs, dtype=torch.bool)
+    valid[1::2] = False
+    data = {
+        "obs": torch.zeros(steps + 1, envs, 3), "values": torch.zeros(steps + 1, envs), "actions": torch.zeros(steps, envs, dtype=torch.long),
+        "log_probs": torch.zeros(steps, envs), "rewards": torch.ones(steps, envs), "terminated": ~valid,
+        "truncated": torch.zeros(steps, envs, dtype=torch.bool), "valid": valid,
+    }
+    if recurrent:
+        data.update(states=torch.zeros(1, envs, 8), starts=torch.zeros(steps + 1, envs, dtype=torch.bool))
+    for cls in (GAEBuffer, VTraceBuffer):
+        storage = cls(num_steps=steps, num_envs=envs, obs_shape=(3,), action_shape=(), discrete=True, state_size=8 if recurrent else 0)
+        storage.add_data(data)
+        storage.before_gradients()
+        assert storage.num_samples == 12
+        assert storage.num_batches(None) == 1 and len(list(storage.generate_batches(minibatch_size=None))) == 1
+        assert storage.num_batches(6) > 1  # a size still splits

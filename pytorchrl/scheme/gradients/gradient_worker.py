@@ -154,7 +154,7 @@ class GradientWorker:
         self.storage.set_progress(self.algo.progress)  # e.g. prioritized replay's importance-sampling exponent
         self.storage.before_gradients()
         self.algo.prepare_round(self.storage)
-        size = self.algo.minibatch_size or self.storage.num_samples
+        size = self.algo.minibatch_size  # None (A2C, IMPALA's default): the whole batch, whatever share of it is valid
         self._remaining = self.storage.num_batches(size) * self.algo.num_epochs
         self._batches = self.storage.generate_batches(minibatch_size=size, num_epochs=self.algo.num_epochs)
         info["explained_variance"] = self.storage.explained_variance()

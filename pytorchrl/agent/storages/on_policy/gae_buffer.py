@@ -145,16 +145,19 @@ class GAEBuffer(RolloutStorage):
         var = target.var(unbiased=False).item()
         return float("nan") if var == 0 else 1.0 - (target - predicted).var(unbiased=False).item() / var
 
-    def num_batches(self, minibatch_size: int) -> int:
+    def num_batches(self, minibatch_size: int | None) -> int:
         """Minibatches per pass: ``round(num_samples / minibatch_size)``, at least one (recurrent:
-        groups of ``minibatch_size / state_stride`` sequences)."""
+        groups of ``minibatch_size / state_stride`` sequences); None: one, the whole round (A2C's
+        step per rollout, however many of its steps are padding or reset steps)."""
+        if minibatch_size is None:
+            return 1
         if self._flat is not None and self._recurrent:
             sequences = self._flat["states"].shape[0]
             return max(1, min(sequences, round(sequences / max(1, round(minibatch_size / self.state_stride)))))
         return max(1, round(self.num_samples / minibatch_size))
 
-    def generate_batches(self, *, minibatch_size: int, num_epochs: int = 1, shuffle: bool = True) -> Iterator[dict[str, torch.Tensor]]:
-        """Yield minibatches of about ``minibatch_size`` valid transitions, ``num_epochs`` passes.
+    def generate_batches(self, *, minibatch_size: int | None, num_epochs: int = 1, shuffle: bool = True) -> Iterator[dict[str, torch.Tensor]]:
+        """Yield minibatches of about ``minibatch_size`` valid transitions (None: all of them), ``num_epochs`` passes.
 
         Each pass splits a fresh permutation into ``round(num_samples / minibatch_size)``
         near-equal parts, so every valid transition is used exactly once per pass.

@@ -124,18 +124,21 @@ class VTraceBuffer(RolloutStorage):
         var = target.var(unbiased=False).item()
         return float("nan") if var == 0 else 1.0 - (target - pred).var(unbiased=False).item() / var
 
-    def _splits(self, minibatch_size: int) -> list[int]:
-        """Env-column groups per rollout: each holds about ``minibatch_size`` transitions."""
+    def _splits(self, minibatch_size: int | None) -> list[int]:
+        """Env-column groups per rollout: each holds about ``minibatch_size`` transitions (None: one group, the rollout)."""
+        if minibatch_size is None:
+            return [1] * len(self._rollouts)
         return [max(1, min(r["rewards"].shape[1], round(r["rewards"].numel() / minibatch_size))) for r in self._rollouts]
 
-    def num_batches(self, minibatch_size: int) -> int:
+    def num_batches(self, minibatch_size: int | None) -> int:
         """Minibatches per pass over the received rollouts (transitions: ``round(num_samples /
-        minibatch_size)``, at least one)."""
+        minibatch_size)``, at least one); None: the whole batch, a minibatch per rollout (whole
+        sequences) or one of every transition, however many of its steps are not valid."""
         if self._flat is not None:
-            return max(1, round(self.num_samples / minibatch_size))
+            return 1 if minibatch_size is None else max(1, round(self.num_samples / minibatch_size))
         return sum(self._splits(minibatch_size))
 
-    def generate_batches(self, *, minibatch_size: int, num_epochs: int = 1, shuffle: bool = True) -> Iterator[dict[str, torch.Tensor]]:
+    def generate_batches(self, *, minibatch_size: int | None, num_epochs: int = 1, shuffle: bool = True) -> Iterator[dict[str, torch.Tensor]]:
         """Yield time-major minibatches: all steps of a group of envs of one rollout (after
         :meth:`use_transitions`: shuffled transitions).
 
