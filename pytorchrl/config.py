@@ -514,27 +514,42 @@ def _set_dotted(out: dict, key: str, value: Any, what: str) -> None:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
             raise ConfigError(f"override {what!r}: {part!r} is not a section")
-    node[parts[-1]] = _merged(node.get(parts[-1]), value, parts)
+    algorithm = out.get("algorithm")
+    name = algorithm.get("name", "ppo") if isinstance(algorithm, dict) else "ppo"
+    if not isinstance(value, dict) and _is_section(parts, name):  # null or a value would drop the file's whole section
+        dotted = ".".join(parts)
+        raise ConfigError(
+            f"override {what!r}: {dotted!r} is a section, not a value; set its keys ({dotted}.KEY=VALUE) or give a mapping ({dotted}={{KEY: VALUE}})"
+        )
+    node[parts[-1]] = _merged(node.get(parts[-1]), value, parts, name)
 
 
-def _merged(old: Any, new: Any, path: list[str]) -> Any:
+def _merged(old: Any, new: Any, path: list[str], algorithm: str) -> Any:
     """What a key at ``path`` holds after an override sets it to ``new``: a mapping given for a
-    config section (``algorithm={lr: 1}``) changes the keys it names and keeps the others, as
-    dotted overrides of each would; any other value (a dict-valued key such as
-    ``env.env_kwargs`` included) replaces the old. An ``algorithm`` mapping naming another
-    algorithm starts from that algorithm's defaults."""
-    if not (isinstance(old, dict) and isinstance(new, dict) and _is_section(path)):
+    config section (``algorithm={lr: 1}``, ``algorithm.rnd={features: 32}``) changes the keys it
+    names and keeps the others, as dotted overrides of each would; any other value (a
+    dict-valued key such as ``env.env_kwargs`` included) replaces the old. An ``algorithm``
+    mapping naming another algorithm starts from that algorithm's defaults. ``algorithm``: the
+    name of the algorithm whose sections ``algorithm.*`` paths are."""
+    if not (isinstance(old, dict) and isinstance(new, dict) and _is_section(path, algorithm)):
         return new
     if path == ["algorithm"] and new.get("name", old.get("name")) != old.get("name"):
         return new
-    return {**old, **{k: _merged(old.get(k), v, [*path, str(k)]) for k, v in new.items()}}
+    return {**old, **{k: _merged(old.get(k), v, [*path, str(k)], algorithm) for k, v in new.items()}}
 
 
-def _is_section(path: list[str]) -> bool:
-    """Whether the dotted ``path`` names a config section (a dataclass), not a value."""
+def _is_section(path: list[str], algorithm: str = "ppo") -> bool:
+    """Whether the dotted ``path`` names a config section (a dataclass), not a value, in a config
+    of ``algorithm`` (its own sections: PPO's ``rnd`` and ``demos``; an unknown name: the keys
+    every algorithm has)."""
+    from pytorchrl.agent.algorithms import ALGORITHMS
+
     cls: Any = Config
     for part in path:
-        typ = AlgorithmConfig if cls is Config and part == "algorithm" else type_hints(cls).get(part)
+        if cls is Config and part == "algorithm":
+            typ = ALGORITHMS[algorithm].config_class if algorithm in ALGORITHMS else AlgorithmConfig
+        else:
+            typ = type_hints(cls).get(part)
         if not (isinstance(typ, type) and dataclasses.is_dataclass(typ)):
             return False
         cls = typ

@@ -82,6 +82,22 @@ def test_a_mapping_override_of_a_section_changes_only_the_keys_it_names():
     assert other.name == "dqn" and other.lr == 0.01 and other.gamma == 0.99  # DQN's own default, not the PPO config's 0.98
 
 
+def test_a_mapping_override_of_an_algorithms_own_section_keeps_its_other_keys_and_a_section_is_never_a_value():
+    """PPO's ``rnd`` and ``demos`` are sections of PPO's config, not of every algorithm's: a
+    mapping for them merges as ``env.atari={...}`` does, so naming one key does not switch RND or
+    PPOD off. A section given a value or null (``storage=``) would drop the file's whole
+    section for the library's defaults: refused, naming it."""
+    chain = load_config(CONFIGS / "ppo" / "rnd_chain.yaml")
+    for override in ("algorithm.rnd={features: 32}", "algorithm={rnd: {features: 32}}"):
+        rnd = load_config(CONFIGS / "ppo" / "rnd_chain.yaml", [override]).algorithm.rnd
+        assert rnd.features == 32 and rnd.enabled and rnd.intrinsic_coef == chain.algorithm.rnd.intrinsic_coef
+    demos = load_config(CONFIGS / "ppo" / "ppod_chain.yaml", ["algorithm.demos={rho: 0.2}"]).algorithm.demos
+    assert demos.enabled and demos.rho == 0.2 and demos.path == load_config(CONFIGS / "ppo" / "ppod_chain.yaml").algorithm.demos.path
+    for override, section in [("storage=", "storage"), ("run=null", "run"), ("algorithm.rnd=5", "algorithm.rnd")]:
+        with pytest.raises(ConfigError, match=rf"override {override!r}: {section!r} is a section, not a value; set its keys \({section}.KEY=VALUE\)"):
+            load_config(CONFIGS / "ppo" / "cartpole.yaml", [override])
+
+
 def test_int_accepted_for_float_but_not_bool_for_int():
     assert from_dict({"algorithm": {"lr": 1}}).algorithm.lr == 1.0
     with pytest.raises(ConfigError, match=r"'env.num_envs' = True has the wrong type: expected int"):
