@@ -546,6 +546,7 @@ def _is_section(path: list[str], algorithm: str = "ppo") -> bool:
 
     cls: Any = Config
     for part in path:
+        typ: Any
         if cls is Config and part == "algorithm":
             typ = ALGORITHMS[algorithm].config_class if algorithm in ALGORITHMS else AlgorithmConfig
         else:
