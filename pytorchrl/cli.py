@@ -78,7 +78,10 @@ def _parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train from a YAML config, or an env's default config with --algo/--env (or resume a run)")
     train.add_argument("config", nargs="?", help="YAML config file, e.g. configs/ppo/cartpole.yaml")
     train.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. algorithm.lr=3e-4 run.seed=3")
-    train.add_argument("--resume", metavar="RUN_DIR", help="continue RUN_DIR from its newest intact checkpoint")
+    train.add_argument(
+        "--resume", metavar="RUN_DIR",
+        help="continue RUN_DIR from its newest intact checkpoint (KEY=VALUE overrides change its training settings; `evaluate --help` lists the keys a checkpoint fixes)",
+    )
     train.add_argument(
         "--algo", metavar="ALGO",
         help="instead of a CONFIG.yaml, with --env: the shipped config for that env and algorithm, else the default of the env's "
@@ -101,7 +104,9 @@ def _parser() -> argparse.ArgumentParser:
         "env.max_episode_steps=1000, env.env_kwargs={...} (same spaces) or env.num_test_envs=4; keys the checkpoint was trained "
         "with that shape its network or observations are refused (env.env_id, env.normalize_obs, env.clip_obs, env.atari.frame_skip, "
         "screen_size, frame_stack and full_action_space, actor.* but log_std_init, ortho_init and the *_precision keys, algorithm.name, "
-        "DQN's dueling, noisy_nets, distributional, num_atoms, v_min, v_max, head_hidden_sizes and rainbow), as they are by train --resume",
+        "DQN's rainbow, dueling, noisy_nets, distributional, num_atoms, v_min, v_max, head_hidden_sizes and value_rescaling, SAC's "
+        "use_sde, MPC's ensemble_size, and the on-policy algorithms' rnd.enabled, rnd.features and rnd.hidden_sizes), as they are by "
+        "train --resume, which also keeps run.seed, storage.capacity and algorithm.prioritized_replay",
     )
     evaluate.add_argument("--episodes", type=int, default=10, metavar="N", help="episodes to run")
     evaluate.add_argument("--video", metavar="DIR", help="also record one episode as DIR/episode.gif")

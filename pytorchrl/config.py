@@ -446,11 +446,11 @@ def read_mapping(path: str | Path, what: str) -> dict:
     return raw
 
 
-def load_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+def load_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = (), *, resume: bool = False) -> Config:
     """The config a run directory was started with (its ``config.yaml``, which the caller has
     checked is there), plus ``overrides``; a bad file or a bad override is one :class:`ConfigError`
     line blaming the one at fault, and so is an override of a key the checkpoint fixes
-    (:data:`~pytorchrl.config_applicability.TRAINED_KEYS`)."""
+    (:data:`~pytorchrl.config_applicability.TRAINED_KEYS`; ``resume``: and ``RESUME_KEYS``)."""
     from pytorchrl.config_applicability import check_trained_keys  # it imports this module
 
     config_path = Path(run_dir) / "config.yaml"
@@ -459,7 +459,7 @@ def load_run_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...] 
         trained = from_dict(raw)
     except ConfigError as exc:
         raise ConfigError(f"{config_path}: {exc}") from None
-    return check_trained_keys(trained, apply_overrides(raw, overrides), overrides, config_path)
+    return check_trained_keys(trained, apply_overrides(raw, overrides), overrides, config_path, resume=resume)
 
 
 def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...]) -> dict:

@@ -35,7 +35,7 @@ from pytorchrl.envs.atari import is_atari_id
 from pytorchrl.utils.errors import ConfigError
 from pytorchrl.utils.spaces import is_image_space
 
-__all__ = ["TRAINED_KEYS", "IgnoredConfigKeysWarning", "check_trained_keys", "inapplicable_keys", "warn_inapplicable"]
+__all__ = ["RESUME_KEYS", "TRAINED_KEYS", "IgnoredConfigKeysWarning", "check_trained_keys", "inapplicable_keys", "warn_inapplicable"]
 
 
 class IgnoredConfigKeysWarning(UserWarning):
@@ -56,6 +56,11 @@ TRAINED_KEYS = (
     "actor.recurrent.type", "actor.recurrent.hidden_size", "actor.recurrent.num_layers",
     "algorithm.name",
 )
+#: keys ``train --resume`` overrides may not change beside :data:`TRAINED_KEYS` (``evaluate``
+#: may): the seed (the checkpoint carries on its random streams, so a new seed would change
+#: nothing but the ``config.yaml`` that plots and the results table group seeds by) and the
+#: replay buffer's shape, which the checkpoint's buffer must fit
+RESUME_KEYS = ("run.seed", "storage.capacity", "algorithm.prioritized_replay")
 
 _MISSING = object()
 
@@ -187,9 +192,9 @@ def _set_keys(section: Any, prefix: str, names: Iterable[str]) -> list[str]:
 # ------------------------------------------------------------------------- keys a checkpoint fixes
 
 
-def check_trained_keys(trained: Config, raw: dict, overrides: Sequence[str], where: str | Path) -> Config:
+def check_trained_keys(trained: Config, raw: dict, overrides: Sequence[str], where: str | Path, *, resume: bool = False) -> Config:
     """The trained run's config with ``overrides`` applied, refused where they change a key of
-    :data:`TRAINED_KEYS`.
+    :data:`TRAINED_KEYS` (``resume``: or of :data:`RESUME_KEYS`).
 
     :param trained: the run's own config (its ``config.yaml``, valid).
     :param raw: that ``config.yaml`` as a nested dict, overrides applied.
@@ -201,22 +206,22 @@ def check_trained_keys(trained: Config, raw: dict, overrides: Sequence[str], whe
     algorithm = raw.get("algorithm")
     name = algorithm.get("name", trained.algorithm.name) if isinstance(algorithm, dict) else trained.algorithm.name  # first: another algorithm's section would not even validate
     if name != trained.algorithm.name:
-        raise ConfigError(_changed_message([("algorithm.name", trained.algorithm.name, name)], overrides, where))
+        raise ConfigError(_changed_message([("algorithm.name", trained.algorithm.name, name)], overrides, where, resume))
     try:
         config = from_dict(raw)
     except ConfigError as exc:
         raise ConfigError(f"overrides of {where}: {exc}") from None
     changed = []
-    for key in (*TRAINED_KEYS, *(f"algorithm.{name}" for name in trained.algorithm.trained_keys)):
+    for key in (*TRAINED_KEYS, *(f"algorithm.{name}" for name in trained.algorithm.trained_keys), *(RESUME_KEYS if resume else ())):
         before, after = _get(trained, key), _get(config, key)
         if before is not _MISSING and config_to_dict(before) != config_to_dict(after):
             changed.append((key, before, after))
     if changed:
-        raise ConfigError(_changed_message(changed, overrides, where))
+        raise ConfigError(_changed_message(changed, overrides, where, resume))
     return config
 
 
-def _changed_message(changed: list[tuple[str, Any, Any]], overrides: Sequence[str], where: str | Path) -> str:
+def _changed_message(changed: list[tuple[str, Any, Any]], overrides: Sequence[str], where: str | Path, resume: bool) -> str:
     parts = []
     for key, before, after in changed:
         # the override that sets the key, or the whole section holding it (`actor={...}`)
@@ -224,7 +229,8 @@ def _changed_message(changed: list[tuple[str, Any, Any]], overrides: Sequence[st
         what = f"override {given[-1]!r}" if given else "the overrides"
         parts.append(f"{what} changes {key} to {_show(after)} (trained with {_show(before)})")
     return (
-        f"{'; '.join(parts)}, in {where}: a checkpoint fixes its network, algorithm and observations; only evaluation and "
+        f"{'; '.join(parts)}, in {where}: a checkpoint fixes its network, algorithm and observations"
+        f"{' (a resumed run also its seed and its replay buffer: start a new run for another)' if resume else ''}; only evaluation and "
         "training settings may change (`pytorchrl evaluate --help` lists the keys it fixes)"
     )
 

@@ -183,7 +183,7 @@ class Learner:
             or observations: :data:`~pytorchrl.config_applicability.TRAINED_KEYS`).
         """
         run_dir = check_run_dir(run_dir, "--resume", resume=True)
-        config = load_run_config(run_dir, overrides)  # first: a bad config or override is told before the checkpoints are read
+        config = load_run_config(run_dir, overrides, resume=True)  # first: a bad config or override is told before the checkpoints are read
         if not list_checkpoints(run_dir / "checkpoints"):
             raise CheckpointError(
                 f"--resume {str(run_dir)!r}: the run stopped before its first checkpoint, so there is nothing to resume; "

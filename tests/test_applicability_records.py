@@ -161,6 +161,28 @@ def test_an_algorithms_own_trained_keys_are_fixed_too():
     assert check_trained_keys(trained, kept, ["algorithm.lr=0.001"], "run/config.yaml").algorithm.lr == 1e-3
 
 
+def test_a_resume_also_keeps_its_seed_and_replay_buffer_and_evaluate_help_names_every_fixed_key(run_dir, capsys):
+    """A resumed run carries on its checkpoint's random streams: ``run.seed=5`` would change only
+    its config.yaml, making a second copy of seed 0 count as seed 5 in plots and the table. The
+    replay buffer's shape must fit the checkpoint's, and RND's networks are the actor's. Each is
+    one line naming the key, not a state-dict dump; ``evaluate`` may still change the seed."""
+    from pytorchrl.agent.algorithms import ALGORITHMS
+    from pytorchrl.cli import main
+    from pytorchrl.config_applicability import RESUME_KEYS, TRAINED_KEYS
+
+    with pytest.raises(ConfigError, match=r"^override 'run.seed=5' changes run.seed to 5 \(trained with 0\).*a resumed run also its seed and its replay buffer"):
+        load_run_config(run_dir, ["run.seed=5"], resume=True)
+    assert load_run_config(run_dir, ["run.seed=5"]).run.seed == 5  # evaluate: another seed's episodes
+    with pytest.raises(ConfigError, match=r"changes algorithm.rnd.enabled to true \(trained with false\)"):
+        load_run_config(run_dir, ["algorithm.rnd.enabled=true"], resume=True)
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    names = {*TRAINED_KEYS, *RESUME_KEYS, *(key for cls in ALGORITHMS.values() for key in cls.config_class.trained_keys)}
+    covered = [key for key in names if key.rsplit(".", 1)[-1] in shown or (key.startswith("actor.") and "actor.*" in shown)]
+    assert sorted(names - set(covered)) == []
+
+
 def test_evaluation_settings_stay_open_and_bad_overrides_are_blamed(run_dir):
     config = load_run_config(run_dir, ["env.atari.repeat_action_probability=0", "run.eval_deterministic=false", "env.max_episode_steps=9"])
     assert config.env.max_episode_steps == 9 and not config.run.eval_deterministic

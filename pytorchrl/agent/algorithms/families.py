@@ -79,6 +79,8 @@ class OnPolicyConfig(AlgorithmConfig):
 
     #: takes RND (its loss adds the predictor's, its round start scores the rollouts)
     takes_rnd: ClassVar[bool] = False
+    #: RND's networks are the actor's: a checkpoint fixes whether they exist and their shapes
+    trained_keys = ("rnd.enabled", "rnd.features", "rnd.hidden_sizes")
 
     def check(self, config: Config) -> None:
         """Sequences are cut from one rollout and start from their stored state (no burn-in);
