@@ -110,6 +110,26 @@ class FireReset(gym.Wrapper):
         return obs, info
 
 
+#: the ALE's keyword arguments that ``env.atari`` keys set (the env's own name: the key's)
+ATARI_SETS = {
+    "frameskip": "frame_skip", "repeat_action_probability": "repeat_action_probability", "full_action_space": "full_action_space",
+    "max_num_frames_per_episode": "max_episode_frames",
+}
+
+
+def _native_kwargs() -> set[str]:
+    """The keyword arguments ale-py's ``AtariVectorEnv`` takes beyond those this module sets."""
+    import inspect
+
+    from ale_py.vector_env import AtariVectorEnv
+
+    set_here = {
+        "self", "game", "num_envs", "num_threads", "frameskip", "img_height", "img_width", "stack_num", "noop_max", "episodic_life",
+        "reward_clipping", "repeat_action_probability", "full_action_space", "max_num_frames_per_episode", "use_fire_reset",
+    }
+    return set(inspect.signature(AtariVectorEnv.__init__).parameters) - set_here
+
+
 def make_atari_vector_env(
     env_id: str, num_envs: int, *, atari: dict[str, Any], vectorization: str, env_kwargs: dict[str, Any],
     max_episode_steps: int | None, wrap: Callable[[Callable[[], gym.Env]], Callable[[], gym.Env]] | None = None,
@@ -121,12 +141,27 @@ def make_atari_vector_env(
     :param wrap: wraps each single-env constructor (``restart_failed_envs``; sync/async only).
     """
     register_atari(env_id)
+    taken = {k: ATARI_SETS[k] for k in env_kwargs if k in ATARI_SETS}
+    if taken:
+        raise InputError(
+            "env.env_kwargs " + ", ".join(f"{k!r} is env.atari.{key}'s to set" for k, key in taken.items())
+            + ": set " + " and ".join(f"env.atari.{key}" for key in taken.values()) + " instead"
+        )
+    if env_kwargs.get("obs_type") == "ram":
+        raise InputError("env.env_kwargs obs_type 'ram': pytorchrl's Atari preprocessing (env.atari) reads the screen; allowed: 'rgb' (the default) or 'grayscale'")
     if vectorization == "native" and wrap is not None:
         raise InputError(
             "env.vectorization = 'native' cannot be combined with env.restart_failed_envs = true "
             "(ale-py's vector env cannot recreate one of its envs); use 'sync' or 'async'"
         )
-    if vectorization in ("auto", "native") and wrap is None:
+    native_kwargs = _native_kwargs()
+    foreign = sorted(set(env_kwargs) - native_kwargs)
+    if vectorization == "native" and foreign:
+        raise InputError(
+            f"env.env_kwargs {', '.join(map(repr, foreign))}: ale-py's vector env (env.vectorization = 'native') does not take "
+            f"{'it' if len(foreign) == 1 else 'them'} (it takes {', '.join(sorted(native_kwargs))}); use env.vectorization 'sync' or 'async', whose gym.make does"
+        )
+    if vectorization in ("auto", "native") and wrap is None and not foreign:  # auto with keys only gym.make takes (mode, obs_type): sync
         from ale_py.vector_env import AtariVectorEnv
 
         game = gym.spec(env_id).kwargs.get("game")

@@ -194,3 +194,23 @@ def test_fire_reset_starts_breakout_without_the_agent_pressing_fire(vectorizatio
         finally:
             env.close()
     assert lost[True] >= 1 and lost[False] == 0, lost
+
+
+@pytest.mark.timeout(60)
+def test_ale_keywords_that_the_native_vector_env_lacks_take_gymnasiums_and_bad_ones_are_one_line():
+    """``env.env_kwargs`` that gym.make takes and ale-py's vector env does not (``mode``) make
+    ``auto`` build gymnasium's vector env; ``native`` refuses them, naming what it takes. Keywords
+    that ``env.atari`` sets, and RAM observations (the preprocessing reads the screen), are one
+    line naming the key to set instead."""
+    env = VecEnv("ALE/Pong-v5", num_envs=1, seed=0, atari=ATARI, env_kwargs={"mode": 0})
+    try:
+        assert env.reset().shape == (1, 4, 84, 84)
+    finally:
+        env.close()
+    for kwargs, vectorization, message in [
+        ({"mode": 0}, "native", r"^env.env_kwargs 'mode': ale-py's vector env \(env.vectorization = 'native'\) does not take it \(it takes .*grayscale"),
+        ({"frameskip": 2}, "auto", r"^env.env_kwargs 'frameskip' is env.atari.frame_skip's to set: set env.atari.frame_skip instead$"),
+        ({"obs_type": "ram"}, "sync", r"^env.env_kwargs obs_type 'ram': .* reads the screen; allowed: 'rgb' \(the default\) or 'grayscale'$"),
+    ]:
+        with pytest.raises(InputError, match=message):
+            VecEnv("ALE/Pong-v5", num_envs=1, seed=0, atari=ATARI, env_kwargs=kwargs, vectorization=vectorization)
