@@ -35,7 +35,7 @@ import gymnasium as gym
 from pytorchrl.agent.algorithms import ALGORITHMS
 from pytorchrl.config import apply_overrides, read_mapping, set_values
 from pytorchrl.envs.atari import is_atari_id
-from pytorchrl.envs.making import check_env_id, probe_env
+from pytorchrl.envs.making import action_space_problem, check_env_id, probe_env
 from pytorchrl.utils.checkout import package_checkout
 from pytorchrl.utils.errors import ConfigError, InputError
 
@@ -387,9 +387,10 @@ def _family_choice(algo: str, env_id: str, env_section: dict[str, Any], configs:
     family = family_for(env_id, observation_space, action_space)
     if family is None:
         covered = ", ".join(f"{f['name']} for {f['applies']}" for f in FAMILIES)
+        problem = action_space_problem(action_space)
         raise InputError(
             f"no family default covers --env {env_id!r}: its observations are {_describe(observation_space)} and its actions "
-            f"{_describe(action_space)}; the families are {covered}; write a CONFIG.yaml for it (see configs/)"
+            f"{_describe(action_space)}{f' ({problem})' if problem else ''}; the families are {covered}; write a CONFIG.yaml for it (see configs/)"
         )
     fitting = _fitting_algorithms(action_space)
     working = [a for a in fitting if a in family["algorithms"] or shipped_config(a, env_id, configs, env_kwargs) is not None]
@@ -427,7 +428,7 @@ def family_for(env_id: str, observation_space: gym.Space, action_space: gym.Spac
     vector observations (a Box of one dimension) with Box or Discrete actions. None: no family."""
     if is_atari_id(env_id):
         return ATARI
-    if not (isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1):
+    if not (isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1) or action_space_problem(action_space):
         return None
     if isinstance(action_space, gym.spaces.Box):
         return BOX_VECTOR

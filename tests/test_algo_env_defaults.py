@@ -55,6 +55,18 @@ class MultiBinaryActionsEnv(gym.Env):
         return np.zeros(3, np.float32), 0.0, True, False, {}
 
 
+class ShiftedDiscreteActionsEnv(MultiBinaryActionsEnv):
+    """Actions 1, 2 and 3 (``Discrete(3, start=1)``): an actor's index 0 is no action of it."""
+
+    action_space = gym.spaces.Discrete(3, start=1)
+
+
+class MatrixActionsEnv(MultiBinaryActionsEnv):
+    """A Box action of two dimensions: no actor's head outputs one."""
+
+    action_space = gym.spaces.Box(-1.0, 1.0, (2, 2), np.float32)
+
+
 def _bad(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
     code = main(argv)
     err = capsys.readouterr().err.strip()
@@ -118,6 +130,8 @@ def test_unknown_env_id_gets_the_message_of_a_configs_env_id(capsys):
         ("Blackjack-v1", "observations are Tuple("),
         ("tests.envs_for_tests:DictTargetEnv", "observations are Dict("),
         (f"{__name__}:MultiBinaryActionsEnv", "actions MultiBinary(4)"),
+        (f"{__name__}:ShiftedDiscreteActionsEnv", "actions Discrete(3, start=1) (the actors' actions are indices from 0"),
+        (f"{__name__}:MatrixActionsEnv", "actions Box(shape (2, 2), float32) (a Box action must have one dimension"),
     ],
 )
 def test_spaces_no_family_covers_name_the_families(capsys, env_id, what):
@@ -236,6 +250,8 @@ def test_family_for_picks_by_id_then_spaces():
     assert family_for("x:y", gym.spaces.Dict({"a": VECTOR}), gym.spaces.Discrete(2)) is None
     assert family_for("x:y", VECTOR, gym.spaces.MultiBinary(3)) is None
     assert family_for("x:y", VECTOR, gym.spaces.MultiDiscrete([2, 3])) is None
+    assert family_for("x:y", VECTOR, gym.spaces.Discrete(3, start=1)) is None
+    assert family_for("x:y", VECTOR, gym.spaces.Box(-1.0, 1.0, (2, 2))) is None
 
 
 @pytest.mark.timeout(30)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from pytorchrl.envs.atari import register_atari
@@ -107,8 +108,20 @@ def check_spaces(env_id: str, obs_space: gym.Space, act_space: gym.Space) -> Non
     problem = check_observation_space(obs_space)
     if problem is not None:
         raise InputError(f"env.env_id = {env_id!r}: {problem}")
-    if not isinstance(act_space, SUPPORTED_ACTION_SPACES):
-        raise InputError(f"env.env_id = {env_id!r} has action space {act_space}; supported: Discrete, Box, MultiDiscrete")
+    problem = action_space_problem(act_space)
+    if problem is not None:
+        raise InputError(f"env.env_id = {env_id!r} has action space {act_space}; {problem}")
+
+
+def action_space_problem(space: gym.Space) -> str | None:
+    """None for an action space the actors act in, else why not and what is (one phrase)."""
+    if not isinstance(space, SUPPORTED_ACTION_SPACES):
+        return "supported: Discrete, Box, MultiDiscrete"
+    if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)) and np.any(np.asarray(space.start) != 0):
+        return "the actors' actions are indices from 0 (a Discrete or MultiDiscrete start of 0); wrap the env to shift them (gymnasium.ActionWrapper)"
+    if isinstance(space, gym.spaces.Box) and len(space.shape) != 1:
+        return "a Box action must have one dimension (a vector); wrap the env to reshape it (gymnasium.ActionWrapper)"
+    return None
 
 
 @contextlib.contextmanager
