@@ -516,11 +516,9 @@ def _set_dotted(out: dict, key: str, value: Any, what: str) -> None:
             raise ConfigError(f"override {what!r}: {part!r} is not a section")
     algorithm = out.get("algorithm")
     name = algorithm.get("name", "ppo") if isinstance(algorithm, dict) else "ppo"
-    if not isinstance(value, dict) and _is_section(parts, name):  # null or a value would drop the file's whole section
+    if value is None and _is_section(parts, name):  # null would drop the file's whole section for the defaults (a value: validation's)
         dotted = ".".join(parts)
-        raise ConfigError(
-            f"override {what!r}: {dotted!r} is a section, not a value; set its keys ({dotted}.KEY=VALUE) or give a mapping ({dotted}={{KEY: VALUE}})"
-        )
+        raise ConfigError(f"override {what!r}: config key {dotted!r} = null is a section, not a value: set its keys (e.g. {dotted}.KEY=VALUE)")
     node[parts[-1]] = _merged(node.get(parts[-1]), value, parts, name)
 
 

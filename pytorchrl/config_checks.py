@@ -116,7 +116,10 @@ def _coerce(key: str, value: Any, typ: Any) -> Any:
             raise ConfigError(f"config key {key!r} = {value!r} has the wrong type: expected a list of {item.__name__}")
         return tuple(_coerce(f"{key}[{i}]", v, item) for i, v in enumerate(value))
     if typ is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an int of hundreds of digits
+            raise ConfigError(f"config key {key!r} = {str(value)[:20]}... ({len(str(value))} digits) is too large for a float") from None
     if typ is float and isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string
         try:
             return float(value)

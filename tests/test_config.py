@@ -93,8 +93,8 @@ def test_a_mapping_override_of_an_algorithms_own_section_keeps_its_other_keys_an
         assert rnd.features == 32 and rnd.enabled and rnd.intrinsic_coef == chain.algorithm.rnd.intrinsic_coef
     demos = load_config(CONFIGS / "ppo" / "ppod_chain.yaml", ["algorithm.demos={rho: 0.2}"]).algorithm.demos
     assert demos.enabled and demos.rho == 0.2 and demos.path == load_config(CONFIGS / "ppo" / "ppod_chain.yaml").algorithm.demos.path
-    for override, section in [("storage=", "storage"), ("run=null", "run"), ("algorithm.rnd=5", "algorithm.rnd")]:
-        with pytest.raises(ConfigError, match=rf"override {override!r}: {section!r} is a section, not a value; set its keys \({section}.KEY=VALUE\)"):
+    for override, section in [("storage=", "storage"), ("run=null", "run"), ("algorithm.rnd=", "algorithm.rnd")]:
+        with pytest.raises(ConfigError, match=rf"^override {override!r}: config key {section!r} = null is a section, not a value: set its keys \(e.g. {section}.KEY=VALUE\)$"):
             load_config(CONFIGS / "ppo" / "cartpole.yaml", [override])
 
 

@@ -147,6 +147,8 @@ class StrictLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<: *base``: its keys give way to the explicit ones (YAML's merge)
+                continue
             key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
             line = key_node.start_mark.line + 1
             try:
