@@ -219,6 +219,22 @@ def test_sequence_buffer_windows_overlap_by_half_across_rollouts():
     assert buffer.size == 3 * 2
 
 
+@pytest.mark.parametrize(("length", "burn_in"), [(20, 0), (20, 4), (20, 10), (20, 16), (20, 5)])
+def test_every_step_past_the_first_windows_is_learned_from_twice_whatever_the_burn_in(length, burn_in):
+    """A window's loss is on its steps after the burn-in; windows start every half of that part,
+    so each step is learned from twice (three times once a stride where the half is not whole),
+    never 0 times (a stride of half the window skipped steps once the burn-in passed half of it)
+    and not once and twice by turns."""
+    from pytorchrl.agent.algorithms.sequences import Window
+
+    buffer = SequenceBuffer(capacity=10_000, sequence_length=length, burn_in=burn_in)
+    buffer.add_data(_stream_chunk(200, 1, 0, 0))
+    rows = {k: torch.from_numpy(np.swapaxes(buffer._arrays[k][: buffer.size], 0, 1).copy()) for k in ("obs", "rewards", "terminated", "truncated", "valid")}
+    learned = Window(rows, burn_in, gamma=0.99, n_step=1).now(rows["obs"][burn_in:, :, 0])
+    counts = np.bincount(learned.long().numpy().ravel(), minlength=200)[length : 200 - length]  # past the stream's first and last windows
+    assert counts.min() == 2 and counts.max() <= 3 and (counts == 2).mean() > 0.8, counts.tolist()
+
+
 def test_sequence_buffer_state_dict_round_trip():
     sampler = PrioritizedSampler()
     buffer = SequenceBuffer(capacity=60, sequence_length=4, sampler=sampler)

@@ -334,7 +334,7 @@ def replay_storage_factory(config: Config, observation_space: gym.Space, action_
     }
     if rollout["state_size"]:
         rollout.pop("state_stride")  # every step's state: any step may start a window
-        return SequenceReplayStorage.create_factory(sequence_length=config.storage.sequence_length, **common, **rollout)
+        return SequenceReplayStorage.create_factory(sequence_length=config.storage.sequence_length, burn_in=config.storage.burn_in, **common, **rollout)
     return ReplayStorage.create_factory(
         n_step=algo.n_step, gamma=algo.gamma, actor_priorities=actor_priorities and algo.prioritized(),
         relabeller=hindsight_relabeller(config, observation_space), **common, **rollout

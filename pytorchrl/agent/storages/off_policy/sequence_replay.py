@@ -4,9 +4,12 @@ Collection workers send rollouts as for any replay algorithm (tagged with their 
 :mod:`.replay_storage`), plus the recurrent state their actor acted on at every step and the
 episode-start flags (:mod:`pytorchrl.agent.storages.on_policy.rollout`). On the gradient side,
 :class:`SequenceBuffer` cuts each env's stream into windows of ``sequence_length`` steps that
-start every ``sequence_length // 2`` steps (adjacent windows overlap by half, as in R2D2), each
-stored with ``sequence_length + 1`` observations (the last one bootstraps), its step fields,
-its episode-start flags and the stored state at its first step. A window may span rollouts of
+start every ``(sequence_length - burn_in) // 2`` steps, each stored with ``sequence_length + 1`` observations (the last one bootstraps), its step fields,
+its episode-start flags and the stored state at its first step. A window's loss is on its steps
+after the burn-in, so windows that start every half of that part learn from each step twice (once
+more where the half is not whole), as R2D2's burn-in and trace with a period of half the trace
+do; a stride of half the window would leave steps that no window learns from once the burn-in
+passes half of it. A window may span rollouts of
 the same stream (the buffer keeps each stream's unfinished tail) and episodes (the recurrence
 resets at ``starts``; returns stop at episode ends; reset steps are masked), so no step is
 padded or lost.
@@ -39,15 +42,20 @@ class SequenceBuffer:
 
     :param capacity: transitions the buffer covers; it holds ``capacity // stride`` windows.
     :param sequence_length: steps per window.
+    :param burn_in: its first steps, which only warm up the recurrent state (no loss on them).
     :param sampler: how windows are drawn (default uniform); the buffer keeps its own copy.
     :param device: where sampled batches are placed.
     """
 
-    def __init__(self, *, capacity: int, sequence_length: int, sampler: Sampler | None = None, device: str | torch.device = "cpu") -> None:
-        if sequence_length < 2 or capacity < sequence_length:
-            raise ValueError(f"SequenceBuffer: need sequence_length >= 2 and capacity >= sequence_length; got {sequence_length}, {capacity}")
+    def __init__(
+        self, *, capacity: int, sequence_length: int, burn_in: int = 0, sampler: Sampler | None = None, device: str | torch.device = "cpu",
+    ) -> None:
+        if sequence_length < 2 or capacity < sequence_length or not 0 <= burn_in < sequence_length:
+            raise ValueError(
+                f"SequenceBuffer: need sequence_length >= 2, capacity >= sequence_length and 0 <= burn_in < sequence_length; got {sequence_length}, {capacity}, {burn_in}"
+            )
         self.length = sequence_length
-        self.stride = max(1, sequence_length // 2)
+        self.stride = max(1, (sequence_length - burn_in) // 2)  # each step learned from twice (module doc)
         self.num_slots = max(1, capacity // self.stride)
         self.device = torch.device(device)
         self.sampler = copy.deepcopy(sampler) if sampler is not None else UniformSampler()
@@ -194,15 +202,17 @@ class SequenceReplayStorage(ReplayStorage):
     per-step recurrent states in, time-major windows out (``minibatch_size`` windows each).
 
     :param sequence_length: steps per replayed window.
+    :param burn_in: the window's first steps that only warm up the state (they set how often windows start).
     :param kwargs: :class:`ReplayStorage` arguments (``n_step`` and ``gamma`` are the
         algorithm's business here: returns are computed within each window by the loss).
     """
 
     return_settings: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, *, sequence_length: int, **kwargs: Any) -> None:
+    def __init__(self, *, sequence_length: int, burn_in: int = 0, **kwargs: Any) -> None:
         kwargs["state_stride"] = 1  # the state at every step: any of them may start a window
         super().__init__(**kwargs)
         self._make_buffer = functools.partial(
-            SequenceBuffer, capacity=kwargs["capacity"], sequence_length=sequence_length, sampler=self._sampler, device=kwargs.get("device", "cpu")
+            SequenceBuffer, capacity=kwargs["capacity"], sequence_length=sequence_length, burn_in=burn_in, sampler=self._sampler,
+            device=kwargs.get("device", "cpu"),
         )
