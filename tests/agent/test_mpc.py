@@ -102,7 +102,7 @@ def test_the_ensemble_learns_a_linear_system():
     losses = []
     for _ in range(300):
         rows = torch.randint(4096, (128,), generator=g)
-        info = algo.compute_gradients({k: v[rows] for k, v in data.items()})
+        info = algo.compute_gradients({**{k: v[rows] for k, v in data.items()}, "indices": rows})
         assert algo.apply_gradients()
         losses.append(info["model_loss"])
         assert set(info) <= set(MPC.metrics)
@@ -115,6 +115,33 @@ def test_the_ensemble_learns_a_linear_system():
     predicted = test["obs"] + actor.delta_mean + out[:, :-1] * actor.delta_std
     scale = float((test["next_obs"] - test["obs"]).std())
     assert float((predicted - test["next_obs"]).abs().mean()) < 0.1 * scale
+
+
+def test_each_member_learns_on_its_own_bootstrap_of_the_buffer():
+    """PETS: member k counts a replay row a Poisson(1) number of times, fixed for the run, so
+    each member leaves out about 37% of the rows and the members' weights are independent; the
+    loss is each member's weighted mean. A resample of each minibatch gave every member the
+    same expected weight on every row."""
+    from pytorchrl.agent.algorithms.mpc import bootstrap_weights
+
+    rows = torch.arange(50_000)
+    weights = bootstrap_weights(rows, 3)
+    assert torch.equal(weights, bootstrap_weights(rows, 3)) and torch.equal(weights[:, 7:9], bootstrap_weights(rows[7:9], 3))
+    left_out = (weights == 0).float().mean(1)
+    assert torch.allclose(left_out, torch.full((3,), float(np.exp(-1.0))), atol=0.01) and torch.allclose(weights.mean(1), torch.ones(3), atol=0.02)
+    assert torch.corrcoef(weights).sub(torch.eye(3)).abs().max() < 0.02
+    algo = _algorithm(lr=3e-3)
+    g = torch.Generator().manual_seed(0)
+    data = _linear_batch(64, g)
+    algo.actor.set_statistics(data["obs"], data["next_obs"], data["rewards"])
+    batch = {**data, "indices": torch.arange(64)}
+    loss, _ = algo.compute_loss(batch)
+    actor = algo.actor
+    with torch.no_grad():
+        inputs = actor.model_inputs(data["obs"], actor.normalize(data["actions"]))
+        error = (actor.model(inputs.expand(3, -1, -1)) - actor.model_targets(data["obs"], data["next_obs"], data["rewards"])).square().mean(-1)
+    w = bootstrap_weights(batch["indices"], 3)
+    assert torch.allclose(loss.detach(), ((w * error).sum(1) / w.sum(1)).sum(), rtol=1e-5)
 
 
 @pytest.mark.timeout(60)

@@ -2,9 +2,12 @@
 collection workers that act by planning with it (:class:`~pytorchrl.agent.actors.model_based.MPCActor`).
 
 The learner's part is supervised: each member of the ensemble regresses the normalised
-observation change and reward of replayed transitions (mean squared error, each member on its
-own bootstrap resample of the minibatch, as PETS's ensembles, Chua et al. 2018), through the
-framework's one flat gradient. Once a round's data is in, the normalisation statistics are
+observation change and reward of replayed transitions (mean squared error) through the
+framework's one flat gradient, each member on its own bootstrap of the replay buffer, as PETS's
+ensembles (Chua et al. 2018): a buffer row counts for member k as many times as a Poisson(1)
+draw fixed for that row and member (:func:`bootstrap_weights`), so each member leaves out about
+37% of the data and the members disagree where data are few. A resample of each minibatch would
+give every member the same expected weight on every row. Once a round's data is in, the normalisation statistics are
 recomputed from the whole replay buffer (:meth:`MPC.prepare_round`); they are buffers of the
 actor, so they reach the workers with the weights and go into checkpoints.
 """
@@ -141,10 +144,10 @@ class MPC(Algorithm):
         obs, next_obs = batch["obs"].flatten(1).float(), batch["next_obs"].flatten(1).float()
         inputs = actor.model_inputs(obs, actor.normalize(batch["actions"]))
         targets = actor.model_targets(obs, next_obs, batch["rewards"])
-        size = obs.shape[0]
-        rows = torch.randint(size, (actor.ensemble_size, size), device=obs.device)  # each member its own bootstrap
-        error = (actor.model(inputs[rows]) - targets[rows]).square()  # [K, B, obs + 1]
-        loss = error.mean((1, 2)).sum()
+        members = actor.ensemble_size
+        error = (actor.model(inputs.expand(members, *inputs.shape)) - targets).square()  # [K, B, obs + 1]
+        weights = bootstrap_weights(batch["indices"], members).to(error.device)  # [K, B]: each member's bootstrap
+        loss = ((weights * error.mean(-1)).sum(1) / weights.sum(1).clamp(min=1.0)).sum()
         with torch.no_grad():
             model_loss, dynamics_loss, reward_loss = torch.stack([error.mean(), error[..., :-1].mean(), error[..., -1].mean()]).tolist()
         return loss, {"model_loss": model_loss, "dynamics_loss": dynamics_loss, "reward_loss": reward_loss}
@@ -163,3 +166,21 @@ class MPC(Algorithm):
     def set_warmup(self, warming_up: bool) -> None:
         """Act uniformly at random until the replay buffer first holds ``start_steps``."""
         self._end_uniform_acting(warming_up)
+
+
+#: Poisson(1)'s cumulative distribution at 0, 1, ... 7: a uniform draw below entry j counts j times
+_POISSON_1_CDF = torch.tensor([sum(np.exp(-1.0) / np.prod(range(1, i + 1)) for i in range(j + 1)) for j in range(8)], dtype=torch.float64)
+
+
+def bootstrap_weights(rows: torch.Tensor, members: int) -> torch.Tensor:
+    """How many times each replay row counts for each member ``[members, B]``: Poisson(1) draws,
+    fixed for a (row, member) pair for the whole run (an integer hash of the two, so nothing is
+    stored or checkpointed), the bootstrap of each member over the buffer."""
+    rows = rows.detach().cpu().long().reshape(1, -1)
+    key = rows * members + torch.arange(members).reshape(-1, 1) + 1
+    h = (key * 2654435761) & 0xFFFFFFFF  # Knuth's multiplicative hash, then two xor-shift-multiply rounds
+    h = ((h ^ (h >> 16)) * 0x45D9F3B) & 0xFFFFFFFF
+    h = ((h ^ (h >> 16)) * 0x45D9F3B) & 0xFFFFFFFF
+    h = h ^ (h >> 16)
+    uniform = h.double() / 2.0**32
+    return torch.searchsorted(_POISSON_1_CDF, uniform, right=True).float()
