@@ -146,7 +146,8 @@ def _load(path: Path, overrides: list[str] | tuple[str, ...], what: str) -> tupl
         warnings.simplefilter("ignore", IgnoredConfigKeysWarning)
         learner = Learner.from_config(config, progress=False)
     try:
-        learner.load_state(evaluation_state(state))
+        learner.check_identity(meta, checkpoint)
+        learner.load_state(evaluation_state(state), where=checkpoint)
     except BaseException:
         learner.close()
         raise

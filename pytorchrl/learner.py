@@ -31,6 +31,7 @@ from pytorchrl.utils.checkpoint import (
     nonfinite_tensor,
     prune_checkpoints,
     save_checkpoint,
+    tidy_checkpoints,
 )
 from pytorchrl.utils.errors import CheckpointError, InputError, TrainingDiverged
 from pytorchrl.utils.paths import check_run_dir, write_text_atomic
@@ -77,6 +78,9 @@ class Learner:
         self._lock = lock
         self.scheme = scheme
         self._closed = False
+        #: the algorithm and env id of a learner built from a config: its checkpoints record them,
+        #: and a checkpoint of another is refused (None: built in Python, not checked)
+        self.identity: dict[str, str] | None = None
         self._training = threading.Lock()  # held while train() runs: a second call (another thread) is refused
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.resumed_from: Path | None = None  # the checkpoint :meth:`resume` continued from
@@ -169,7 +173,9 @@ class Learner:
             raise
         if run_dir is not None and write_config:
             _write_config(run_dir, config)
-        return cls(scheme, run=config.run, run_dir=run_dir, progress=progress, writers=writers, lock=lock)
+        learner = cls(scheme, run=config.run, run_dir=run_dir, progress=progress, writers=writers, lock=lock)
+        learner.identity = {"algorithm": config.algorithm.name, "env_id": config.env.env_id}
+        return learner
 
     @classmethod
     def resume(cls, run_dir: str | Path, overrides: list[str] | tuple[str, ...] = (), *, progress: bool = True) -> Learner:
@@ -189,11 +195,12 @@ class Learner:
                 f"--resume {str(run_dir)!r}: the run stopped before its first checkpoint, so there is nothing to resume; "
                 "train it again in a new --run-dir (or remove this one)"
             )
-        checkpoint, state, _ = load_newest_checkpoint(run_dir / "checkpoints")
+        checkpoint, state, meta = load_newest_checkpoint(run_dir / "checkpoints")
         before = set(run_dir.rglob("*"))
         learner = cls.from_config(config, run_dir=run_dir, progress=progress, reuse_run_dir=True, write_config=False)
         try:
-            learner.load_state(state)
+            learner.check_identity(meta, checkpoint)
+            learner.load_state(state, where=checkpoint)
         except BaseException:  # the run stays as it was: its config, and no files of this attempt
             learner.close()
             for path in sorted(set(run_dir.rglob("*")) - before, reverse=True):
@@ -615,8 +622,20 @@ class Learner:
         }
         return {"learner": counters, "scheme": self.scheme.state_dict(), "rng": get_rng_state()}
 
-    def load_state(self, state: dict[str, Any]) -> None:
-        """Continue from a checkpoint's state (counters, weights, optimizer, envs, RNG streams)."""
+    def check_identity(self, meta: dict[str, Any], where: str | Path) -> None:
+        """Refuse a checkpoint (its ``meta.json``) of another algorithm or env than this learner's
+        (:attr:`identity`; checkpoints written before it was recorded are not checked)."""
+        mine = self.identity or {}
+        theirs = {key: meta[key] for key in mine if key in meta}
+        if any(theirs[key] != mine[key] for key in theirs):
+            raise CheckpointError(
+                f"checkpoint {str(where)!r} is of a {meta.get('algorithm', '?')} run on {meta.get('env_id', '?')}; this learner is "
+                f"{mine['algorithm']} on {mine['env_id']}: load a checkpoint of this run"
+            )
+
+    def load_state(self, state: dict[str, Any], *, where: str | Path | None = None) -> None:
+        """Continue from a checkpoint's state (counters, weights, optimizer, envs, RNG streams);
+        ``where``: the checkpoint, named with the run's config.yaml if it does not fit them."""
         self._settle_evaluation(block=True)  # one under way is of weights about to be replaced: its rows are written first
         try:
             c = state["learner"]
@@ -639,7 +658,10 @@ class Learner:
             self._lag_base = (self.dropped_batches, self.updates)
             set_rng_state(state["rng"])
         except (KeyError, TypeError, RuntimeError, ValueError) as exc:
-            raise CheckpointError(f"checkpoint does not match this run's config ({first_problem(exc)})") from None
+            config = self.run_dir / "config.yaml" if self.run_dir is not None and (self.run_dir / "config.yaml").is_file() else None
+            named = f"checkpoint {str(where)!r}" if where is not None else "checkpoint"
+            against = f"this run's config ({str(config)!r})" if config is not None else "this run's config"
+            raise CheckpointError(f"{named} does not match {against} ({first_problem(exc)})") from None
         self.scheme.update_worker.set_progress(min(1.0, self.env_steps / self.run.target_steps))
 
     def _resume_schedule(self, saved_every: dict[str, int] | None, solved_at: tuple[int, float] | None) -> None:
@@ -659,19 +681,31 @@ class Learner:
         self.solved_at = solved_at if reached else None  # type: ignore[assignment]
 
     def load_checkpoint(self, path: str | Path) -> None:
-        """Continue from the checkpoint directory ``path``."""
-        state, _ = load_checkpoint(path, RUN_STATE_KEYS)
-        self.load_state(state)
+        """Continue from the checkpoint directory ``path`` (one of this learner's algorithm and env)."""
+        state, meta = load_checkpoint(path, RUN_STATE_KEYS)
+        self.check_identity(meta, path)
+        self.load_state(state, where=path)
 
     def checkpoint(self, path: str | Path | None = None) -> Path:
-        """Write a checkpoint atomically (default ``run_dir/checkpoints/step_N``) and prune old ones."""
+        """Write a checkpoint atomically (default ``run_dir/checkpoints/step_N``) and prune old ones.
+        Taken at a round's end (after :meth:`train`, or a :meth:`step` that ended one:
+        :attr:`round_end`), so that it resumes exactly; mid-round it is refused, as the state of the
+        round under way (its batches, the rest of its updates) is no part of it.
+
+        :raises InputError: mid-round, or a ``path`` that holds something other than a checkpoint."""
         self._check_open("checkpoint")
+        if not self._round_end:
+            raise InputError(
+                f"Learner.checkpoint(): mid-round ({self.updates} updates, the round's collection used in part), a checkpoint would not "
+                "resume exactly; step() until learner.round_end, or checkpoint after train()"
+            )
         self._settle_evaluation(block=True, commit=True)  # an evaluation under way is no state a checkpoint can hold
         if path is None:
             if self.run_dir is None:
                 raise ValueError("checkpoint() needs a path when the learner has no run_dir")
             path = self.run_dir / "checkpoints" / f"step_{self.env_steps}"
         meta = {
+            **(self.identity or {}),
             "env_steps": self.env_steps, "updates": self.updates, "policy_version": self.policy_version,
             "wall_time_s": round(self.wall_time_s, 3), "created": datetime.datetime.now().isoformat(timespec="seconds"),
         }
@@ -685,8 +719,20 @@ class Learner:
             )
         out = save_checkpoint(path, state, meta)
         if self.run_dir is not None and Path(path).parent == self.run_dir / "checkpoints":
+            tidy_checkpoints(self.run_dir / "checkpoints")  # this learner holds the run's lock: what a killed write left goes
             prune_checkpoints(self.run_dir / "checkpoints", self.run.keep_checkpoints)
         return out
+
+    @property
+    def round_end(self) -> bool:
+        """Whether the last :meth:`step` ended a round (a checkpoint may be taken)."""
+        return self._round_end
+
+    def __enter__(self) -> Learner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         """Close the log writers and the scheme (its envs and remote workers); rows held for an
@@ -705,7 +751,8 @@ class Learner:
 
     def _check_open(self, what: str) -> None:
         if self._closed:
-            where = f"; continue the run with Learner.resume({str(self.run_dir)!r})" if self.run_dir is not None else ""
+            resumable = self.run_dir is not None and (self.run_dir / "config.yaml").is_file()  # a learner built in Python writes none
+            where = f"; continue the run with Learner.resume({str(self.run_dir)!r})" if resumable else ""
             raise RuntimeError(f"Learner.{what}(): the learner is closed (its workers and log files are){where}")
 
 

@@ -44,6 +44,12 @@ def check_new_run_dir(run_dir: str | Path, what: str) -> Path:
             f"{what} {str(path)!r} already holds a run (its config.yaml); continue it with `pytorchrl train --resume {path}`{python}, "
             "or choose a new directory"
         )
+    found = [name for name in ("progress.csv", "summary.json", "checkpoints") if (path / name).exists()]
+    if found:  # a run built in Python writes no config.yaml: its files mix and prune the same
+        raise InputError(
+            f"{what} {str(path)!r} already holds a run's files ({', '.join(found)}), which a new run's would mix with "
+            "(and prune its checkpoints): choose a new directory or remove them"
+        )
     return path
 
 

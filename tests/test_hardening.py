@@ -254,7 +254,7 @@ def test_a_resume_that_fails_to_load_its_checkpoint_leaves_the_run_as_it_was(tmp
     run_dir = checkpointed_run(load_config(CARTPOLE, ["env.num_envs=2", "env.num_test_envs=1"]), tmp_path / "run", steps=(0,))
     before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
 
-    def broken(self, state):
+    def broken(self, state, where=None):
         raise CheckpointError("checkpoint does not match this run's config (as a test)")
 
     monkeypatch.setattr(Learner, "load_state", broken)
@@ -270,6 +270,8 @@ def test_a_run_resumed_with_another_number_of_envs_starts_them_afresh(tmp_path):
     learner = Learner.from_config(load_config(CARTPOLE, ["env.num_envs=4", "env.num_test_envs=1", "storage.num_steps=8"]), progress=False)
     try:
         learner.step()  # the envs have started: their state is in the checkpoint
+        while not learner.round_end:  # a checkpoint is taken at a round's end
+            learner.step()
         learner.checkpoint(run_dir / "checkpoints" / "step_32")
     finally:
         learner.close()
@@ -378,3 +380,110 @@ def test_a_lock_waits_its_time_for_the_holder_to_let_go(tmp_path):
     finally:
         waited.release()
     assert not (tmp_path / LOCK_FILE).exists()
+
+
+SMALL_CARTPOLE = ["env.num_envs=2", "env.num_test_envs=1", "storage.num_steps=8", "algorithm.minibatch_size=8", "algorithm.num_epochs=2"]
+
+
+@pytest.mark.timeout(60)
+def test_a_checkpoint_replaces_only_a_checkpoint_and_is_readable_by_the_runs_other_users(tmp_path):
+    """``learner.checkpoint("models/")``, as SB3's ``save`` is used, must not wipe a folder of
+    other files (or the run directory itself); one line names the path and what it holds."""
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("keep me")
+    with Learner.from_config(load_config(CARTPOLE, SMALL_CARTPOLE), run_dir=tmp_path / "run", progress=False) as learner:
+        for where in (folder, learner.run_dir):
+            with pytest.raises(InputError, match=rf"^checkpoint path '{re.escape(str(where))}' holds .*a checkpoint replaces only a checkpoint \(state.pt, meta.json\); give a new path$"):
+                learner.checkpoint(where)
+        assert (folder / "notes.txt").read_text() == "keep me" and (learner.run_dir / "config.yaml").is_file()
+        path = learner.checkpoint(tmp_path / "ckpt")
+        assert learner.checkpoint(path) == path  # a checkpoint is replaced by the newer one
+        umask = os.umask(0)
+        os.umask(umask)
+        assert path.stat().st_mode & 0o777 == 0o777 & ~umask  # not mkdtemp's 0o700
+    assert learner._closed  # the with block closed it
+
+
+@pytest.mark.timeout(60)
+def test_a_write_killed_between_its_renames_leaves_the_old_checkpoint_found_and_put_back(tmp_path):
+    """Replacing step_N moves the old one aside, then renames the new one in: a process killed
+    between the two leaves no step_N. The moved-aside one is complete: it is listed in its
+    place (evaluate, resume), and the run's next checkpoint puts it back and removes writes that
+    never finished."""
+    from pytorchrl.utils.checkpoint import list_checkpoints
+
+    run_dir = checkpointed_run(load_config(CARTPOLE, SMALL_CARTPOLE), tmp_path / "run", steps=(0, 8))
+    checkpoints = run_dir / "checkpoints"
+    aside = checkpoints / ".step_8.tmp-abc123.old"
+    os.replace(checkpoints / "step_8", aside)
+    (checkpoints / ".step_16.tmp-def456").mkdir()  # a write that never finished
+    assert list_checkpoints(checkpoints) == [checkpoints / "step_0", aside]
+    path, _, meta = load_newest_checkpoint(checkpoints)
+    assert path == aside and meta["env_steps"] == 8
+    resumed = Learner.resume(run_dir, ["run.target_steps=64"], progress=False)
+    try:
+        assert resumed.env_steps == 8
+        while not resumed.round_end or resumed.env_steps == 8:
+            resumed.step()
+        resumed.checkpoint()
+    finally:
+        resumed.close()
+    assert sorted(p.name for p in checkpoints.iterdir()) == sorted(["step_0", "step_8", f"step_{resumed.env_steps}"])
+
+
+@pytest.mark.timeout(60)
+def test_a_flipped_byte_in_state_pt_is_found_and_the_newest_intact_checkpoint_used(tmp_path):
+    """torch.load reads a damaged tensor as data; the archive's CRCs do not match it."""
+    import zipfile
+
+    run_dir = checkpointed_run(load_config(CARTPOLE, SMALL_CARTPOLE), tmp_path / "run", steps=(0, 8))
+    state = run_dir / "checkpoints" / "step_8" / "state.pt"
+    with zipfile.ZipFile(state) as archive:
+        member = max(archive.infolist(), key=lambda i: i.file_size)  # a tensor's bytes
+    data = bytearray(state.read_bytes())
+    at = member.header_offset + 30 + len(member.filename.encode()) + len(member.extra) + member.file_size // 2
+    data[at : at + 8] = bytes(b ^ 0xFF for b in data[at : at + 8])
+    state.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=rf"checkpoint file '{re.escape(str(state))}' is corrupt \(its member '.*' fails its CRC\)"):
+        load_checkpoint(state.parent)
+    with pytest.warns(UserWarning, match="fails its CRC"):
+        path, _, _ = load_newest_checkpoint(run_dir / "checkpoints")
+    assert path.name == "step_0"
+
+
+@pytest.mark.timeout(60)
+def test_a_checkpoint_of_another_algorithm_or_a_mid_round_one_is_refused_in_one_line(tmp_path):
+    """A checkpoint records its algorithm and env: an A2C one loaded into a PPO learner is
+    refused, naming both. A checkpoint mid-round would not resume exactly (the round under way
+    is no part of it): refused until the round ends."""
+    a2c = checkpointed_run(load_config(CONFIGS / "a2c" / "cartpole.yaml", ["env.num_envs=2", "env.num_test_envs=1"]), tmp_path / "a2c", steps=(0,))
+    with Learner.from_config(load_config(CARTPOLE, SMALL_CARTPOLE), progress=False) as learner:
+        with pytest.raises(CheckpointError, match=r"is of a a2c run on CartPole-v1; this learner is ppo on CartPole-v1: load a checkpoint of this run$"):
+            learner.load_checkpoint(a2c / "checkpoints" / "step_0")
+        learner.step()
+        assert not learner.round_end  # 2 epochs of 2 minibatches a round
+        with pytest.raises(InputError, match=r"^Learner.checkpoint\(\): mid-round .* step\(\) until learner.round_end"):
+            learner.checkpoint(tmp_path / "mid")
+        assert not (tmp_path / "mid").exists()
+        while not learner.round_end:
+            learner.step()
+        assert (learner.checkpoint(tmp_path / "end") / "state.pt").is_file()
+
+
+@pytest.mark.timeout(60)
+def test_a_learner_built_in_python_refuses_a_directory_that_holds_a_runs_files(tmp_path):
+    """A hand-built Learner writes no config.yaml: the next one given its directory mixed its
+    progress.csv rows into them and pruned its own newest checkpoint for the old run's."""
+    config = load_config(CARTPOLE, SMALL_CARTPOLE)
+    first = Learner(build_scheme(config), run=config.run, run_dir=tmp_path / "run", progress=False)
+    try:
+        first.checkpoint()
+    finally:
+        first.close()
+    scheme = build_scheme(config)
+    try:
+        with pytest.raises(InputError, match=r"already holds a run's files \(checkpoints\), which a new run's would mix with"):
+            Learner(scheme, run=config.run, run_dir=tmp_path / "run", progress=False)
+    finally:
+        scheme.close()

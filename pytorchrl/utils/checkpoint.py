@@ -5,6 +5,13 @@ while writing leaves the previous checkpoints untouched. It is loaded with
 ``torch.load(weights_only=True)``: a checkpoint can hold tensors, numbers, strings and
 containers, never arbitrary pickled objects.
 
+A checkpoint replaces only a checkpoint of the same name (a directory of ``state.pt`` and
+``meta.json``), never a directory holding anything else. While it replaces one, the old one is
+moved aside under a hidden name; a process killed between the two renames leaves that complete
+old one, which :func:`list_checkpoints` counts in its place and :func:`tidy_checkpoints` (the
+run's own writer, holding its lock) puts back. ``state.pt`` is a zip archive whose members carry
+CRCs: a corrupted byte is found when it is loaded (and the newest intact checkpoint used).
+
 ``meta.json`` names the checkpoint format and the pytorchrl version that wrote it. A checkpoint
 of an older format is upgraded in memory when it is loaded (:data:`UPGRADES`, one step per
 format); one of a newer format than this release reads is refused with one line naming both.
@@ -25,7 +32,7 @@ from typing import Any
 import torch
 
 from pytorchrl.utils.arrays import to_tensors
-from pytorchrl.utils.errors import CheckpointError
+from pytorchrl.utils.errors import CheckpointError, InputError
 from pytorchrl.version import CHECKPOINT_FORMAT, __version__
 
 
@@ -36,6 +43,9 @@ class CheckpointFormatError(CheckpointError):
 STATE_FILE = "state.pt"
 META_FILE = "meta.json"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+#: a checkpoint moved aside while a new one of its name was renamed in (complete); a write under way
+_MOVED_ASIDE = re.compile(r"^\.(step_(\d+))\.tmp-[^.]+\.old$")
+_BEING_WRITTEN = re.compile(r"^\.step_\d+\.tmp-[^.]+$")
 
 
 def save_checkpoint(directory: str | Path, state: dict[str, Any], meta: dict[str, Any]) -> Path:
@@ -43,8 +53,16 @@ def save_checkpoint(directory: str | Path, state: dict[str, Any], meta: dict[str
     arrays in ``state`` are written as tensors (:func:`~pytorchrl.utils.arrays.to_tensors`)."""
     directory = Path(directory)
     meta = {**meta, "format_version": CHECKPOINT_FORMAT, "pytorchrl_version": __version__}
+    if directory.exists() or directory.is_symlink():
+        kept = sorted(p.name for p in directory.iterdir()) if directory.is_dir() and not directory.is_symlink() else None
+        if kept is None or not set(kept) <= {STATE_FILE, META_FILE}:
+            what = "is not a directory" if kept is None else f"holds {', '.join(n for n in kept if n not in (STATE_FILE, META_FILE))[:200]}"
+            raise InputError(f"checkpoint path {str(directory)!r} {what}: a checkpoint replaces only a checkpoint ({STATE_FILE}, {META_FILE}); give a new path")
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0o700 would keep the checkpoint from the run's other readers
     old = None  # a checkpoint of the same name, moved aside (not deleted) until the new one is in place
     try:
         with open(tmp / STATE_FILE, "wb") as f:
@@ -108,7 +126,13 @@ def load_checkpoint(directory: str | Path, required: tuple[str, ...] = ()) -> tu
     if not isinstance(meta, dict):
         raise CheckpointError(f"checkpoint file {str(meta_path)!r} is not a JSON object (it holds a {type(meta).__name__})")
     try:
+        with zipfile.ZipFile(state_path) as archive:
+            damaged = archive.testzip()  # every member against its CRC: torch.load would read a flipped byte as data
+        if damaged is not None:
+            raise CheckpointError(f"checkpoint file {str(state_path)!r} is corrupt (its member {damaged!r} fails its CRC)")
         state = torch.load(state_path, map_location="cpu", weights_only=True)
+    except CheckpointError:
+        raise
     except Exception as exc:  # truncated, corrupt or foreign files raise many kinds of errors
         text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
         if not zipfile.is_zipfile(state_path):  # torch's own message would be about weights_only
@@ -153,12 +177,32 @@ def upgrade(state: dict[str, Any], meta: dict[str, Any], where: str | Path = "ch
 
 
 def list_checkpoints(checkpoints_dir: str | Path) -> list[Path]:
-    """``step_N`` directories under ``checkpoints_dir``, oldest first."""
+    """``step_N`` directories under ``checkpoints_dir``, oldest first; where ``step_N`` is missing
+    and a complete one was moved aside for it (a write killed between its renames), that one."""
     root = Path(checkpoints_dir)
     if not root.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _STEP_DIR.match(p.name))]
-    return [p for _, p in sorted(found)]
+    entries = [p for p in root.iterdir() if p.is_dir()]
+    found = {int(m.group(1)): p for p in entries if (m := _STEP_DIR.match(p.name))}
+    for p in entries:
+        m = _MOVED_ASIDE.match(p.name)
+        if m and int(m.group(2)) not in found:
+            found[int(m.group(2))] = p
+    return [found[step] for step in sorted(found)]
+
+
+def tidy_checkpoints(checkpoints_dir: str | Path) -> None:
+    """Put back a checkpoint moved aside whose replacement never arrived, and remove writes that
+    never finished and old ones left behind: for the run's own writer, which holds its lock."""
+    root = Path(checkpoints_dir)
+    if not root.is_dir():
+        return
+    for p in sorted(root.iterdir()):
+        moved = _MOVED_ASIDE.match(p.name)
+        if moved and p.is_dir() and not (root / moved.group(1)).exists():
+            os.replace(p, root / moved.group(1))
+        elif moved or _BEING_WRITTEN.match(p.name):
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def load_newest_checkpoint(checkpoints_dir: str | Path, required: tuple[str, ...] = RUN_STATE_KEYS) -> tuple[Path, dict[str, Any], dict[str, Any]]:
