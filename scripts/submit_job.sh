@@ -74,7 +74,8 @@ if [[ -z "${RAY_AUTH_MODE:-}" && ( -n "${RAY_AUTH_TOKEN:-}" || -f "$HOME/.ray/au
   export RAY_AUTH_MODE=token
 fi
 run_root="${RUN_ROOT:-/tmp/pytorchrl-runs}"
-name="$(basename "$(dirname "$config")")-$(basename "${config%.yaml}")-$(date +%Y%m%d-%H%M%S)"
+# to the nanosecond: jobs submitted in one second (a loop over seeds) must not share a run directory
+name="$(basename "$(dirname "$config")")-$(basename "${config%.yaml}")-$(date +%Y%m%d-%H%M%S-%N)"
 follow=()
 [[ "${NO_WAIT:-0}" == "1" ]] && follow=(--no-wait)
 exec ray job submit "${follow[@]}" \

@@ -425,3 +425,23 @@ def test_elastic_calls_and_load_learner_on_what_is_not_a_run_say_so(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match=r"'.*empty' is neither a run directory \(no config.yaml, no checkpoints/\) nor a checkpoint directory"):
         load_learner(tmp_path / "empty")
+
+
+@pytest.mark.timeout(10)
+def test_predict_refuses_fractional_values_for_integer_observations_and_an_empty_dict_batch():
+    """Frames given as floats in [0, 1] were cast to uint8 zeros and acted on without a word;
+    whole-valued floats stay accepted (an env that returns float64 zeros). An empty batch of a
+    Dict space is one line, as an empty Box batch is."""
+    import gymnasium as gym
+
+    from pytorchrl.scheme.scheme import as_observation_batch
+    from pytorchrl.utils.errors import InputError
+
+    frames = gym.spaces.Box(0, 255, (4, 36, 36), np.uint8)
+    with pytest.raises(InputError, match=r"^predict: the observation holds fractional values, and the env's observations are uint8"):
+        as_observation_batch(np.full((4, 36, 36), 0.5), frames)
+    assert as_observation_batch(np.zeros((2, 4, 36, 36)), frames)[1] is False
+    with pytest.raises(InputError, match=r"the observation key 'image' holds fractional values"):
+        as_observation_batch({"image": np.full((4, 36, 36), 0.5)}, gym.spaces.Dict({"image": frames}))
+    with pytest.raises(InputError, match=r"^predict: observation shapes \{'a': \(0, 2\)\} fit neither"):
+        as_observation_batch({"a": np.zeros((0, 2))}, gym.spaces.Dict({"a": gym.spaces.Box(-1, 1, (2,))}))

@@ -337,18 +337,34 @@ def as_observation_batch(observation: Any, space: gym.Space) -> tuple[Any, bool]
     if isinstance(space, gym.spaces.Dict):
         if not isinstance(observation, dict) or set(observation) != set(space.spaces):
             raise InputError(f"predict: a Dict space's observation is a dict with keys {sorted(space.spaces)}, got {type(observation).__name__}")
+        for key, sub in space.spaces.items():
+            _check_dtype(observation[key], sub, f"key {key!r}")
         shapes = {k: np.shape(v) for k, v in observation.items()}
         if all(shapes[k] == sub.shape for k, sub in space.spaces.items()):
             return {k: np.asarray(v)[None] for k, v in observation.items()}, True
-        if all(shapes[k][1:] == sub.shape for k, sub in space.spaces.items()) and len({s[0] for s in shapes.values()}) == 1:
+        if all(shapes[k][1:] == sub.shape for k, sub in space.spaces.items()) and len({s[0] for s in shapes.values()}) == 1 and min(s[0] for s in shapes.values()) > 0:
             return observation, False
         raise InputError(f"predict: observation shapes {shapes} fit neither the env's {({k: v.shape for k, v in space.spaces.items()})} nor a batch of them")
+    _check_dtype(observation, space, "")
     array = np.asarray(observation)
     if array.shape == space.shape:
         return array[None], True
     if array.shape[1:] == space.shape and array.shape[0] > 0:
         return array, False
     raise InputError(f"predict: an observation of shape {array.shape}; the env's observations have shape {space.shape} (or N x that, a batch)")
+
+
+def _check_dtype(observation: Any, space: gym.Space, where: str) -> None:
+    """Refuse float values for an integer space (an image of uint8 frames given as floats in [0,
+    1] would be cast to zeros and acted on without a word)."""
+    if not isinstance(space, gym.spaces.Box) or not np.issubdtype(space.dtype, np.integer):
+        return
+    array = np.asarray(observation)
+    if np.issubdtype(array.dtype, np.floating) and array.size and not np.array_equal(array, np.round(array)):
+        raise InputError(
+            f"predict: the observation{' ' + where if where else ''} holds fractional values, and the env's observations are "
+            f"{space.dtype} (e.g. image frames in 0-255): pass them as the env gives them"
+        )
 
 
 def _start_inference(config: SchemeConfig, actor_factory: Callable[..., Any]) -> InferenceServers:
