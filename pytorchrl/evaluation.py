@@ -19,7 +19,7 @@ from pytorchrl.envs.rendering import opengl_hint
 from pytorchrl.learner import Learner
 from pytorchrl.utils.checkpoint import META_FILE, RUN_STATE_KEYS, load_checkpoint, load_newest_checkpoint
 from pytorchrl.utils.errors import CheckpointError, InputError
-from pytorchrl.utils.paths import check_output_dir, make_dir
+from pytorchrl.utils.paths import atomic_file, check_output_dir, make_dir
 
 #: evaluation plays the local collection worker's test envs in this process, so a run is rebuilt
 #: without its remote workers and inference servers (a run trained on a cluster evaluates on a
@@ -251,5 +251,6 @@ def _record_gif(learner: Learner, render: tuple[Any, Any, Any], video_dir: Path,
     video_dir.mkdir(parents=True, exist_ok=True)
     out = video_dir / "episode.gif"
     images = [Image.fromarray(np.asarray(f)) for f in frames]
-    images[0].save(out, save_all=True, append_images=images[1:], duration=20, loop=0)
+    with atomic_file(out, what="--video") as f:  # a full disk leaves the earlier episode.gif, not half of this one
+        images[0].save(f, format="GIF", save_all=True, append_images=images[1:], duration=20, loop=0)
     return out

@@ -5,6 +5,7 @@ was refused."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from benchmarks.fuzz import BUDGET, PATH_KINDS, path_argv
 from pytorchrl.cli import main
 from pytorchrl.config import config_to_dict, from_dict, load_config
 from pytorchrl.learner import Learner
-from pytorchrl.utils.errors import ConfigError
+from pytorchrl.utils.errors import ConfigError, InputError
 from pytorchrl.utils.memory import check_memory, estimate_bytes
 from pytorchrl.utils.strict_yaml import MAX_YAML_DEPTH, MAX_YAML_VALUES, dump_config, parse_yaml
 from tests.conftest import CONFIGS
@@ -366,26 +367,34 @@ def test_a_round_the_size_of_the_budget_is_accepted_and_the_cli_refusal_writes_n
     assert "2,097,152 env steps in one round, more than run.target_steps = 100,000" in err
 
 
-def test_a_file_written_atomically_is_whole_or_as_it_was(tmp_path, monkeypatch):
-    """summary.json and a resumed run's progress.csv: a write cut short (a signal, a full disk)
-    leaves the old file, and no stray temporary file."""
-    from pytorchrl.utils.paths import write_text_atomic
+def test_a_file_written_atomically_is_whole_or_as_it_was(tmp_path):
+    """summary.json, a resumed run's progress.csv, an evaluation's video and demonstrations: a
+    write cut short (a signal, a full disk) leaves the old file and no stray temporary file; a
+    disk that refuses it is one line naming the file."""
+    import errno
+
+    import numpy as np
+
+    from pytorchrl.agent.storages.on_policy.demos import save_demo
+    from pytorchrl.utils.paths import atomic_file, write_text_atomic
 
     path = tmp_path / "summary.json"
     write_text_atomic(path, "old")
-    real = Path.write_text
-
-    def half_then_fail(self, text, *args, **kwargs):
-        real(self, text[: len(text) // 2])
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(Path, "write_text", half_then_fail)
-    with pytest.raises(KeyboardInterrupt):
-        write_text_atomic(path, "new text")
-    monkeypatch.undo()
-    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+    for failure, raised in [(KeyboardInterrupt(), KeyboardInterrupt), (OSError(errno.ENOSPC, "No space left on device"), InputError)]:
+        with pytest.raises(raised), atomic_file(path, "w", what="summary") as f:
+            f.write("new t")
+            raise failure
+        assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+    with pytest.raises(InputError, match=rf"^summary '{re.escape(str(path))}' cannot be written: No space left on device$"), atomic_file(path, "w", what="summary"):
+        raise OSError(errno.ENOSPC, "No space left on device")
     write_text_atomic(path, "new text")
     assert path.read_text() == "new text"
+    demo = tmp_path / "demo_000.npz"
+    save_demo(demo, obs=np.zeros((3, 2)), actions=np.zeros(2), rewards=np.zeros(2), env_id="x")
+    before = demo.read_bytes()
+    with pytest.raises(ValueError):
+        save_demo(demo, obs=np.zeros((3, 2)), actions=np.zeros(5), rewards=np.zeros(2), env_id="x")
+    assert demo.read_bytes() == before
 
 
 def test_the_memory_floor_counts_what_a_replay_buffer_fills_when_made_at_its_capacity():

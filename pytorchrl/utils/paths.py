@@ -12,11 +12,14 @@ the path and what it is, before a directory or file is created.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
 import stat
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from pytorchrl.utils.errors import InputError
 
@@ -172,10 +175,25 @@ def make_dir(path: Path, what: str) -> None:
 def write_text_atomic(path: Path, text: str) -> None:
     """Write ``path`` whole or not at all: the text goes to a new file beside it, which then
     replaces it (an interrupted write, or a full disk, leaves the old file as it was)."""
+    with atomic_file(path, "w") as f:
+        f.write(text)
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path, mode: str = "wb", what: str = "file") -> Iterator[Any]:
+    """An open file that becomes ``path`` whole or not at all (written beside it, then renamed
+    over it: an interrupted write or a full disk leaves the old file as it was, or none).
+
+    :raises InputError: when it cannot be written (a full disk, no permission), naming ``what`` and the path.
+    """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(text)
+        with open(tmp, mode) as f:
+            yield f
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"{what} {str(path)!r} cannot be written: {exc.strerror or exc}") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

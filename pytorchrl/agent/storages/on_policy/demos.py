@@ -44,6 +44,7 @@ import torch
 
 from pytorchrl.agent.contracts import Acted, ActingPolicy, ActionSlots
 from pytorchrl.utils.errors import InputError
+from pytorchrl.utils.paths import atomic_file
 
 #: the ``format`` entry of a demonstration file
 DEMO_FORMAT = "pytorchrl-demo-1"
@@ -123,7 +124,7 @@ def save_demo(path: str | Path, *, obs: np.ndarray, actions: np.ndarray, rewards
     if not (len(obs) == len(actions) + 1 == len(rewards) + 1):
         raise ValueError(f"save_demo: {len(obs)} observations, {len(actions)} actions and {len(rewards)} rewards; need T + 1, T and T")
     path = Path(path)
-    with path.open("wb") as f:  # np.savez would add .npz to a name without it
+    with atomic_file(path, what="demonstration") as f:  # np.savez would add .npz to a name without it; a full disk leaves no half file
         np.savez_compressed(f, format=np.array(DEMO_FORMAT), env_id=np.array(env_id), obs=obs, actions=actions, rewards=rewards)
     return path
 
