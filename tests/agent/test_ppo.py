@@ -166,3 +166,21 @@ def test_linear_annealing_of_lr_and_clip_range():
     fixed = PPO(_actor(), lr=1e-3)
     fixed.set_progress(0.5)
     assert fixed.lr == 1e-3 and fixed.config.clip_range == 0.2
+
+
+@pytest.mark.timeout(10)
+def test_an_algorithm_loaded_from_anothers_state_in_this_process_keeps_its_own_optimizer_moments():
+    """torch's Optimizer.load_state_dict keeps tensors that already fit: without a copy, an
+    algorithm loaded from another's live state shared its Adam moments and step count, so each
+    one's step moved both."""
+    a, b = PPO(_actor(), lr=1e-2), PPO(_actor(), lr=1e-2)
+    for algo in (a, b):
+        algo.compute_gradients(_batch(algo.actor))
+        algo.apply_gradients()
+    b.load_state_dict(a.state_dict())
+    before = {k: v.clone() for k, v in a.state_dict()["actor"].items()}
+    b.compute_gradients(_batch(b.actor))
+    b.apply_gradients()
+    steps = [float(s["step"]) for s in a.optimizer.state_dict()["state"].values()]
+    assert steps and all(step == 1.0 for step in steps)  # b's second step is b's, not a's too
+    assert all(torch.equal(before[k], v) for k, v in a.state_dict()["actor"].items())

@@ -353,3 +353,27 @@ def test_recurrent_sac_acts_with_its_state_and_learns_from_windows(discrete):
     assert priorities is not None and priorities.shape == (b,)
     core = actor.policy_core
     assert core is not None and any(p.grad is not None and p.grad.abs().sum() > 0 for p in core.parameters())
+
+
+@pytest.mark.timeout(60)
+def test_a_replayed_window_weighs_in_the_replicas_average_by_its_steps_after_the_burn_in():
+    """Remote gradient workers' gradients are averaged by the steps each loss is a mean over: for
+    windows, the valid steps after the burn-in (it only warms the state up). Counting the burn-in
+    too gave a replica whose windows end early in an episode several times its weight."""
+    from pytorchrl.agent.algorithms.sequences import Window
+    from pytorchrl.config import load_config
+    from pytorchrl.learner import Learner
+    from tests.conftest import CONFIGS
+
+    config = load_config(CONFIGS / "dqn" / "r2d2_cartpole_masked.yaml", ["algorithm.start_steps=256", "env.num_test_envs=1"])
+    with Learner.from_config(config, progress=False) as learner:
+        worker = learner.scheme.grad_workers.local_worker
+        seen = []
+        compute = worker.algo.compute_gradients
+        worker.algo.compute_gradients = lambda batch: (seen.append(batch), compute(batch))[1]
+        info: dict = {}
+        while not seen:
+            _, info = worker.step()
+        batch = seen[-1]
+        learning = int(Window(batch, worker.algo.burn_in, gamma=0.99, n_step=1).valid.sum())
+        assert worker.algo.burn_in == 5 and info["num_samples"] == learning < int(batch["valid"].sum())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 from collections.abc import Callable, Iterable
@@ -381,7 +382,9 @@ class Algorithm:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.actor.load_state_dict(state["actor"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        # a copy: torch keeps a state's tensors that already fit, so a state taken in this process
+        # (another algorithm's, Learner.load_state(other.state_dict())) would share its moments
+        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
         self.version = int(state["version"])
         # the config's learning rate, not the state's "lr": a resume may change it as any training
         # hyper-parameter (the optimizer's moments are kept), and a schedule sets it from the

@@ -120,7 +120,7 @@ class GradientWorker:
                     self.storage.update_priorities(batch["indices"], priorities)
         info["gradient_time_s"] = time.perf_counter() - start
         info["round_end"] = self._remaining == 0 or self.algo.stop_round
-        info["num_samples"] = _batch_size(batch)
+        info["num_samples"] = _batch_size(batch, getattr(self.algo, "burn_in", 0))
         info["policy_version"] = self.algo.version
         grads = self.algo.get_gradients() if return_gradients and not info.get("skipped") else None
         return grads, info
@@ -227,8 +227,10 @@ class GradientWorker:
         self.col_workers.close()
 
 
-def _batch_size(batch: dict[str, torch.Tensor]) -> int:
-    """Transitions in a minibatch: shuffled transitions, or the valid steps of time-major sequences."""
+def _batch_size(batch: dict[str, torch.Tensor], burn_in: int = 0) -> int:
+    """The steps a minibatch's loss is a mean over, which weigh its gradient in the replicas'
+    average: shuffled transitions, or the valid steps of time-major sequences; of replayed
+    windows (R2D2, recurrent SAC), those after the ``burn_in``, which only warms the state up."""
     if "valid" in batch:
-        return int(batch["valid"].sum())
+        return int(batch["valid"][burn_in:].sum())
     return int(next(iter(batch.values())).shape[0])
