@@ -146,8 +146,7 @@ def _load(path: Path, overrides: list[str] | tuple[str, ...], what: str) -> tupl
         warnings.simplefilter("ignore", IgnoredConfigKeysWarning)
         learner = Learner.from_config(config, progress=False)
     try:
-        learner.check_identity(meta, checkpoint)
-        learner.load_state(evaluation_state(state), where=checkpoint)
+        learner.load_state(evaluation_state(state), where=checkpoint, meta=meta)
     except BaseException:
         learner.close()
         raise

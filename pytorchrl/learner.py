@@ -62,11 +62,13 @@ class Learner:
     :param lock: the run directory's :class:`~pytorchrl.run_dir.RunDirLock`, taken by
         :meth:`from_config` and :meth:`resume`; without one, a ``run_dir`` must not hold another
         run, and it is locked here. The lock is released on :meth:`close`.
+    :param identity: ``{"algorithm": ..., "env_id": ...}``, which :meth:`from_config` gives: its
+        checkpoints record it, and a checkpoint of another is refused (None: not checked).
     """
 
     def __init__(
         self, scheme: Scheme, *, run: RunConfig | None = None, run_dir: str | Path | None = None, progress: bool = True,
-        writers: list[Writer] | None = None, lock: RunDirLock | None = None,
+        writers: list[Writer] | None = None, lock: RunDirLock | None = None, identity: dict[str, str] | None = None,
     ) -> None:
         self.run = run = RunConfig() if run is None else check_section(run, "run.")  # one built in Python skips from_dict's checks
         if not isinstance(scheme, Scheme):
@@ -80,7 +82,7 @@ class Learner:
         self._closed = False
         #: the algorithm and env id of a learner built from a config: its checkpoints record them,
         #: and a checkpoint of another is refused (None: built in Python, not checked)
-        self.identity: dict[str, str] | None = None
+        self.identity = identity
         self._training = threading.Lock()  # held while train() runs: a second call (another thread) is refused
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.resumed_from: Path | None = None  # the checkpoint :meth:`resume` continued from
@@ -173,9 +175,8 @@ class Learner:
             raise
         if run_dir is not None and write_config:
             _write_config(run_dir, config)
-        learner = cls(scheme, run=config.run, run_dir=run_dir, progress=progress, writers=writers, lock=lock)
-        learner.identity = {"algorithm": config.algorithm.name, "env_id": config.env.env_id}
-        return learner
+        identity = {"algorithm": config.algorithm.name, "env_id": config.env.env_id}
+        return cls(scheme, run=config.run, run_dir=run_dir, progress=progress, writers=writers, lock=lock, identity=identity)
 
     @classmethod
     def resume(cls, run_dir: str | Path, overrides: list[str] | tuple[str, ...] = (), *, progress: bool = True) -> Learner:
@@ -199,8 +200,7 @@ class Learner:
         before = set(run_dir.rglob("*"))
         learner = cls.from_config(config, run_dir=run_dir, progress=progress, reuse_run_dir=True, write_config=False)
         try:
-            learner.check_identity(meta, checkpoint)
-            learner.load_state(state, where=checkpoint)
+            learner.load_state(state, where=checkpoint, meta=meta)
         except BaseException:  # the run stays as it was: its config, and no files of this attempt
             learner.close()
             for path in sorted(set(run_dir.rglob("*")) - before, reverse=True):
@@ -622,7 +622,7 @@ class Learner:
         }
         return {"learner": counters, "scheme": self.scheme.state_dict(), "rng": get_rng_state()}
 
-    def check_identity(self, meta: dict[str, Any], where: str | Path) -> None:
+    def _check_identity(self, meta: dict[str, Any], where: str | Path | None) -> None:
         """Refuse a checkpoint (its ``meta.json``) of another algorithm or env than this learner's
         (:attr:`identity`; checkpoints written before it was recorded are not checked)."""
         mine = self.identity or {}
@@ -633,9 +633,12 @@ class Learner:
                 f"{mine['algorithm']} on {mine['env_id']}: load a checkpoint of this run"
             )
 
-    def load_state(self, state: dict[str, Any], *, where: str | Path | None = None) -> None:
+    def load_state(self, state: dict[str, Any], *, where: str | Path | None = None, meta: dict[str, Any] | None = None) -> None:
         """Continue from a checkpoint's state (counters, weights, optimizer, envs, RNG streams);
-        ``where``: the checkpoint, named with the run's config.yaml if it does not fit them."""
+        ``where``: the checkpoint, named with the run's config.yaml if it does not fit them;
+        ``meta``: its ``meta.json``, refused when it is of another algorithm or env (:attr:`identity`)."""
+        if meta is not None:
+            self._check_identity(meta, where)
         self._settle_evaluation(block=True)  # one under way is of weights about to be replaced: its rows are written first
         try:
             c = state["learner"]
@@ -683,8 +686,7 @@ class Learner:
     def load_checkpoint(self, path: str | Path) -> None:
         """Continue from the checkpoint directory ``path`` (one of this learner's algorithm and env)."""
         state, meta = load_checkpoint(path, RUN_STATE_KEYS)
-        self.check_identity(meta, path)
-        self.load_state(state, where=path)
+        self.load_state(state, where=path, meta=meta)
 
     def checkpoint(self, path: str | Path | None = None) -> Path:
         """Write a checkpoint atomically (default ``run_dir/checkpoints/step_N``) and prune old ones.

@@ -254,7 +254,7 @@ def test_a_resume_that_fails_to_load_its_checkpoint_leaves_the_run_as_it_was(tmp
     run_dir = checkpointed_run(load_config(CARTPOLE, ["env.num_envs=2", "env.num_test_envs=1"]), tmp_path / "run", steps=(0,))
     before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
 
-    def broken(self, state, where=None):
+    def broken(self, state, where=None, meta=None):
         raise CheckpointError("checkpoint does not match this run's config (as a test)")
 
     monkeypatch.setattr(Learner, "load_state", broken)

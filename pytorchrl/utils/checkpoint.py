@@ -48,6 +48,17 @@ _MOVED_ASIDE = re.compile(r"^\.(step_(\d+))\.tmp-[^.]+\.old$")
 _BEING_WRITTEN = re.compile(r"^\.step_\d+\.tmp-[^.]+$")
 
 
+def _read_umask() -> int:
+    """The process's umask, read once here: setting it to read it is process-wide, so not done
+    while other threads (an evaluation, a writer) may be creating files."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+_UMASK = _read_umask()
+
+
 def save_checkpoint(directory: str | Path, state: dict[str, Any], meta: dict[str, Any]) -> Path:
     """Write ``state`` and ``meta`` to ``directory`` atomically (replacing an existing one); numpy
     arrays in ``state`` are written as tensors (:func:`~pytorchrl.utils.arrays.to_tensors`)."""
@@ -60,9 +71,7 @@ def save_checkpoint(directory: str | Path, state: dict[str, Any], meta: dict[str
             raise InputError(f"checkpoint path {str(directory)!r} {what}: a checkpoint replaces only a checkpoint ({STATE_FILE}, {META_FILE}); give a new path")
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0o700 would keep the checkpoint from the run's other readers
+    os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp's 0o700 would keep the checkpoint from the run's other readers
     old = None  # a checkpoint of the same name, moved aside (not deleted) until the new one is in place
     try:
         with open(tmp / STATE_FILE, "wb") as f:

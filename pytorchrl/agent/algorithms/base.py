@@ -47,6 +47,10 @@ class Algorithm:
     metrics: tuple[str, ...] = ()
     #: keywords of its constructor that are not hyper-parameters (DQN's and SAC's ``burn_in``)
     constructor_keys: ClassVar[tuple[str, ...]] = ()
+    #: leading steps of a replayed window that only warm a recurrent state up, with no loss on
+    #: them (DQN's and SAC's, from ``storage.burn_in``): a minibatch's gradient weighs in the
+    #: replicas' average by its valid steps after them
+    burn_in: int = 0
     #: takes a recurrent core (``actor.recurrent``) and action masks (``env.action_mask``)
     recurrent: ClassVar[bool] = False
     action_masks: ClassVar[bool] = False

@@ -120,7 +120,7 @@ class GradientWorker:
                     self.storage.update_priorities(batch["indices"], priorities)
         info["gradient_time_s"] = time.perf_counter() - start
         info["round_end"] = self._remaining == 0 or self.algo.stop_round
-        info["num_samples"] = _batch_size(batch, getattr(self.algo, "burn_in", 0))
+        info["num_samples"] = _batch_size(batch, self.algo.burn_in)
         info["policy_version"] = self.algo.version
         grads = self.algo.get_gradients() if return_gradients and not info.get("skipped") else None
         return grads, info
