@@ -342,9 +342,13 @@ class Learner:
         return self.run.eval_parallel and self.run.eval_every > 0
 
     def _checkpoint_if_due(self) -> None:
+        """The periodic checkpoint, unless this round ends the run: :meth:`finish` writes the
+        final one after the last evaluation and row (a replay buffer's checkpoint is gigabytes:
+        once is enough)."""
         if self.env_steps >= self._next["checkpoint"]:
             self._advance("checkpoint", self.run.checkpoint_every)  # first: the checkpoint holds the next one due
-            if self.run_dir is not None:
+            ends = self._stop_reason() is not None or self._stop_requested
+            if self.run_dir is not None and not ends:
                 self.checkpoint()
 
     def _every(self) -> dict[str, int]:

@@ -37,6 +37,18 @@ def test_periodic_checkpoints_without_run_dir_are_skipped_not_fatal():
         learner.checkpoint()
 
 
+def test_the_run_s_last_checkpoint_is_written_once_when_the_budget_is_a_multiple_of_checkpoint_every(tmp_path):
+    """The periodic checkpoint due at the round that ends the run is left to finish(), which
+    writes it after the final evaluation: a replay buffer's checkpoint is written once, not twice."""
+    learner = _learner({"target_steps": 256, "checkpoint_every": 128, "eval_every": 0, "eval_episodes": 1}, run_dir=tmp_path / "run")
+    written = []
+    save = learner.checkpoint
+    learner.checkpoint = lambda *a, **k: written.append(learner.env_steps) or save(*a, **k)
+    learner.train()
+    assert written == [128, 256]
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("step_*")) == ["step_128", "step_256"]
+
+
 def test_a_lag_bound_that_drops_half_the_rollouts_is_told_with_what_a_rollout_is_old_on_arrival():
     # the H200 pair of 2026-11-30: 12 workers, APPO's 16 updates a rollout, 206 of 493 rollouts kept
     said = lag_drop_warning(206, 287, 64, 12, 16 * 205 + 1)

@@ -310,22 +310,24 @@ def _stopped_at_once(learner: Learner) -> tuple[dict, dict]:
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_second_signal_in_finish_still_writes_the_summary(tmp_path):
-    """Two signals while the final checkpoint is written (a run at its target): the summary says
-    interrupted, and the periodic checkpoint of the same step is still there."""
-    raw = {**TINY, "run": {**TINY["run"], "target_steps": 512, "checkpoint_every": 512}}
+    """Two signals as the final checkpoint is about to be written (a run at its target): the
+    summary says interrupted, and the newest checkpoint is the last periodic one, whole (the one
+    due at the target is finish()'s alone, written once)."""
+    raw = {**TINY, "run": {**TINY["run"], "target_steps": 512, "checkpoint_every": 256}}
     learner = Learner.from_config(from_dict(raw), run_dir=tmp_path / "run", progress=False)
-    checkpoint, calls = learner.checkpoint, [0]
+    checkpoint, steps = learner.checkpoint, []
 
     def checkpointing(*args, **kwargs):
-        calls[0] += 1
-        if calls[0] == 2:  # finish()'s, after the periodic one at 512
+        steps.append(learner.env_steps)
+        if learner.env_steps == 512:  # finish()'s
             signal.raise_signal(signal.SIGTERM)
             signal.raise_signal(signal.SIGTERM)
         return checkpoint(*args, **kwargs)
 
     learner.checkpoint = checkpointing
     summary, meta = _stopped_at_once(learner)
-    assert summary["stop_reason"] == "interrupted" and summary["env_steps"] == 512 and meta["env_steps"] == 512
+    assert steps == [256, 512]
+    assert summary["stop_reason"] == "interrupted" and summary["env_steps"] == 512 and meta["env_steps"] == 256
 
 
 @pytest.mark.slow
