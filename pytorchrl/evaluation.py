@@ -55,6 +55,8 @@ def evaluate_checkpoint(
     :param demos_dir: if given, write the episodes there as demonstrations (``demo_NNN.npz``,
         numbered after the files already there; :mod:`pytorchrl.agent.storages.on_policy.demos`).
     """
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+        raise InputError(f"evaluate_checkpoint(episodes={episodes!r}): the number of episodes must be an integer of at least 1")
     path = check_output_dir(path, "evaluate", must_exist=True, writable=False)  # a file, a missing or too long path: one line
     made = []  # output directories made here: removed again (if still empty) when the evaluation fails
     for directory, option in ((video_dir, "--video"), (demos_dir, "--save-demos")):

@@ -113,3 +113,25 @@ def test_a_run_trains_on_cuda(ray_session, config, overrides):
             assert ray.get(handle.call.remote("device_name")).startswith("cuda")
     finally:
         learner.close()
+
+
+def test_every_actor_acts_stochastically_on_the_gpu_with_the_cpu_stream_s_noise():
+    """``get_action(deterministic=False)`` of an actor on the GPU (the inference server's
+    evaluation step, ``predict``): the noise is drawn from the CPU stream and moved, as the
+    rollouts' is; the off-policy actors once built it on the CPU and failed to mix devices."""
+    import gymnasium as gym
+    import numpy as np
+
+    from pytorchrl.agent.actors.off_policy import OffPolicyActor
+    from pytorchrl.agent.actors.on_policy import OnPolicyActor
+    from pytorchrl.agent.actors.policy_critic import PolicyCriticActor
+
+    box = gym.spaces.Box(-1, 1, (4,), np.float32)
+    actions = gym.spaces.Box(-1, 1, (2,), np.float32)
+    actors = [
+        OffPolicyActor(box, gym.spaces.Discrete(3)), PolicyCriticActor(box, actions), PolicyCriticActor(box, actions, sde=True),
+        OnPolicyActor(box, gym.spaces.Discrete(3)),
+    ]
+    for actor in actors:
+        action, _, _ = actor.cuda().get_action(torch.zeros(5, 4, device="cuda"), deterministic=False)
+        assert action.device.type == "cuda" and action.shape[0] == 5, type(actor).__name__

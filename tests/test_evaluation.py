@@ -12,6 +12,7 @@ from pytorchrl.config import from_dict, load_run_config
 from pytorchrl.evaluation import evaluate_checkpoint, evaluation_state
 from pytorchrl.learner import Learner
 from pytorchrl.utils import checkpoint as ckpt
+from pytorchrl.utils.errors import InputError
 from tests.conftest import CONFIGS
 
 TINY = {"target_steps": 2048, "eval_every": 0, "log_every": 1024, "checkpoint_every": 2048, "eval_episodes": 2, "stop_at_return": None}
@@ -113,3 +114,10 @@ def test_evaluate_reports_the_success_rate_of_a_goal_env_and_none_for_others(tmp
     assert 0.0 <= result["success_rate"] <= 1.0 and len(result["returns"]) == 6
     _train(tmp_path / "cartpole")
     assert "success_rate" not in evaluate_checkpoint(tmp_path / "cartpole", episodes=2)
+
+
+@pytest.mark.parametrize("episodes", [0, -1, 2.5, True])
+def test_evaluate_checkpoint_refuses_a_count_of_episodes_that_is_no_count(tmp_path, episodes):
+    """Before anything is loaded: zero episodes once ended in a ZeroDivisionError after the run was rebuilt."""
+    with pytest.raises(InputError, match=rf"episodes={episodes!r}\).*at least 1"):
+        evaluate_checkpoint(tmp_path / "no-run", episodes=episodes)

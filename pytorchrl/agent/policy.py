@@ -16,8 +16,10 @@ from pytorchrl.agent.contracts import Acted, ActionSlots
 
 
 class ModuleWeights:
-    """Reads and writes a module's parameters and buffers in place (the objects themselves: they
-    survive ``.to()``, optimizer steps and flat-buffer views).
+    """Reads and writes a module's parameters and buffers in place: the objects themselves, found
+    at first use, so they stay right through optimizer steps and flat-buffer views. Move the
+    module (``.to()``) before that first use: a move to another device or dtype replaces its
+    buffers (its parameters' data is swapped in place), and the ones found would be stale.
 
     :param module: the actor.
     """

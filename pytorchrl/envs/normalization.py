@@ -101,9 +101,15 @@ class RewardScaler:
         self.clip = clip
         self.epsilon = epsilon
 
-    def __call__(self, reward: np.ndarray, done: np.ndarray) -> np.ndarray:
+    def __call__(self, reward: np.ndarray, done: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
+        """Scale one step's rewards. ``valid`` (default: all) names the steps that are
+        transitions: the reset steps of next-step autoreset are none (reward 0), so they add no
+        sample of the return, as a same-step reset has none to add (Stable-Baselines3's
+        ``VecNormalize``)."""
         self.returns = self.returns * self.gamma + reward
-        self.rms.update(self.returns)
+        samples = self.returns if valid is None else self.returns[valid]
+        if samples.size:
+            self.rms.update(samples)
         self.returns[done] = 0.0
         out = reward / np.sqrt(self.rms.var + self.epsilon)
         return np.clip(out, -self.clip, self.clip).astype(np.float32)

@@ -77,7 +77,7 @@ class VecEnv:
         are then whole games with their raw score, and training rewards are clipped to their sign.
 
     Observations leave as :func:`~pytorchrl.utils.spaces.obs_layout` stores them: images as
-    ``uint8``, Dict observations packed into one row, Discrete ones as their index.
+    ``uint8``, Dict observations packed into one row, Discrete ones as their value.
     """
 
     def __init__(
@@ -289,7 +289,7 @@ class VecEnv:
         if self._clip_sign:
             reward = np.sign(reward)
         if self.reward_scaler is not None:
-            reward = self.reward_scaler(reward, done)
+            reward = self.reward_scaler(reward, done, valid)
         return self._obs_array(obs), np.asarray(reward, dtype=np.float32), terminated, truncated, valid
 
     def _obs_array(self, obs: Any) -> np.ndarray:

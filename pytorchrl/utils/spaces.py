@@ -6,7 +6,8 @@ that row as follows (:func:`obs_layout`):
 - ``Box``: as it is. Images (``uint8``, 3 dims, see :func:`is_image_space`) stay ``uint8`` from
   the env to the learner, which scales them to float there (a quarter of float32's bytes in
   rollouts, replay and messages); every other Box is float32.
-- ``Discrete``: the index, one float32 per observation (the encoder one-hots it).
+- ``Discrete``: the value as the env gives it (``start`` to ``start + n - 1``), one float32 per
+  observation (the encoder one-hots its index).
 - ``Dict``: the keys' rows flattened and laid back to back in sorted key order (gymnasium's
   order); ``uint8`` when every key is an image-like ``uint8`` Box, else float32. The encoder
   slices each key back out (:func:`dict_slices`), so a Dict needs no special case in any storage.
@@ -97,13 +98,13 @@ def pack_dict(space: gym.spaces.Dict, obs: dict[str, np.ndarray], num_envs: int)
 
 
 def same_layout(a: gym.Space, b: gym.Space) -> bool:
-    """Whether two spaces have one layout: the same kind, shape, number of actions (``Discrete``,
-    ``MultiDiscrete``) and keys (``Dict``); bounds may differ. What a network made for ``a`` can
+    """Whether two spaces have one layout: the same kind, shape, number and first value of the
+    values (``Discrete``), numbers of actions (``MultiDiscrete``) and keys (``Dict``); Box bounds may differ. What a network made for ``a`` can
     take from an env of ``b``."""
     if type(a) is not type(b) or getattr(a, "shape", None) != getattr(b, "shape", None):
         return False
     if isinstance(a, gym.spaces.Discrete):
-        return int(a.n) == int(b.n)  # type: ignore[attr-defined]
+        return int(a.n) == int(b.n) and int(a.start) == int(b.start)  # type: ignore[attr-defined]
     if isinstance(a, gym.spaces.MultiDiscrete):
         return bool(np.array_equal(a.nvec, b.nvec))  # type: ignore[attr-defined]
     if isinstance(a, gym.spaces.Dict):

@@ -17,7 +17,7 @@ from pytorchrl.agent.storages.on_policy.gae_buffer import GAEBuffer
 from pytorchrl.config import ConfigError, config_to_dict, from_dict, load_config
 from pytorchrl.envs.vec_env import VecEnv
 from pytorchrl.utils.errors import InputError
-from pytorchrl.utils.spaces import obs_layout, pack_dict
+from pytorchrl.utils.spaces import obs_layout, pack_dict, same_layout
 from tests.conftest import CONFIGS
 
 IMAGE_CHW = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
@@ -128,6 +128,16 @@ def test_dict_encoder_one_hots_discrete_keys_and_keeps_vectors():
     extractor = EncoderSpec().extractor(space)
     packed = torch.tensor([[2.0, 0.5, -0.5], [0.0, 0.1, 0.2]])  # keys in order: goal, pose
     assert torch.equal(extractor(packed), torch.tensor([[0, 0, 1, 0.5, -0.5], [1, 0, 0, 0.1, 0.2]]))
+
+
+def test_a_discrete_observation_that_starts_elsewhere_than_0_one_hots_its_index():
+    """gymnasium's ``Discrete(n, start=s)`` gives ``s`` to ``s + n - 1``: once one-hotted as is,
+    shifted by ``s``, and the largest value raised."""
+    alone = EncoderSpec().extractor(gym.spaces.Discrete(3, start=-1))
+    assert torch.equal(alone(torch.tensor([[-1.0], [1.0]])), torch.tensor([[1.0, 0, 0], [0, 0, 1]]))
+    keyed = EncoderSpec().extractor(gym.spaces.Dict({"goal": gym.spaces.Discrete(3, start=1), "pose": gym.spaces.Box(-1, 1, (1,), np.float32)}))
+    assert torch.equal(keyed(torch.tensor([[3.0, 0.5], [1.0, 0.0]])), torch.tensor([[0, 0, 1, 0.5], [1, 0, 0, 0.0]]))
+    assert not same_layout(gym.spaces.Discrete(3, start=1), gym.spaces.Discrete(3))  # an actor made for one fits no env of the other
 
 
 @pytest.mark.parametrize(

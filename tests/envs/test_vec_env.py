@@ -80,6 +80,21 @@ def test_normalisation_statistics_round_trip_and_frozen_test_env():
     assert test.obs_normalizer.rms.count == before and test.reward_scaler is None
 
 
+def test_the_reward_scaler_samples_the_return_on_transitions_only():
+    """The reset steps of next-step autoreset (``valid`` False, reward 0) add no sample of the
+    discounted return: they pulled its variance toward 0 by one sample an episode."""
+    env = VecEnv("CartPole-v1", num_envs=3, seed=0, normalize_reward=True)
+    env.reset()
+    prior = env.reward_scaler.rms.count
+    transitions = resets = 0
+    for _ in range(200):
+        valid = env.step(torch.zeros(3, dtype=torch.long))[4]
+        transitions += int(valid.sum())
+        resets += int((~valid).sum())
+    assert resets > 0  # CartPole pushed one way ends within a dozen steps
+    assert env.reward_scaler.rms.count - prior == pytest.approx(transitions)
+
+
 def test_a_resume_with_other_envs_starts_them_afresh_with_the_statistics_kept():
     """Saved envs that do not fit the new ones are not restored, and the run goes on: another
     ``num_envs`` with reward scaling (the saved per-env discounted returns were loaded whatever

@@ -852,6 +852,41 @@ def test_only_a_client_holding_the_listeners_key_is_served_and_only_the_listener
         impostor.close()
 
 
+def test_a_client_that_stalls_mid_call_holds_up_the_others_no_longer_than_the_read_timeout(monkeypatch):
+    """The loop reads one call at a time: a client (one holding the key) that sends a call's
+    first bytes and then trickles the rest is hung up on once READ_TIMEOUT_S has passed since
+    they came, however the bytes keep coming (each read's timeout once restarted with every byte)."""
+    monkeypatch.setattr(socket_transport, "READ_TIMEOUT_S", 0.5)
+    listener = SocketListener(lambda method, args: (method, args), socket_address(f"test-{uuid.uuid4().hex}"))
+    other = SocketCall(lambda *a: pytest.fail("fell back"), lambda: ("unix", listener.address, listener.key), timeout_s=5)
+    stop = threading.Event()
+    try:
+        assert other("echo", 0) == ("echo", (0,))
+        trickler = socket.socket(socket.AF_UNIX)
+        trickler.connect(listener.address)
+        assert socket_transport._handshake(trickler, listener.key, listener=False)
+        trickler.sendall(socket_transport._HEADER.pack(1000))  # a call of 1,000 bytes, then a byte every 0.2 s for 10 s
+
+        def trickle() -> None:
+            for _ in range(50):
+                if stop.wait(0.2):
+                    return
+                try:
+                    trickler.sendall(b"x")
+                except OSError:  # hung up on
+                    return
+
+        thread = threading.Thread(target=trickle, daemon=True)
+        thread.start()
+        time.sleep(0.1)  # its header read first
+        assert other("echo", 1) == ("echo", (1,))  # within 5 s: before, the trickle held the loop for 10
+        thread.join(timeout=10)
+        assert _hung_up(trickler)
+    finally:
+        stop.set()
+        listener.close()
+
+
 def test_a_socket_call_that_cannot_connect_falls_back_and_asks_where_again_only_after_a_growing_pause():
     with socket.socket() as spare:  # a port that nothing listens on
         spare.bind(("127.0.0.1", 0))
@@ -889,9 +924,9 @@ def test_a_socket_call_cut_short_hangs_up_and_the_next_call_gets_its_own_reply(m
     call = SocketCall(lambda method, *a: fallen_back.append(method), lambda: ("unix", listener.address, listener.key), timeout_s=10, retry_s=0)
     real_receive = socket_transport.receive
 
-    def cut_short(conn: socket.socket) -> Any:  # once, in the client (not the listener's threads)
+    def cut_short(conn: socket.socket, *deadline: float) -> Any:  # once, in the client (not the listener's threads)
         if threading.current_thread() is not threading.main_thread():
-            return real_receive(conn)
+            return real_receive(conn, *deadline)
         monkeypatch.setattr(socket_transport, "receive", real_receive)
         raise error
 

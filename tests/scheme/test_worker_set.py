@@ -17,6 +17,7 @@ def test_packing_round_trips_nested_tensors_of_every_dtype_with_and_without_lz4(
         "half": torch.randn(3).to(torch.bfloat16), "scalar": torch.tensor(2.5, dtype=torch.float64),
         "nested": [torch.zeros(100), (torch.arange(7, dtype=torch.int32), "text", 3)], "empty": torch.zeros(0, 4),
     }
+    wide = {"u16": torch.tensor([0, 1, 65535], dtype=torch.uint16), "u64": torch.tensor([0, 2**63], dtype=torch.uint64)}  # once a KeyError unpacking
     for compress in (False, True):
         packed = compression.pack(data, compress)
         assert isinstance(packed, compression.Wire) and packed.compressed == compress
@@ -27,6 +28,8 @@ def test_packing_round_trips_nested_tensors_of_every_dtype_with_and_without_lz4(
             assert out[key].dtype == data[key].dtype and out[key].shape == data[key].shape
             assert torch.equal(out[key], data[key])
         assert torch.equal(out["nested"][1][0], data["nested"][1][0]) and out["nested"][1][1:] == ("text", 3)
+        for key, tensor in compression.unpack(compression.pack(wide, compress)).items():  # numpy has them; torch does little with them
+            assert tensor.dtype == wide[key].dtype and tensor.numpy().tolist() == wide[key].numpy().tolist()
         out["obs"].add_(1.0)  # unpacked tensors are writable and do not alias the sender's
         assert not torch.equal(out["obs"], data["obs"])
     assert compression.unpack({"plain": 1}) == {"plain": 1}  # never-packed data passes through

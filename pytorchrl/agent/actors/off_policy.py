@@ -228,7 +228,7 @@ class OffPolicyActor(nn.Module):
             torch.argmax(self.masked(q, obs), dim=-1, out=action)
             self.q_net.train()
             return action, {}, rhs
-        noise = self.draw_noise(1, obs.shape[0])[0]
+        noise = self.draw_noise(1, obs.shape[0])[0].to(obs.device)  # the CPU stream's draws, where the actor acts
         if state is None:
             self.act(obs, noise, action)
         else:

@@ -333,7 +333,7 @@ class PolicyCriticActor(nn.Module):
         """Every env's gSDE matrix, fresh: standard normals times ``exp(sde_log_std)`` as it is now
         (held until the next draw, as SB3 holds its exploration matrix)."""
         assert self.sde_log_std is not None
-        self._sde_eps = torch.randn(num_envs, *self.sde_log_std.shape)
+        self._sde_eps = torch.randn(num_envs, *self.sde_log_std.shape).to(self.sde_log_std.device)  # the CPU stream, as the other noise
         self._sde_weights = self._sde_eps * self.sde_log_std.detach().exp()
         self._sde_step = 0
 
@@ -402,8 +402,9 @@ class PolicyCriticActor(nn.Module):
             params = self._head(features)
         if deterministic:
             return self.scale(self.deterministic(obs) if params is None else self._deterministic(params)), {}, rhs
-        out = torch.empty(obs.shape[0], dtype=torch.long) if self.discrete else torch.empty(obs.shape[0], self.action_dim)
-        noise = draw_parts(self.noise_parts(), 1, obs.shape[0])[0]  # not draw_noise: that starts a rollout (gSDE: new matrices)
+        out = torch.empty(obs.shape[0], dtype=torch.long, device=obs.device) if self.discrete else torch.empty(obs.shape[0], self.action_dim, device=obs.device)
+        # not draw_noise: that starts a rollout (gSDE: new matrices); the CPU stream's draws, where the actor acts
+        noise = draw_parts(self.noise_parts(), 1, obs.shape[0])[0].to(obs.device)
         if params is None:
             self.act(obs, noise, out)
         else:

@@ -114,15 +114,11 @@ def _bits() -> dict[Any, Any]:
 
 
 @functools.cache
-def _numpy_dtypes() -> dict[Any, np.dtype]:
-    """The numpy dtype each torch dtype travels as."""
+def _numpy_dtype(dtype: Any) -> np.dtype:
+    """The numpy dtype a torch dtype travels as (what :func:`_strip` made of it)."""
     import torch
 
-    bits = _bits()
-    return {d: torch.empty(0, dtype=bits.get(d, d)).numpy().dtype for d in (
-        torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.uint8, torch.int8, torch.int16,
-        torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128,
-    )}
+    return torch.empty(0, dtype=_bits().get(dtype, dtype)).numpy().dtype
 
 
 def unpack(obj: Any) -> Any:
@@ -145,7 +141,7 @@ def _fill(obj: Any, buffer: np.ndarray) -> Any:
             return buffer[obj.offset : obj.offset + obj.nbytes].view(obj.dtype).reshape(obj.shape)
         import torch
 
-        array = buffer[obj.offset : obj.offset + obj.nbytes].view(_numpy_dtypes()[obj.dtype]).reshape(obj.shape)
+        array = buffer[obj.offset : obj.offset + obj.nbytes].view(_numpy_dtype(obj.dtype)).reshape(obj.shape)
         tensor = torch.from_numpy(array)
         return tensor.view(obj.dtype) if obj.dtype in _bits() else tensor
     if isinstance(obj, dict):

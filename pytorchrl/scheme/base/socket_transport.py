@@ -57,8 +57,9 @@ RETRY_S, MAX_RETRY_S = 0.5, 300.0
 #: how long connecting, the handshake included, may take
 CONNECT_TIMEOUT_S = 3.0
 
-#: how long the listener waits for the rest of a call whose first bytes came: longer, the
-#: connection is dropped (the client falls back)
+#: how long the listener waits for the whole of a call whose first bytes came: longer, the
+#: connection is dropped (the client falls back). The loop reads one call at a time, so this
+#: bounds how long a client stalled mid-call (or trickling its bytes) holds up the others.
 READ_TIMEOUT_S = 10.0
 
 #: TCP keepalive: probe a connection idle this many seconds, then every interval, this many times
@@ -360,7 +361,8 @@ def _read_call(conn: socket.socket) -> tuple[str, tuple[Any, ...]] | None:
     is reset, stalls mid-call past :data:`READ_TIMEOUT_S` or sends something else (that client
     alone is then hung up on)."""
     try:
-        message = receive(conn)
+        message = receive(conn, time.monotonic() + READ_TIMEOUT_S)
+        conn.settimeout(READ_TIMEOUT_S)  # as _admit left it (the deadline's reads changed it)
     except Exception:
         return None
     if not (isinstance(message, tuple) and len(message) == 2 and isinstance(message[0], str) and isinstance(message[1], tuple)):
@@ -418,12 +420,13 @@ def _send_bytes(conn: socket.socket, data: bytes) -> None:
     conn.sendall(_HEADER.pack(len(data)) + data)
 
 
-def receive(conn: socket.socket) -> Any:
-    """The next message, or None once the other side has closed."""
-    header = _read(conn, _HEADER.size)
+def receive(conn: socket.socket, deadline: float | None = None) -> Any:
+    """The next message, or None once the other side has closed; with a ``deadline``
+    (``time.monotonic``), None once it has passed too, however the bytes trickle in."""
+    header = _read(conn, _HEADER.size, deadline)
     if header is None:
         return None
-    body = _read(conn, _HEADER.unpack(header)[0])
+    body = _read(conn, _HEADER.unpack(header)[0], deadline)
     return None if body is None else pickle.loads(body)
 
 

@@ -88,7 +88,7 @@ class EncoderSpec:
         if isinstance(space, gym.spaces.Dict):
             return DictExtractor(space, self)
         if isinstance(space, gym.spaces.Discrete):
-            return OneHot(int(space.n))
+            return OneHot(int(space.n), int(space.start))
         if is_image_space(space) and self.kind != "mlp":
             return self._cnn(space, "the observation space")
         if self.kind in IMAGE_ENCODERS:
@@ -199,14 +199,16 @@ class ScaledFlatten(nn.Module):
 
 
 class OneHot(nn.Module):
-    """A Discrete observation (stored as its index) as a one-hot vector."""
+    """A Discrete observation (stored as the env gives it, ``start`` to ``start + n - 1``) as a
+    one-hot vector of its index."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, start: int = 0) -> None:
         super().__init__()
         self.out_features = n
+        self.start = start
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return F.one_hot(obs.reshape(-1).long(), self.out_features).float()
+        return F.one_hot(obs.reshape(-1).long() - self.start, self.out_features).float()
 
 
 def _image_input(space: gym.Space, where: str) -> tuple[int, int, int, bool]:
@@ -404,7 +406,7 @@ class DictExtractor(nn.Module):
             where = f"Dict key {key!r}"
             part: nn.Module | None
             if isinstance(sub, gym.spaces.Discrete):
-                part = OneHot(int(sub.n))
+                part = OneHot(int(sub.n), int(sub.start))
             elif is_image_space(sub):
                 images += 1
                 part = ScaledFlatten(sub, spec.image_scale) if spec.kind == "mlp" else spec._cnn(sub, where)
