@@ -124,8 +124,8 @@ def _native_kwargs() -> set[str]:
     from ale_py.vector_env import AtariVectorEnv
 
     set_here = {
-        "self", "game", "num_envs", "num_threads", "frameskip", "img_height", "img_width", "stack_num", "noop_max", "episodic_life",
-        "reward_clipping", "repeat_action_probability", "full_action_space", "max_num_frames_per_episode", "use_fire_reset",
+        "self", "game", "num_envs", "num_threads", "img_height", "img_width", "stack_num", "noop_max", "episodic_life",
+        "reward_clipping", "use_fire_reset", *ATARI_SETS,
     }
     return set(inspect.signature(AtariVectorEnv.__init__).parameters) - set_here
 
