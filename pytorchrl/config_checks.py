@@ -197,6 +197,13 @@ def check_scheme(scheme: SchemeConfig) -> None:
             "'synchronous' (asynchronous gradients cannot be applied identically on every worker)"
         )
     _check_inference(scheme)
+    gpus = [(f"{name}.num_gpus", getattr(scheme, name).num_gpus) for name in ("col_worker_resources", "grad_worker_resources")]
+    for key, amount in [*gpus, ("inference_server.num_gpus", scheme.inference_server.num_gpus)]:
+        if amount is not None and amount > 1 and not float(amount).is_integer():
+            raise ConfigError(
+                f"config key 'scheme.{key}' = {amount!r}: Ray gives a worker a fraction of one GPU or whole GPUs; "
+                f"allowed: a value in [0, 1] or a whole number (e.g. {math.floor(amount)} or {math.ceil(amount)})"
+            )
     for name in ("col_worker_resources", "grad_worker_resources"):
         for resource, amount in getattr(scheme, name).resources.items():
             if resource in RAY_BUILTIN_RESOURCES:

@@ -129,6 +129,7 @@ def test_a_whole_number_written_as_a_float_is_an_int(text):
         ({"actor": {"hidden_sizes": 64}}, r"'actor.hidden_sizes' = 64 has the wrong type: expected a list of int"),
         ({"scheme": {"col_worker_resources": {"resources": {"node_a": -1}}}}, r"'scheme.col_worker_resources.resources' = \{'node_a': -1\}: a custom Ray resource is an amount >= 0"),
         ({"scheme": {"grad_worker_resources": {"resources": {"node_a": "x"}}}}, r"'scheme.grad_worker_resources.resources' = \{'node_a': 'x'\}"),
+        ({"scheme": {"grad_worker_resources": {"num_gpus": 1.5}}}, r"'scheme.grad_worker_resources.num_gpus' = 1.5: .* allowed: a value in \[0, 1\] or a whole number \(e.g. 1 or 2\)"),
         (
             {"scheme": {"col_worker_resources": {"resources": {"CPU": 2}}}},
             r"'scheme.col_worker_resources.resources' = \{'CPU': 2\}: 'CPU' is not a custom resource; set it with scheme.col_worker_resources.num_cpus",

@@ -67,6 +67,24 @@ def test_layouts_that_fit_and_that_do_not():
     assert total_resources([("c", 3, {**CPU1, "num_cpus": 0.5})]) == {"CPU": 1.5}
 
 
+def test_a_layout_whose_workers_fit_the_totals_but_not_the_nodes_is_refused_not_left_pending():
+    """Ray places all of a worker's resources on one node, and a fraction of a GPU within one
+    GPU: layouts that pass the per-resource and total checks but no node can hold once waited
+    five minutes for actors that never started."""
+    split = [{"CPU": 8.0}, {"CPU": 2.0, "GPU": 1.0}]
+    assert "one gradient worker asks for 4 CPU, 1 GPU on one node, and no node" in check_fits(
+        [("gradient worker", 1, {**CPU1, "num_cpus": 4.0, "num_gpus": 1.0})], {"CPU": 10.0, "GPU": 1.0}, split)
+    pinned = {**CPU1, "num_cpus": 8.0, "resources": {"learner": 1}}
+    assert "no node of the Ray cluster has all of that" in check_fits(
+        [("collection worker", 1, pinned)], {"CPU": 20.0, "learner": 1.0}, [{"CPU": 4.0, "learner": 1.0}, {"CPU": 16.0}])
+    msg = check_fits([("collection worker", 2, {**CPU1, "num_cpus": 3.0})], {"CPU": 6.0}, [{"CPU": 4.0}, {"CPU": 2.0}])
+    assert msg is not None and "hold 1 of them at most (per node: 1, 0)" in msg
+    two_gpus = [{"CPU": 4.0, "GPU": 1.0}, {"CPU": 4.0, "GPU": 1.0}]
+    assert "hold 2 of them at most" in check_fits([("gradient worker", 3, {**CPU1, "num_gpus": 0.6})], {"CPU": 8.0, "GPU": 2.0}, two_gpus)
+    assert check_fits([("gradient worker", 4, {**CPU1, "num_gpus": 0.5})], {"CPU": 8.0, "GPU": 2.0}, two_gpus) is None  # two a GPU
+    assert check_fits([("gradient worker", 2, {**CPU1, "num_gpus": 2.0})], {"CPU": 4.0, "GPU": 4.0}, [{"CPU": 4.0, "GPU": 4.0}]) is None
+
+
 def test_actor_options_carry_every_resource():
     opts = actor_options({"num_cpus": 0.5, "num_gpus": 1, "memory": 2**30, "resources": {"node_b": 1}})
     assert opts["num_cpus"] == 0.5 and opts["num_gpus"] == 1.0 and opts["memory"] == 2**30

@@ -555,7 +555,12 @@ def check_fits(
     where: str = "scheme",
     who: str = "the workers",
 ) -> str | None:
-    """Why the worker ``groups`` cannot all be placed on a cluster, or None when they fit.
+    """Why the worker ``groups`` cannot all be placed on a cluster, or None when they may.
+
+    Each check is one no placement can pass: a resource no node has enough of, totals beyond
+    the cluster's, and each group alone on the nodes as Ray places a worker (all of its
+    resources on one node; a fraction of a GPU within one GPU). Groups that fit alone may
+    still not fit together; Ray's placement decides those, and the run waits for them.
 
     :param groups: ``(name, count, resources)`` per kind of worker.
     :param cluster: the cluster's total resources (``ray.cluster_resources()``).
@@ -581,7 +586,39 @@ def check_fits(
                 f"{where}: {who} ask for {_fmt(key, amount)} {key} in all ({detail}) but the Ray cluster has "
                 f"{_fmt(key, have)}; lower the worker counts or their per-worker resources"
             )
+    # each group alone on the nodes, as Ray places a worker: a bound no mix of groups can beat
+    for name, count, res in groups:
+        if count == 0:
+            continue
+        per_node = [_workers_on(n, res) for n in nodes]
+        if sum(per_node) >= count:
+            continue
+        wants = ", ".join(f"{_fmt(k, v)} {k}" for k, v in _resource_items(res))
+        if not any(per_node):
+            return (
+                f"{where}: one {name} asks for {wants} on one node, and no node of the Ray cluster has all of that; "
+                f"lower the {name} resources or add such a node"
+            )
+        return (
+            f"{where}: {count} {name}s ask for {wants} each, all of a worker's on one node, and the Ray cluster's nodes "
+            f"hold {sum(per_node)} of them at most (per node: {', '.join(map(str, per_node))}); lower the {name} count or resources, or add nodes"
+        )
     return None
+
+
+def _workers_on(node: dict[str, float], res: dict[str, Any]) -> int:
+    """How many workers of ``res`` one node holds alone, as Ray places them: every resource of a
+    worker on the one node, and its GPUs as Ray's GPU instances (a fraction of one GPU within
+    one instance, whole GPUs as whole instances)."""
+    most = math.inf
+    for key, amount in _resource_items(res):
+        have = node.get(key, 0.0)
+        if key == "GPU" and amount < 1:
+            fits = math.floor(have + 1e-9) * math.floor(1 / amount + 1e-9)
+        else:
+            fits = math.floor(have / amount + 1e-9)
+        most = min(most, fits)
+    return 10**9 if most == math.inf else int(most)
 
 
 def _fmt(key: str, value: float) -> str:
