@@ -311,7 +311,10 @@ class WorkerResources:
 class RayConfig:
     """Where remote workers run: an embedded local Ray, or an existing cluster."""
 
-    address: str | None = param(None, "Ray cluster to join ('host:port', 'ray://host:port', 'auto'); null: RAY_ADDRESS, else an embedded local Ray.")
+    address: str | None = param(
+        None, "Ray cluster to join ('host:port', 'ray://host:port', 'auto'); null: RAY_ADDRESS, else an embedded local Ray; "
+        "'local': an embedded local Ray even where RAY_ADDRESS is set.",
+    )
     num_cpus: int | None = param(None, "CPUs of the embedded local Ray (null: all of this machine's).", min=1)
 
 

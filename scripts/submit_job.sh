@@ -14,14 +14,15 @@
 # ray, gymnasium, ...) installed. The driver joins the cluster through RAY_ADDRESS, which Ray
 # sets for the job. Logs: `ray job logs JOB_ID` (and the Ray dashboard); the run directory:
 # $RUN_ROOT/<configdir>-<config>-<timestamp> on the head node, printed at the top of the logs.
-# Ctrl-C stops following the logs, not the job: `ray job stop JOB_ID` stops it (with a checkpoint).
+# Ctrl-C stops following the logs, not the job: `ray job stop JOB_ID` stops it (SIGTERM: the run
+# checkpoints at its round's end unless Ray kills it first, after RAY_JOB_STOP_WAIT_TIME_S).
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-  sed -n '2,17p' "$0"
+  sed -n '2,18p' "$0"
   exit 0
 fi
 if [[ $# -lt 1 ]]; then
-  sed -n '2,17p' "$0" >&2
+  sed -n '2,18p' "$0" >&2
   exit 2
 fi
 config="$1"; shift
@@ -38,9 +39,12 @@ if [[ "$config_path" != "$repo"/* ]]; then
 fi
 config="${config_path#"$repo"/}"
 cd "$repo"
-# Ray's upload of the working directory leaves out what .gitignore ignores (run directories)
-if command -v git >/dev/null && git rev-parse --is-inside-work-tree >/dev/null 2>&1 && git check-ignore -q "$config"; then
-  echo "submit_job.sh: config file '$config' is ignored by git (.gitignore), so Ray does not ship it with the job; copy it elsewhere in the repository (e.g. configs/)" >&2
+# Ray's upload of the working directory leaves out what .gitignore and .rayignore match (run
+# directories), tracked or not: --no-index asks the patterns, not the index
+ignores=(git)
+[[ -f .rayignore ]] && ignores=(git -c core.excludesFile=.rayignore)
+if command -v git >/dev/null && git rev-parse --is-inside-work-tree >/dev/null 2>&1 && "${ignores[@]}" check-ignore -q --no-index "$config"; then
+  echo "submit_job.sh: config file '$config' is ignored by git (.gitignore or .rayignore), so Ray does not ship it with the job; copy it elsewhere in the repository (e.g. configs/)" >&2
   exit 2
 fi
 export RAY_ADDRESS="${RAY_ADDRESS:-http://127.0.0.1:8265}"
@@ -75,10 +79,14 @@ if [[ -z "${RAY_AUTH_MODE:-}" && ( -n "${RAY_AUTH_TOKEN:-}" || -f "$HOME/.ray/au
 fi
 run_root="${RUN_ROOT:-/tmp/pytorchrl-runs}"
 # to the nanosecond: jobs submitted in one second (a loop over seeds) must not share a run directory
-name="$(basename "$(dirname "$config")")-$(basename "${config%.yaml}")-$(date +%Y%m%d-%H%M%S-%N)"
+stem="$(basename "$config")"; stem="${stem%.yaml}"; stem="${stem%.yml}"
+folder="$(basename "$(dirname "$config")")"
+[[ "$folder" != "." ]] && stem="$folder-$stem"  # a config at the repository's top: no hidden ".-" directory
+name="$stem-$(date +%Y%m%d-%H%M%S-%N)"
 follow=()
 [[ "${NO_WAIT:-0}" == "1" ]] && follow=(--no-wait)
-exec ray job submit "${follow[@]}" \
+# ${a[@]+...}: an empty array is "unbound" under set -u in bash before 4.4 (macOS's /bin/bash is 3.2)
+exec ray job submit ${follow[@]+"${follow[@]}"} \
   --working-dir . \
   --runtime-env-json '{"env_vars": {"OMP_NUM_THREADS": "1"}}' \
   -- python -m pytorchrl.cli train "$config" --run-dir "$run_root/$name" --quiet "$@"

@@ -172,12 +172,21 @@ CARTPOLE = str(CONFIGS / "ppo" / "cartpole.yaml")
         (["env.eval_env_kwargs=3"], "'env.eval_env_kwargs' = 3 has the wrong type: expected dict"),
         (["scheme.update_execution=decentralised", "scheme.grad_communication=asynchronous"], "needs scheme.grad_communication 'synchronous'"),
         (["scheme.num_col_workers=1", "scheme.col_worker_resources.num_gpus=4"], "one collection worker asks for 4 GPU but no node"),
-        (["scheme.num_col_workers=1", "--address", "127.0.0.1:1"], "Ray address '127.0.0.1:1': no Ray cluster answers there (Connection refused); it is --address or the config's scheme.ray.address (a resumed run keeps its own): scheme.ray.address=null"),
+        (["scheme.num_col_workers=1", "--address", "127.0.0.1:1"], "Ray address '127.0.0.1:1': no Ray cluster answers there (Connection refused); it is --address / scheme.ray.address (a resumed run keeps its own): scheme.ray.address=null (or --address local)"),
     ],
 )
 def test_bad_train_input_exits_2_with_one_line(capsys, tmp_path, args, needle):
     err = _bad(capsys, ["train", CARTPOLE, *args, "--run-dir", str(tmp_path / "r"), "--quiet"])
     assert needle in err
+
+
+def test_a_dead_ray_address_from_the_environment_is_named_with_the_way_around_it(capsys, tmp_path, monkeypatch):
+    """An exported RAY_ADDRESS (as Ray's docs have users do for `ray job submit`) is where the
+    address came from; scheme.ray.address=null cannot help, unsetting it or --address local can."""
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+    err = _bad(capsys, ["train", CARTPOLE, "scheme.num_col_workers=1", "--run-dir", str(tmp_path / "r"), "--quiet"])
+    assert "it is the environment variable RAY_ADDRESS: unset RAY_ADDRESS, or pass --address local, to train on a local Ray instead" in err
+    assert "scheme.ray.address=null" not in err
 
 
 def test_an_override_given_twice_is_said_and_the_last_one_counts(capsys, tmp_path):

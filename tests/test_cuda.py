@@ -135,3 +135,23 @@ def test_every_actor_acts_stochastically_on_the_gpu_with_the_cpu_stream_s_noise(
     for actor in actors:
         action, _, _ = actor.cuda().get_action(torch.zeros(5, 4, device="cuda"), deterministic=False)
         assert action.device.type == "cuda" and action.shape[0] == 5, type(actor).__name__
+
+
+@pytest.mark.parametrize("learner_device", ["cpu", "cuda"])
+def test_a_remote_gradient_worker_that_reserves_a_gpu_computes_on_it_whatever_the_learner_s_device(ray_session, learner_device):
+    """``run.device`` is the learner's: a remote replica reserving GPU computes on the one Ray
+    gives it, and its gradients reach a learner on either device."""
+    import ray
+
+    small = [f"run.device={learner_device}", "run.target_steps=1024", "run.log_every=512", "run.eval_every=0", "run.checkpoint_every=0",
+             "run.stop_at_return=null", "scheme.num_grad_workers=1", "scheme.grad_worker_resources.num_gpus=0.5"]
+    learner = Learner.from_config(load_config(CONFIGS / "ppo" / "cartpole.yaml", small), progress=False)
+    try:
+        before = {k: v.clone() for k, v in learner.scheme.algorithm.actor.state_dict().items()}
+        learner.train()
+        after = learner.scheme.algorithm.actor.state_dict()
+        assert any(not torch.equal(before[k].cpu(), after[k].cpu()) for k in before)
+        remote = learner.scheme.grad_workers.workers.remote_workers[0]
+        assert ray.get(remote.call.remote("device_name")).startswith("cuda")
+    finally:
+        learner.close()

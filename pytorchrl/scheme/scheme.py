@@ -117,6 +117,9 @@ class Scheme:
         grad_kwargs = {
             "col_workers_factory": col_workers_factory, "actor_factory": actor_factory, "algo_factory": algo_factory,
             "storage_factory": storage_factory, "device": device, "torch_threads": torch_threads, "seed": seed,
+            # remote replicas: the GPU Ray gives each (it is cuda:0 in its process) when they reserve one, else the CPU;
+            # run.device is the learner's, on the driver's node
+            "remote_device": "cuda" if grad_resources["num_gpus"] else "cpu",
         }
         try:  # the servers started must not outlive an error in the workers (parts that do not fit)
             self.grad_workers = GradientWorkerSet(

@@ -41,10 +41,10 @@ def _drivers_seen(address: str) -> int:
     return int(proc.stdout.strip().splitlines()[-1])
 
 
-def _train(pytorchrl_cmd, run_dir: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+def _train(pytorchrl_cmd, run_dir: Path, env: dict[str, str], *extra: str) -> subprocess.CompletedProcess:
     cmd = [
         *pytorchrl_cmd, "train", str(CONFIGS / "ppo" / "cartpole.yaml"), "--run-dir", str(run_dir), "--quiet",
-        "run.target_steps=2048", "run.eval_every=2048", "scheme.num_col_workers=1", "scheme.col_worker_resources.num_cpus=0.5",
+        "run.target_steps=2048", "run.eval_every=2048", "scheme.num_col_workers=1", "scheme.col_worker_resources.num_cpus=0.5", *extra,
     ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env)
 
@@ -62,6 +62,11 @@ def test_a_run_without_an_address_stays_on_its_own_ray_beside_a_ray_start_cluste
         joined = _train(pytorchrl_cmd, tmp_path / "joined", _env(RAY_ADDRESS=address, RAY_AUTH_MODE="disabled"))
         assert joined.returncode == 0, joined.stderr[-2000:]
         assert _drivers_seen(address) == 1
+
+        # --address local: an embedded Ray though RAY_ADDRESS names the cluster (a shell that exported it)
+        local = _train(pytorchrl_cmd, tmp_path / "local", _env(RAY_ADDRESS=address, RAY_AUTH_MODE="disabled"), "--address", "local")
+        assert local.returncode == 0, local.stderr[-2000:]
+        assert _drivers_seen(address) == 1, "--address local joined the cluster RAY_ADDRESS names"
 
 
 def test_an_http_port_as_the_cluster_address_is_one_line_not_a_hang():

@@ -160,3 +160,19 @@ def test_collection_workers_added_to_gradient_replicas_take_numbers_no_other_col
     assert collection_overrides(0, local=True, num_remote=2, collectors=1, generation=0) == {"evaluation_only": True}
     # no remote gradient workers: the local one's set numbers its workers from 0
     assert collection_overrides(0, local=True, num_remote=0, collectors=2, generation=0)["numbering"] == CollectorNumbering(0, 1, 2)
+
+
+def test_a_remote_gradient_worker_computes_where_its_reserved_resources_are_not_on_the_learner_s_device(monkeypatch):
+    """``run.device`` is the learner's, on the driver: a remote replica that reserves a GPU
+    computes on the one Ray gives it (``cuda``: cuda:0 in its process, whatever the driver's
+    index), and one that reserves none on the CPU (it once took the driver's device: a reserved
+    GPU left idle, or an unreserved one used)."""
+    from pytorchrl.scheme.gradients import gradient_worker_set
+
+    made: dict[int, dict] = {}
+    monkeypatch.setattr(gradient_worker_set, "GradientWorker", lambda index, **kwargs: made.setdefault(index, kwargs))
+    kwargs = {"device": "cuda:1", "remote_device": "cuda", "seed": 0}
+    for index in (0, 1):
+        gradient_worker_set._make_gradient_worker(index, local=index == 0, worker_kwargs=kwargs, num_remote=1, collectors=1)
+    assert made[0]["device"] == "cuda:1" and made[1]["device"] == "cuda"
+    assert "remote_device" not in made[0] and "remote_device" not in made[1]

@@ -6,7 +6,8 @@
   on this machine, someone else's or another experiment's, so a run joins a cluster only when
   it is pointed at one.
 * ``--address ADDR``, ``scheme.ray.address`` or ``RAY_ADDRESS``: join that cluster. An address
-  that does not answer fails at once with one line instead of Ray's long retry loop.
+  that does not answer fails at once with one line instead of Ray's long retry loop, naming
+  where the address came from. ``local`` asks for the embedded Ray even where ``RAY_ADDRESS`` is set.
 * Ray already initialised (tests, notebooks, a Ray job's driver): used as it is.
 """
 
@@ -28,10 +29,19 @@ def configure_ray(*, address: str | None = None, num_cpus: int | None = None) ->
     _settings["num_cpus"] = num_cpus
 
 
+def _address() -> tuple[str | None, str]:
+    """The cluster to join (None: an embedded local Ray) and where that came from, for messages."""
+    if _settings["address"] == "local":
+        return None, "scheme.ray.address"
+    if _settings["address"]:
+        return _settings["address"], "--address / scheme.ray.address"
+    return os.environ.get("RAY_ADDRESS") or None, "the environment variable RAY_ADDRESS"
+
+
 def joins_cluster() -> bool:
     """Whether :func:`ensure_ray` joins a cluster (an address, or a Ray job's ``RAY_ADDRESS``)
     rather than starting a Ray of this process's own."""
-    return bool(_settings["address"] or os.environ.get("RAY_ADDRESS"))
+    return _address()[0] is not None
 
 
 def planned_local_resources() -> dict[str, float] | None:
@@ -39,34 +49,48 @@ def planned_local_resources() -> dict[str, float] | None:
     when it would join a cluster or Ray is already running (then ask Ray itself)."""
     import sys
 
-    if _settings["address"] or os.environ.get("RAY_ADDRESS"):
+    if joins_cluster():
         return None
     if "ray" in sys.modules and sys.modules["ray"].is_initialized():
         return None
     import torch
 
-    return {"CPU": float(_settings["num_cpus"] or os.cpu_count() or 1), "GPU": float(torch.cuda.device_count())}
+    return {"CPU": float(_local_cpus()), "GPU": float(torch.cuda.device_count())}
+
+
+def _local_cpus() -> int:
+    """The CPUs of an embedded local Ray: ``scheme.ray.num_cpus``, else what Ray itself finds for
+    this machine, which heeds a container's or a cgroup's CPU limit (Docker ``--cpus``, a
+    Kubernetes limit, a Slurm cpuset); ``os.cpu_count()`` counts the host's cores."""
+    if _settings["num_cpus"]:
+        return int(_settings["num_cpus"])
+    try:
+        from ray._private.utils import get_num_cpus  # what Ray would register given no num_cpus
+
+        return max(1, int(get_num_cpus(override_docker_cpu_warning=True)))
+    except Exception:  # another Ray layout
+        return os.cpu_count() or 1
 
 
 def ensure_ray() -> Any:
     """The ``ray`` module, initialised (see the module doc)."""
     import ray
 
-    address = _settings["address"] or os.environ.get("RAY_ADDRESS") or None
+    address, source = _address()
     if address:
-        _check_reachable(address)
+        _check_reachable(address, source)
     if ray.is_initialized():
         return ray
     if address:
         try:
             ray.init(address=address, log_to_driver=True)
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise InputError(f"Ray address {address!r}: cannot join the Ray cluster there ({_first_line(exc)})") from None
+            raise InputError(f"Ray address {address!r} ({source}): cannot join the Ray cluster there ({_first_line(exc)})") from None
         return ray
     logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(_hide_local_token_notice)
     ray.init(
         address="local",
-        num_cpus=_settings["num_cpus"] or os.cpu_count() or 1,
+        num_cpus=_local_cpus(),  # what the layout was checked against (planned_local_resources)
         include_dashboard=False,
         log_to_driver=True,
         logging_level=logging.WARNING,
@@ -82,8 +106,9 @@ def _hide_local_token_notice(record: logging.LogRecord) -> bool:
     return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
 
 
-def _check_reachable(address: str) -> None:
-    """Fail fast for a ``host:port`` (or ``ray://host:port``) address nobody listens on."""
+def _check_reachable(address: str, source: str = "--address / scheme.ray.address") -> None:
+    """Fail fast for a ``host:port`` (or ``ray://host:port``) address nobody listens on; the
+    message names ``source``, where the address came from, and how to train without it."""
     if address == "auto" or address.startswith("local"):
         return
     target = address.split("://", 1)[-1]
@@ -95,11 +120,18 @@ def _check_reachable(address: str) -> None:
             pass
     except OSError as exc:
         raise InputError(
-            f"Ray address {address!r}: no Ray cluster answers there ({exc.strerror or exc}); it is --address or the config's "
-            "scheme.ray.address (a resumed run keeps its own): scheme.ray.address=null trains on a local Ray instead"
+            f"Ray address {address!r}: no Ray cluster answers there ({exc.strerror or exc}); it is {source}"
+            f"{' (a resumed run keeps its own)' if 'scheme' in source else ''}: {_without(source)}"
         ) from None
     if not address.startswith("ray://"):
-        _check_token(address, host, int(port))
+        _check_token(address, host, int(port), source)
+
+
+def _without(source: str) -> str:
+    """How to train on an embedded local Ray instead of the address from ``source``."""
+    if "RAY_ADDRESS" in source:
+        return "unset RAY_ADDRESS, or pass --address local, to train on a local Ray instead"
+    return "scheme.ray.address=null (or --address local) trains on a local Ray instead"
 
 
 def driver_token() -> tuple[str | None, str]:
@@ -120,7 +152,7 @@ def driver_token() -> tuple[str | None, str]:
         return None, f"no token file {path}"
 
 
-def _check_token(address: str, host: str, port: int) -> None:
+def _check_token(address: str, host: str, port: int, source: str = "--address / scheme.ray.address") -> None:
     """Ask the cluster's GCS for its id, presenting this driver's token as Ray would: a cluster
     with token authentication that refuses it is one line now, instead of Ray's retry loop (a
     warning a second for ~15 s, then "cannot connect" without the cause)."""
@@ -139,9 +171,10 @@ def _check_token(address: str, host: str, port: int) -> None:
             if exc.code() != grpc.StatusCode.UNAUTHENTICATED:
                 if _speaks_http(host, port):  # ray.init would retry this forever
                     raise InputError(
-                        f"Ray address {address!r}: that port answers HTTP, as Ray's dashboard and Jobs API do (8265 by default, "
-                        "what `ray job submit` takes); --address / scheme.ray.address is the head's GCS port, 6379 by default "
+                        f"Ray address {address!r} ({source}): that port answers HTTP, as Ray's dashboard and Jobs API do (8265 by "
+                        "default, what `ray job submit` takes); a training run joins the head's GCS port, 6379 by default "
                         f"(`ray start --head --port`), e.g. {host}:6379"
+                        + ("; unset RAY_ADDRESS, or pass --address, for this run" if "RAY_ADDRESS" in source else "")
                     ) from None
                 return  # not a GCS, or busy: ray.init says what it finds
             how = "RAY_AUTH_MODE=token and the cluster's token in RAY_AUTH_TOKEN or in a file named by RAY_AUTH_TOKEN_PATH (default ~/.ray/auth_token)"

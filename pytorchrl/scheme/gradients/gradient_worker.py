@@ -201,6 +201,10 @@ class GradientWorker:
         if hyperparameters:
             self.algo.set_hyperparameters(hyperparameters)
 
+    def device_name(self) -> str:
+        """Where the replica computes (``cuda:0``, ``cpu``)."""
+        return str(next(self.actor.parameters()).device)
+
     def state_dict(self) -> dict[str, Any]:
         return {"algorithm": self.algo.state_dict(), **self.collection_state_dict()}
 

@@ -147,6 +147,9 @@ def _make_gradient_worker(
     index: int, *, local: bool, worker_kwargs: dict[str, Any], num_remote: int, collectors: int, generation: int = 0
 ) -> GradientWorker:
     kwargs = dict(worker_kwargs)
+    remote_device = kwargs.pop("remote_device", None)
+    if not local and remote_device is not None:  # a remote replica computes where its reserved resources are, not on the driver's device
+        kwargs["device"] = remote_device
     kwargs["seed"] = generation_seed(kwargs.get("seed", 0), generation)  # a replacement: fresh shuffling stream
     overrides = collection_overrides(index, local=local, num_remote=num_remote, collectors=collectors, generation=generation)
     return GradientWorker(index, col_overrides=overrides, report_statistics=not local, **kwargs)
