@@ -1,7 +1,8 @@
 """``pytorchrl train | evaluate | plot | tune | benchmark``.
 
-Exit codes: 0 done, 2 bad input (config, env id, checkpoint) with one line on stderr naming the
-key or file, 1 anything else.
+Exit codes: 0 done (a training run stopped by one Ctrl-C or SIGTERM too: it checkpoints), 2 bad
+input (config, env id, checkpoint) with one line on stderr naming the key or file, 130 stopped at
+once (a second Ctrl-C or SIGTERM in training, a Ctrl-C elsewhere), 1 anything else.
 """
 
 from __future__ import annotations

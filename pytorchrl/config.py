@@ -247,7 +247,7 @@ class StorageConfig:
     sequence_length: int | None = param(
         None,
         "Recurrent policies: steps per training sequence. On-policy: rollouts are cut into chunks of this length, each with its stored "
-        "initial state (null: whole rollouts, one sequence per env). DQN/SAC: replayed sequences (R2D2; required), overlapping by half. "
+        "initial state (null: whole rollouts, one sequence per env). DQN/SAC: replayed sequences (R2D2; required), one starting every (sequence_length - burn_in) // 2 steps. "
         "IMPALA/APPO without a recurrent core too: V-trace's unroll length, so minibatches hold more, shorter sequences.",
         min=2,
         max=100_000,

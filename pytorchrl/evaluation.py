@@ -120,7 +120,7 @@ def load_learner(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) 
 
     :param overrides: dotted ``key=value`` changes to the run's config, as ``evaluate`` takes them.
     :raises CheckpointError: no readable checkpoint, or one that does not fit its config.
-    :raises InputError: a path that is not a run directory or a checkpoint.
+    :raises InputError: a path that does not exist, or is not a run directory or a checkpoint.
     """
     learner, _, _, _ = _load(check_output_dir(path, "load_learner", must_exist=True, writable=False), overrides, "load_learner")
     return learner
