@@ -243,13 +243,13 @@ BOX_VECTOR: Family = {
 DISCRETE_VECTOR: Family = {
     "name": "discrete-vector",
     "applies": "discrete actions with vector observations",
-    "source": "pytorchrl's CartPole-v1 configs (rl-zoo's CartPole settings): configs/ppo/cartpole.yaml with 8 envs and "
-    "normalisation off, configs/dqn/cartpole.yaml, configs/a2c/cartpole.yaml, configs/sac/discrete_cartpole.yaml",
+    "source": "pytorchrl's CartPole-v1 configs (rl-zoo's CartPole settings): rl-zoo's CartPole PPO (configs/ppo/cartpole.yaml with "
+    "8 envs, lr 1e-3, one minibatch of 256 and normalisation off), configs/dqn/cartpole.yaml, configs/a2c/cartpole.yaml, configs/sac/discrete_cartpole.yaml",
     "target_steps": 100_000,
     "algorithms": {
         "ppo": {
-            "source": "configs/ppo/cartpole.yaml with 8 envs, which is rl-zoo's CartPole-v1 PPO: 8 x 32 steps in one minibatch of 256, "
-            "20 epochs, lr 1e-3 and clip 0.2 annealed, gamma 0.98, GAE 0.8; normalisation off",
+            "source": "rl-zoo's CartPole-v1 PPO (configs/ppo/cartpole.yaml with 8 envs, lr 1e-3 and one minibatch of 256): 8 x 32 steps, "
+            "20 epochs, lr and clip 0.2 annealed, gamma 0.98, GAE 0.8; normalisation off",
             "config": {
                 "env": {"num_envs": 8, "normalize_obs": False, "normalize_reward": False},
                 "storage": {"num_steps": 32},
@@ -375,8 +375,21 @@ def choose_config(algo: str, env_id: str, overrides: Sequence[str] = (), *, conf
     env_kwargs = env_section.get("env_kwargs")
     path = shipped_config(algo, env_id, configs, env_kwargs if isinstance(env_kwargs, dict) else None)
     if path is not None:
-        return Choice(read_mapping(path, "config file"), f"using {shown_path(path)} (shipped for {env_id})", path=path)
+        assert configs is not None
+        raw = _anchored(read_mapping(path, "config file"), configs.parent)
+        return Choice(raw, f"using {shown_path(path)} (shipped for {env_id})", path=path)
     return _family_choice(algo, env_id, env_section, configs)
+
+
+def _anchored(raw: dict[str, Any], root: Path) -> dict[str, Any]:
+    """A shipped config's relative file paths (``algorithm.demos.path``, written from the
+    checkout's top) made absolute there: the user of ``--algo/--env`` chose no file, and may run
+    from anywhere. A path that exists from the working directory is left as it is."""
+    demos = _section(_section(raw, "algorithm"), "demos")
+    given = demos.get("path")
+    if isinstance(given, str) and given and not Path(given).is_absolute() and not Path(given).exists() and (root / given).exists():
+        demos["path"] = str(root / given)
+    return raw
 
 
 def _family_choice(algo: str, env_id: str, env_section: dict[str, Any], configs: Path | None) -> Choice:

@@ -295,6 +295,20 @@ def test_a_shipped_config_whose_env_kwargs_are_the_envs_defaults_serves_the_bare
     assert shipped_config("sac", "pytorchrl/BitFlipping-v0", env_kwargs={"continuous": True}) is None
 
 
+@pytest.mark.timeout(30)
+def test_a_shipped_config_chosen_for_algo_and_env_finds_its_files_from_any_working_directory(tmp_path, monkeypatch):
+    """configs/ppo/ppod_chain.yaml names its demonstrations from the checkout's top; under
+    --algo/--env the user chose no file, and from another directory the run was refused with a
+    path they never gave. The config run by its path keeps the path as written."""
+    monkeypatch.chdir(tmp_path)
+    choice = choose_config("ppo", "pytorchrl/Chain-v0", ["env.env_kwargs={length: 20}"])
+    assert choice.path == CONFIGS / "ppo" / "ppod_chain.yaml"
+    path = Path(choice.raw["algorithm"]["demos"]["path"])
+    assert path.is_absolute() and path == CONFIGS.parent / "configs" / "ppo" / "demos" / "chain" and path.is_dir()
+    monkeypatch.chdir(CONFIGS.parent)  # from the top, as the config says: left as written
+    assert choose_config("ppo", "pytorchrl/Chain-v0", ["env.env_kwargs={length: 20}"]).raw["algorithm"]["demos"]["path"] == "configs/ppo/demos/chain"
+
+
 _ARRAY_DEFAULT = np.zeros(2)
 
 
@@ -411,7 +425,7 @@ def test_train_with_a_family_default_saves_its_config(capsys, tmp_path):
     err = capsys.readouterr().err
     assert (
         "pytorchrl: no shipped config for ppo on CartPole-v0; using the ppo family default for discrete actions with vector "
-        "observations (configs/ppo/cartpole.yaml with 8 envs" in err
+        "observations (rl-zoo's CartPole-v1 PPO (configs/ppo/cartpole.yaml with 8 envs, lr 1e-3" in err
     )
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())
     family = DISCRETE_VECTOR["algorithms"]["ppo"]["config"]

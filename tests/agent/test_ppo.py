@@ -63,6 +63,23 @@ def test_ppo_value_clipping_and_target_kl_stop():
     assert loss is None and stopper.stop_round and info["approx_kl"] > 1.5e-9
 
 
+@pytest.mark.parametrize("clip_range_vf", [None, 0.1])
+def test_cleanrl_s_value_loss_is_half_the_larger_of_the_clipped_and_unclipped_errors(clip_range_vf):
+    """``value_loss: cleanrl`` is ppo_atari.py's and ppo_continuous_action.py's value term:
+    vf_coef * 0.5 * mean(max((V - R)^2, (V_clipped - R)^2)), against SB3's vf_coef * mse of the
+    clipped V. The policy and entropy terms are the same, so the losses differ by the value terms."""
+    actor = _actor()
+    batch = _batch(actor)
+    _, value = actor.forward(batch["obs"])
+    returns, old = batch["returns"], batch["values"]
+    clipped = value if clip_range_vf is None else old + (value - old).clamp(-clip_range_vf, clip_range_vf)
+    cleanrl = 0.5 * torch.maximum((value - returns) ** 2, (clipped - returns) ** 2).mean()
+    sb3 = ((clipped - returns) ** 2).mean()
+    losses = {form: PPO(actor, clip_range_vf=clip_range_vf, vf_coef=0.5, value_loss=form).compute_loss(batch) for form in ("sb3", "cleanrl")}
+    assert torch.allclose(losses["cleanrl"][0] - losses["sb3"][0], 0.5 * (cleanrl - sb3), atol=1e-6)
+    assert losses["cleanrl"][1]["value_loss"] == pytest.approx(float(cleanrl), abs=1e-6)
+
+
 def test_a2c_loss_matches_hand_computation():
     actor = _actor()
     batch = _batch(actor)

@@ -29,6 +29,11 @@ class PPOConfig(OnPolicyConfig):
     clip_range: float = param(0.2, "Clip range of the probability ratio.", min=0, min_exclusive=True)
     anneal_clip_range: bool = param(False, "Decay clip_range linearly towards 0 over run.target_steps, once a round, as anneal_lr.")
     clip_range_vf: float | None = param(None, "Clip the value update around the old value (null: off).", min=0, min_exclusive=True)
+    value_loss: str = param(
+        "sb3", "The value term: sb3, vf_coef * mean((V - R)^2) of the clipped V where clip_range_vf is set (Stable-Baselines3); "
+        "cleanrl, vf_coef * 0.5 * mean(max((V - R)^2, (V_clipped - R)^2)) (CleanRL: half the weight, and an unclipped error "
+        "larger than the clipped one keeps its gradient).", choices=("sb3", "cleanrl"),
+    )
     target_kl: float | None = param(None, "Stop a rollout's epochs early once the approximate KL exceeds this.", min=0, min_exclusive=True)
 
 
@@ -71,6 +76,17 @@ class PPO(Algorithm):
         if self.config.anneal_clip_range:
             self.update_algorithm_parameter("clip_range", self.initial_clip_range * max(0.0, 1.0 - progress))
 
+    def _value_loss(self, value: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
+        """The value term before ``vf_coef`` (``value_loss``: SB3's or CleanRL's form)."""
+        bound = self.config.clip_range_vf
+        clipped = value if bound is None else old_values + (value - old_values).clamp(-bound, bound)
+        if self.config.value_loss == "sb3":
+            return F.mse_loss(clipped, returns)
+        squared = (value - returns).square()
+        if bound is not None:
+            squared = torch.maximum(squared, (clipped - returns).square())
+        return 0.5 * squared.mean()
+
     def compute_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor | None, dict[str, float]]:
         log_prob, entropy, value, batch = self.evaluate_transitions(batch)
         advantages = batch["advantages"]
@@ -80,10 +96,7 @@ class PPO(Algorithm):
         ratio = log_ratio.exp()
         clip = self.config.clip_range
         policy_loss = -torch.min(advantages * ratio, advantages * ratio.clamp(1 - clip, 1 + clip)).mean()
-        old_values = batch["values"]
-        if self.config.clip_range_vf is not None:
-            value = old_values + (value - old_values).clamp(-self.config.clip_range_vf, self.config.clip_range_vf)
-        value_loss = F.mse_loss(value, batch["returns"])
+        value_loss = self._value_loss(value, batch["values"], batch["returns"])
         entropy_mean = entropy.mean()
         loss = policy_loss + self.config.vf_coef * value_loss - self.config.ent_coef * entropy_mean
         rnd_info: dict[str, float] = {}
