@@ -244,6 +244,10 @@ def test_apex_epsilon_per_collector():
         actor.set_collector(i)
         actor.epsilon.fill_(0.4)
     assert [a.epsilon_power for a in actors] == [1.0, 4.5, 8.0]
+    added = actors[0]
+    for index, power in ((3, 1.0), (4, 4.5), (5, 8.0)):  # workers added while training runs: the spread again, not past 1 + alpha
+        added.set_collector(index)
+        assert added.epsilon_power == power
     plain = OffPolicyActor(OBS, ACTIONS, encoder=EncoderSpec(hidden_sizes=(), activation="relu"))
     plain.set_collector(5)
     assert plain.epsilon_power == 1.0

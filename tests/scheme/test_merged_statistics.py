@@ -20,6 +20,9 @@ from tests.envs.test_vec_env import stepped_pendulum
 from tests.scheme.test_faults import crashing_learner
 
 PRIOR = RunningMeanStd().count  # the pseudo-count every set of statistics starts from
+#: episodes that never end within a test: every env step is a transition, so the return
+#: statistics (which skip next-step autoreset's reset steps) count exactly the run's env steps
+ENDLESS = {"env_id": "Pendulum-v1", "max_episode_steps": 1_000_000}
 
 
 def test_statistics_merged_from_two_streams_are_those_of_one_stream_that_saw_both():
@@ -64,7 +67,7 @@ def test_remote_workers_normalise_with_the_statistics_of_all_of_them(ray_session
     took in (each worker's own would hold about half), evaluation and checkpoints read them, and
     each worker's next rollout starts from them."""
     learner = crashing_learner(
-        {}, {"col_communication": communication}, target_steps=10**9, env={"normalize_obs": True, "normalize_reward": True},
+        {}, {"col_communication": communication}, target_steps=10**9, env={"normalize_obs": True, "normalize_reward": True, **ENDLESS},
     )
     try:
         workers = learner.scheme.collection_workers
@@ -99,7 +102,7 @@ def test_remote_workers_normalise_with_the_statistics_of_all_of_them(ray_session
         assert all(count > merged["obs_rms"]["count"] for count in counts), (counts, merged["obs_rms"]["count"])
     finally:
         learner.close()
-    local = crashing_learner({}, {"num_col_workers": 0}, target_steps=10**9, env={"normalize_obs": True, "normalize_reward": True})
+    local = crashing_learner({}, {"num_col_workers": 0}, target_steps=10**9, env={"normalize_obs": True, "normalize_reward": True, **ENDLESS})
     try:  # resumed without remote workers: the local worker's first collection counts the rollouts under way too
         workers = local.scheme.collection_workers
         workers.load_state_dict(state)
@@ -202,7 +205,7 @@ def test_remote_gradient_workers_normalise_with_the_statistics_of_every_replica(
     the replicas reload the master's state still count, evaluation and checkpoints read it, and
     a checkpoint from before the merge starts it from a replica's statistics, counted once."""
     raw = {
-        "env": {"env_id": "CartPole-v1", "num_envs": 2, "normalize_obs": True, "normalize_reward": True},
+        "env": {**ENDLESS, "num_envs": 2, "normalize_obs": True, "normalize_reward": True},
         "storage": {"num_steps": 16},
         "algorithm": {"name": "ppo", "num_epochs": 1, "minibatch_size": 32},  # a round is one step
         "run": {"seed": 2, "target_steps": 10**9, "eval_every": 0},
@@ -266,7 +269,7 @@ def test_replicas_collecting_asynchronously_keep_their_rollouts_under_way_throug
     the first round ends, then a second resume) still holds what the replicas had not reported
     up: the update worker's merge counts every return either replica's envs took in."""
     raw = {
-        "env": {"env_id": "CartPole-v1", "num_envs": 2, "normalize_obs": True, "normalize_reward": True},
+        "env": {**ENDLESS, "num_envs": 2, "normalize_obs": True, "normalize_reward": True},
         "storage": {"num_steps": 16},
         "algorithm": {"name": "ppo", "num_epochs": 1, "minibatch_size": 32},
         "run": {"seed": 2, "target_steps": 10**9, "eval_every": 0},

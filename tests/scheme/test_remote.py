@@ -401,3 +401,37 @@ def test_hyperparameters_changed_mid_run_reach_the_remote_gradient_workers(ray_s
         assert info["clip_range"] == pytest.approx(0.05) and info["lr"] == pytest.approx(1e-4)
     finally:
         learner.close()
+
+
+def test_hyperparameters_changed_under_asynchronous_gradients_drain_the_steps_under_way_and_count_them(ray_session):
+    """A change drains the replicas' steps under way (their gradients were computed from weights
+    every replica leaves). One that started no round carries no collection info: the next step
+    got env_steps without episode lists, and the learner raised KeyError 'episode_returns'
+    (rounds of several minibatches, Pendulum's long episodes). What the drained steps
+    collected still counts."""
+    raw = {
+        "env": {"env_id": "Pendulum-v1", "num_envs": 1}, "storage": {"num_steps": 16},
+        "algorithm": {"name": "ppo", "num_epochs": 2, "minibatch_size": 8}, "run": {"seed": 0, "target_steps": 10**7, "eval_every": 0},
+        "scheme": {**FRACTIONAL, "num_grad_workers": 2, "grad_communication": "asynchronous"},
+    }
+    learner = Learner.from_config(from_dict(raw), progress=False)
+    try:
+        for i in range(24):
+            learner.step()
+            if i % 3 == 2:
+                learner.scheme.update_worker.set_hyperparameters({"lr": 1e-4})
+        assert learner.env_steps >= 16 and learner.env_steps % 16 == 0  # whole rollouts, the drained ones too
+    finally:
+        learner.close()
+
+
+@pytest.mark.parametrize("communication", ["synchronous", "asynchronous"])
+def test_healthy_workers_counts_the_run_s_collection_workers_not_one_replica_s(ray_session, communication):
+    """Two gradient replicas of one remote collection worker each: an asynchronous step is one
+    replica's, and its info counted that replica's workers alone (1 of 2)."""
+    learner, _ = train_updates({"num_grad_workers": 2, "grad_communication": communication, "num_col_workers": 1}, 6)
+    try:
+        assert learner.scheme.grad_workers.num_collection_workers == 2
+        assert learner.healthy_workers == 2
+    finally:
+        learner.close()

@@ -299,9 +299,11 @@ class OffPolicyActor(nn.Module):
         out.copy_(torch.where(noise[..., 0] < epsilon, explore, self.masked(q, obs, legal).argmax(-1)))
 
     def set_collector(self, index: int) -> None:
-        """Act as collector ``index`` (0-based): its own exploration rate under Ape-X."""
+        """Act as collector ``index`` (0-based): its own exploration rate under Ape-X. Collectors
+        added while training runs (numbered from ``num_collectors`` on) take the rates of the
+        configured ones again, in turn: Ape-X's spread, never a rate past its greediest."""
         if self.apex_alpha is not None and self.num_collectors > 1:
-            self.epsilon_power = 1.0 + self.apex_alpha * index / (self.num_collectors - 1)
+            self.epsilon_power = 1.0 + self.apex_alpha * (index % self.num_collectors) / (self.num_collectors - 1)
 
     def score(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``Q(obs, actions)`` and the bootstrap value of ``obs`` the learner's targets use,

@@ -10,10 +10,13 @@ _SUMMED = (
     "env_steps", "dropped_batches", "preempted_batches", "lost_batches", "worker_restarts", "env_restarts", "healthy_workers", "num_batches", "num_samples",
 )
 _JOINED = ("episode_returns", "episode_lengths", "policy_lags")
+#: counts a replica reports once, in the info of the step that noticed them
+_COUNTS = ("dropped_batches", "preempted_batches", "lost_batches", "worker_restarts")
 
 
-#: what :func:`count_spent` reads of a step's info
-_SPENT = ("env_steps", "episode_returns", "episode_lengths", "env_restarts")
+#: what :func:`count_spent` reads of a step's info: what its collection took, and the counts a
+#: replica's step reports once (rollouts dropped, preempted or lost, workers replaced)
+_SPENT = ("env_steps", "episode_returns", "episode_lengths", "env_restarts", *_COUNTS)
 
 
 def under_way_reports(under_way: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -36,14 +39,19 @@ def count_spent(info: dict[str, Any], spent: list[dict[str, Any]]) -> None:
     """Add to ``info`` what the collections of ``spent`` infos took, whose data went unused
     (rollouts dropped for policy lag, gradients dropped when the replicas reload the master's
     state): their env steps, the episodes they finished and their env restarts happened all the
-    same, so ``env_steps``, ``target_steps`` and the return statistics count them; their lag
-    does not enter ``policy_lags`` (what training used)."""
+    same, so ``env_steps``, ``target_steps`` and the return statistics count them, as do the
+    counts their replicas reported once (:data:`_COUNTS`); their lag does not enter
+    ``policy_lags`` (what training used). ``info`` then carries a collection's keys (``env_steps``
+    and the episode lists), whatever step it is."""
+    if not spent:
+        return
     for done in spent:
         info["env_steps"] = info.get("env_steps", 0) + done.get("env_steps", 0)
         for key in ("episode_returns", "episode_lengths"):
+            info[key] = [*info.get(key, []), *done.get(key, [])]
+        for key in ("env_restarts", *_COUNTS):
             if done.get(key):
-                info[key] = [*info.get(key, []), *done[key]]
-        info["env_restarts"] = info.get("env_restarts", 0) + done.get("env_restarts", 0)
+                info[key] = info.get(key, 0) + done[key]
     spent.clear()
 
 

@@ -50,6 +50,7 @@ class UpdateWorker:
         self.lost_batches = 0  # gradients lost with a dead gradient worker
         self._hyperparameters: dict[str, Any] = {}  # changed since the start: every replica takes them with the master's state
         self._starts_round: dict[Any, bool] = {}  # whether a replica's next step starts a round (unknown: yes)
+        self._healthy: dict[Any, int] = {}  # each replica's collection workers active at its last collection
         self._statistics: tuple[int, Any] | None = None  # (version, packed) of the replicas' merged statistics
         self._spent: list[dict[str, Any]] = []  # the infos of steps whose gradients were dropped (_drain)
 
@@ -75,6 +76,8 @@ class UpdateWorker:
                 self._load_master(worker)
             self._replicas_synced, self._weights, self._average = True, None, None
         info = self._step_sync() if synchronous else self._step_async()
+        if info.get("healthy_workers") is not None:  # the run's, not the replicas' that collected in this step (one, asynchronous)
+            info["healthy_workers"] = sum(self._healthy.get(w, 0) for w in self._workers.remote_workers)
         count_spent(info, self._spent)
         info["lost_batches"] = info.get("lost_batches", 0) + self.lost_batches - lost
         events = self._workers.report()  # gradient workers replaced since the last step
@@ -145,14 +148,14 @@ class UpdateWorker:
             for w in ws.remote_workers:
                 self._submit(w)
         while True:
+            if not self._pending:  # every replica died (one may between wait_for_active and here): no step
+                return {"skipped": 1.0, "round_end": False, "policy_version": self.algo.version}
             ready, _ = ws.wait(list(self._pending))
             worker = self._pending.pop(ready[0])
             ok, value = ws.try_get(ready[0])
             if ok:
                 break
             self._lose(worker, value)
-            if not self._pending:
-                return {"skipped": 1.0, "round_end": False, "policy_version": self.algo.version}
         grads, info = value
         self._take_report(worker, info)
         start = time.perf_counter()
@@ -186,7 +189,7 @@ class UpdateWorker:
             ok, value = self._workers.try_get(ref)
             if ok:
                 self._take_report(worker, value[1])
-                self._spent.append(value[1])
+                self._spent.extend(spent_state([value[1]]))  # what it counts, not the whole info
             else:
                 self._lose(worker, value)
         self._pending.clear()
@@ -204,6 +207,8 @@ class UpdateWorker:
         if new:
             self.grad_workers.merge_statistics(new)
         self._starts_round[worker] = bool(info.get("round_end"))
+        if info.get("healthy_workers") is not None:  # None: a replica that collects itself
+            self._healthy[worker] = info["healthy_workers"]
 
     def _statistics_for(self, worker: Any) -> dict[str, Any] | None:
         """The replicas' merged statistics for a replica whose next step starts a round (its
