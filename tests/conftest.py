@@ -92,6 +92,16 @@ def pytest_runtest_makereport(item, call):
             report.longrepr = f"missing test dependency in CI: {reason} (add it to the 'test' extra in setup.py)"
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """The same for a module that skips as it is collected (a module-level ``importorskip``)."""
+    outcome = yield
+    report = outcome.get_result()
+    if os.environ.get("CI") and report.skipped and "could not import" in str(report.longrepr):
+        report.outcome = "failed"
+        report.longrepr = f"missing test dependency in CI: {report.longrepr} (add it to the 'test' extra in setup.py)"
+
+
 def checkpointed_run(config, run_dir: Path, steps: tuple[int, ...] = (0, 1, 2)) -> Path:
     """A run directory with a checkpoint at each of ``steps`` (env steps set by hand, no training),
     for tests that damage some of them."""

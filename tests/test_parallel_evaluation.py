@@ -65,6 +65,7 @@ def _eval_rows(path) -> list[tuple[str, str]]:
         return [(row["env_steps"], row["eval_return_mean"]) for row in csv.DictReader(f) if row["eval_return_mean"]]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_parallel_evaluation_writes_the_rows_the_drivers_own_evaluation_writes(ray_session, tmp_path):
     """The evaluation worker is seeded as the driver's own evaluating worker and evaluating
@@ -84,6 +85,7 @@ def test_parallel_evaluation_writes_the_rows_the_drivers_own_evaluation_writes(r
     assert parallel["final_eval_return_mean"] == inline["final_eval_return_mean"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_the_progress_line_shows_a_parallel_evaluations_result_once_it_is_in(ray_session, tmp_path):
     """A parallel evaluation's result goes into a row held back (written to progress.csv once it
@@ -103,6 +105,7 @@ def test_the_progress_line_shows_a_parallel_evaluations_result_once_it_is_in(ray
     assert any(re.search(r"\| eval +-?\d", line) for line in before_the_last_evaluation), lines
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_parallel_evaluation_run_resumed_mid_way_equals_the_whole_run(ray_session, tmp_path):
     """The checkpoint at 768 steps is taken before that round's evaluation starts; the resumed
@@ -115,6 +118,7 @@ def test_a_parallel_evaluation_run_resumed_mid_way_equals_the_whole_run(ray_sess
     assert "evaluator" in whole_final["scheme"]["local_gradient_worker"]["collection"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_parallel_runs_checkpoint_starts_no_evaluation_worker_until_one_is_asked_for(ray_session, tmp_path):
     """Resumed with ``run.eval_parallel=false``, the checkpoint's evaluation worker state is kept
@@ -132,6 +136,7 @@ def test_a_parallel_runs_checkpoint_starts_no_evaluation_worker_until_one_is_ask
     assert [steps for steps, _ in _eval_rows(tmp_path / "whole" / "progress.csv")] == ["384", "768", "1152"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_dead_evaluation_worker_is_replaced_and_the_evaluation_played_again(ray_session):
     """Killed in the middle of an evaluation, the worker is replaced with a warning and the
@@ -154,6 +159,7 @@ def test_a_dead_evaluation_worker_is_replaced_and_the_evaluation_played_again(ra
         learner.close()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_return_target_reached_by_a_parallel_evaluation_stops_the_run_and_keeps_that_evaluation(ray_session, tmp_path):
     """``stop_at_return: -.inf`` stops after the first evaluation: the run trains on while it

@@ -369,11 +369,13 @@ def test_async_env_processes_leave_a_stop_signal_to_the_learner(tmp_path):
     learner = Learner.from_config(from_dict(raw), run_dir=tmp_path / "run", progress=False)
     envs = learner.scheme.collection_workers.local_worker.envs
     step, steps = envs.step_arrays, [0]
+    signalled: list = []  # the env processes sent the signals
 
     def stepping(actions):
         steps[0] += 1
         if steps[0] == 80:  # the third round's collection (32 steps a round), half way
-            for child in multiprocessing.active_children():
+            signalled.extend(multiprocessing.active_children())
+            for child in signalled:
                 os.kill(child.pid, signal.SIGINT)
                 os.kill(child.pid, signal.SIGTERM)
             signal.raise_signal(signal.SIGTERM)
@@ -382,7 +384,7 @@ def test_async_env_processes_leave_a_stop_signal_to_the_learner(tmp_path):
     envs.step_arrays = stepping
     try:
         summary = learner.train()
-        assert all(child.is_alive() for child in multiprocessing.active_children())
+        assert len(signalled) == 2 and all(child.is_alive() for child in signalled)  # one process per env, both signalled, both alive
     finally:
         learner.close()
     assert summary["stop_reason"] == "interrupted" and (summary["env_steps"], summary["updates"]) == (192, 6)

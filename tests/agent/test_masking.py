@@ -167,6 +167,8 @@ def test_a_mask_of_the_wrong_shape_is_named():
     assert "Discrete action space" in str(check_mask_space(space, gym.spaces.Box(-1, 1, (2,)), "obs"))
 
 
+@pytest.mark.learning
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("algorithm", ["ppo", "dqn"])
 def test_masked_runs_never_take_an_illegal_action(algorithm, tmp_path):
     """pytorchrl/LegalMoves-v0 raises on an illegal action: a run that finishes took none, and

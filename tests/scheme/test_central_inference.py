@@ -165,7 +165,7 @@ def test_asynchronous_collection_trains_and_logs_policy_lag(ray_session):
             assert spec == {"scores_while_acting": True}
         assert learner.scheme.algorithm.version == 10
         lags = [i["policy_lag_mean"] for i in infos if "policy_lag_mean" in i]
-        assert lags and all(lag >= 0 for lag in lags)
+        assert lags and max(lags) > 0  # the servers' weights changed under some rollout in progress
         assert "policy_lag_mean" in learner.metrics()
     finally:
         learner.close()

@@ -60,6 +60,7 @@ def test_envs_adopt_a_merge_on_top_of_what_they_took_in_since_they_reported():
     assert joiner.take_new_statistics()["obs_rms"]["count"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("communication", ["synchronous", "asynchronous"])
 def test_remote_workers_normalise_with_the_statistics_of_all_of_them(ray_session, communication):
@@ -112,6 +113,7 @@ def test_remote_workers_normalise_with_the_statistics_of_all_of_them(ray_session
         local.close()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_local_runs_statistics_go_on_in_remote_workers_that_resume_it(ray_session):
     env = {"normalize_obs": True, "normalize_reward": True}

@@ -403,15 +403,27 @@ def test_hyperparameters_changed_mid_run_reach_the_remote_gradient_workers(ray_s
         learner.close()
 
 
-def test_hyperparameters_changed_under_asynchronous_gradients_drain_the_steps_under_way_and_count_them(ray_session):
+def test_hyperparameters_changed_under_asynchronous_gradients_drain_the_steps_under_way_and_count_them(ray_session, monkeypatch):
     """A change drains the replicas' steps under way (their gradients were computed from weights
     every replica leaves). One that started no round carries no collection info: the next step
     got env_steps without episode lists, and the learner raised KeyError 'episode_returns'
-    (rounds of several minibatches, Pendulum's long episodes). What the drained steps
-    collected still counts."""
+    (rounds of several minibatches). What the drained steps collected still counts: on endless
+    episodes the merged return statistics hold one sample per env step, the learner's count."""
+    from pytorchrl.envs.normalization import RunningMeanStd
+    from pytorchrl.scheme.updates.update_worker import UpdateWorker
+
+    drained: list[int] = []
+    drain = UpdateWorker._drain
+
+    def counting(self):
+        drained.append(len(self._pending))
+        drain(self)
+
+    monkeypatch.setattr(UpdateWorker, "_drain", counting)
     raw = {
-        "env": {"env_id": "Pendulum-v1", "num_envs": 1}, "storage": {"num_steps": 16},
-        "algorithm": {"name": "ppo", "num_epochs": 2, "minibatch_size": 8}, "run": {"seed": 0, "target_steps": 10**7, "eval_every": 0},
+        "env": {"env_id": "Pendulum-v1", "max_episode_steps": 1_000_000, "num_envs": 1, "normalize_reward": True},
+        "storage": {"num_steps": 16}, "algorithm": {"name": "ppo", "num_epochs": 2, "minibatch_size": 8},
+        "run": {"seed": 0, "target_steps": 10**7, "eval_every": 0},
         "scheme": {**FRACTIONAL, "num_grad_workers": 2, "grad_communication": "asynchronous"},
     }
     learner = Learner.from_config(from_dict(raw), progress=False)
@@ -420,7 +432,10 @@ def test_hyperparameters_changed_under_asynchronous_gradients_drain_the_steps_un
             learner.step()
             if i % 3 == 2:
                 learner.scheme.update_worker.set_hyperparameters({"lr": 1e-4})
-        assert learner.env_steps >= 16 and learner.env_steps % 16 == 0  # whole rollouts, the drained ones too
+        learner.step()  # the last change's drain
+        assert sum(drained) > 0  # steps under way were drained
+        merged = learner.scheme.grad_workers.merged_statistics()
+        assert merged["ret_rms"]["count"] == pytest.approx(RunningMeanStd().count + learner.env_steps)
     finally:
         learner.close()
 
