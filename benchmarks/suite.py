@@ -26,10 +26,11 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
 
 def _config_path(relative: str) -> Path:
-    for root in (Path.cwd() / "configs", CONFIGS):
-        if (root / relative).is_file():
-            return root / relative
-    raise FileNotFoundError(f"configs/{relative} not found (run from a pytorchrl checkout)")
+    """A config of the checkout this suite belongs to: not the working directory's, which may be
+    another checkout (a worktree) than the code that runs."""
+    if (CONFIGS / relative).is_file():
+        return CONFIGS / relative
+    raise FileNotFoundError(f"configs/{relative} not found in {CONFIGS.parent} (the benchmarks run from a pytorchrl checkout)")
 
 
 def learning(config: str, threshold: float, budget: int, seeds: list[int], overrides: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -530,12 +531,19 @@ def machine() -> str:
     )
 
 
-def run_benchmarks(names: list[str], *, seeds: list[int]) -> dict[str, Any]:
-    """Run the named benchmarks and print a table of their headline figures."""
-    print(f"# pytorchrl benchmark {' '.join(names)}  ({time.strftime('%Y-%m-%d %H:%M')}, {machine()})", flush=True)
+def run_benchmarks(names: list[str], *, seeds: list[int], on_result: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run the named benchmarks and print a table of their headline figures.
+
+    :param on_result: called with the results so far after each benchmark (``--json`` keeps
+        them as they come: a later benchmark that fails loses none of the earlier ones).
+    """
+    print(f"# pytorchrl benchmark {' '.join(names)}  ({time.strftime('%Y-%m-%d %H:%M')}, {machine()}; "
+          f"code {Path(__file__).resolve().parent.parent}, configs {CONFIGS})", flush=True)
     results = {}
     for name in names:
         results[name] = BENCHMARKS[name](seeds)
+        if on_result is not None:
+            on_result(results)
     print()
     print("| benchmark | figure | value |")
     print("|---|---|---|")

@@ -379,9 +379,12 @@ def _benchmark(args: argparse.Namespace) -> int:
         from pytorchrl.utils.paths import check_output_file
 
         check_output_file(args.json, "--json")
-    results = run_benchmarks(names, seeds=args.seeds)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2, default=str))
+    def keep(results: dict[str, Any]) -> None:  # whole after each benchmark, never half written
+        from pytorchrl.utils.paths import write_text_atomic
+
+        write_text_atomic(Path(args.json), json.dumps(results, indent=2, default=str))
+
+    run_benchmarks(names, seeds=args.seeds, on_result=keep if args.json else None)
     return EXIT_OK
 
 

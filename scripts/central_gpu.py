@@ -91,6 +91,8 @@ def _train(mode: str, workers: int, args: argparse.Namespace, run_dir: Path) -> 
         f"scheme.inference_server.max_batch_size={8 * workers}",  # num_gpus: its default, half the learner's GPU with run.device=cuda
         f"scheme.inference_server.num_cpus={args.server_cpus}", *args.set,
     ]
+    if run_dir.exists():  # train refuses it, and an earlier run's files would be read as this one's
+        raise SystemExit(f"central_gpu: {run_dir} exists (an earlier call's run); give another --run-root")
     command = [sys.executable, "-m", "pytorchrl.cli", "train", str(CONFIG), *overrides, "--run-dir", str(run_dir), "--quiet"]
     proc = subprocess.Popen(command, env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
@@ -98,6 +100,8 @@ def _train(mode: str, workers: int, args: argparse.Namespace, run_dir: Path) -> 
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=120)
+    if proc.returncode not in (0, 130):  # 0: done or stopped by the SIGINT, with a checkpoint; 130: stopped at once
+        raise SystemExit(f"central_gpu: the {mode} run with {workers} workers failed (exit {proc.returncode}); see its error above")
     progress = run_dir / "progress.csv"
     rows = list(csv.DictReader(progress.open())) if progress.exists() else []
     fps = [float(r["fps"]) for r in rows[1:]]  # the first interval holds the start

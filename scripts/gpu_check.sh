@@ -22,8 +22,11 @@
 #           keys the table counts as neutral)
 # On a machine without network, wheels left in .whl/ by scripts/gpu_wheels.sh (ray stripped of
 # its jars and dashboard as .whl/ray_site.tar.xz) are installed into /tmp/site first.
-set -u
+# pipefail: a step that fails fails the script, though its output goes through tee; each
+# step's status is also written to OUT/status.txt
+set -u -o pipefail
 OUT=${1:-${OUT:-/tmp/gpu_check}}; mkdir -p "$OUT"; shift || true
+failed=0
 steps=${*:-tests server pong}
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 if [ -d .whl ]; then
@@ -36,8 +39,11 @@ python3 -c "import os, torch, ray, gymnasium, ale_py; print(os.cpu_count(), 'cor
 for step in $steps; do
   case $step in
     tests) echo "== tests"; timeout ${TESTS_TIMEOUT:-240} python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/agent/test_noise.py -rs 2>&1 | tee "$OUT/pytest.txt" | tail -25 ;;
-    server) echo "== server"; timeout 60 python3 scripts/central_gpu.py server 2>&1 | grep '^{' | tee "$OUT/server.jsonl" ;;
-    pong) echo "== pong"; timeout ${PONG_TIMEOUT:-540} python3 scripts/central_gpu.py pong --workers ${PONG_WORKERS:-8 12} --seconds ${PONG_SECONDS:-60} ${PONG_STEPS:+--steps $PONG_STEPS} ${PONG_SET:+--set $PONG_SET} --run-root /tmp/pong 2>&1 | grep -E '^\{|rror' | tee "$OUT/pong.jsonl" ;;
+    server) echo "== server"; timeout 60 python3 scripts/central_gpu.py server 2>&1 | grep -E '^\{|rror' | tee "$OUT/server.jsonl" ;;
+    # PONG_STEPS: each run to that many steps, so no 60 s default cut (PONG_SECONDS still may); a run root of its own per call
+    pong) echo "== pong"; pong_root=$(mktemp -d /tmp/pong.XXXXXX); pong_seconds=${PONG_SECONDS:-60}
+          if [ -n "${PONG_STEPS:-}" ] && [ -z "${PONG_SECONDS:-}" ]; then pong_seconds=${PONG_TIMEOUT:-540}; fi
+          timeout ${PONG_TIMEOUT:-540} python3 scripts/central_gpu.py pong --workers ${PONG_WORKERS:-8 12} --seconds $pong_seconds ${PONG_STEPS:+--steps $PONG_STEPS} ${PONG_SET:+--set $PONG_SET} --run-root "$pong_root" 2>&1 | grep -E '^\{|rror' | tee "$OUT/pong.jsonl" ;;
     scaling) echo "== scaling"; timeout ${SCALING_TIMEOUT:-300} python3 scripts/central_scaling.py --modes central --workers ${SCALING_WORKERS:-1 2 4 8 16 32 64} --seconds ${SCALING_SECONDS:-15} ${SCALING_SET:+--set $SCALING_SET} 2>&1 | grep -E '^\{|rror' | tee "$OUT/scaling.jsonl" ;;
     row) seed=${ROW_SEED:-0}; config=${ROW_CONFIG:-configs/appo/atari_pong_gpu.yaml}
          name=$(basename "$(dirname "$config")")-$(basename "$config" .yaml)-seed$seed; echo "== row $name"
@@ -46,4 +52,6 @@ for step in $steps; do
          tar czf "$OUT/$name.tar.gz" -C /tmp --exclude=checkpoints "$name" && ls -la "$OUT/$name.tar.gz" ;;
     *) echo "unknown step $step (tests, server, pong, scaling, row)"; exit 2 ;;
   esac
+  status=$?; echo "$step $status" >> "$OUT/status.txt"; [ "$status" -eq 0 ] || failed=1
 done
+exit $failed

@@ -9,7 +9,8 @@ py=${1:-3.12}; tag=cp${py/./}
 ray_version=$(python3 -c "import ray; print(ray.__version__)")
 platforms="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any"
 mkdir -p .whl
-grep -qx "/.whl/" .git/info/exclude 2>/dev/null || { mkdir -p .git/info; echo "/.whl/" >> .git/info/exclude; }
+exclude=$(git rev-parse --git-path info/exclude)  # a worktree's .git is a file: ask git where its exclude file is
+grep -qx "/.whl/" "$exclude" 2>/dev/null || { mkdir -p "$(dirname "$exclude")"; echo "/.whl/" >> "$exclude"; }
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$py" --implementation cp $platforms -d .whl \
   "gymnasium==$(python3 -c 'import gymnasium; print(gymnasium.__version__)')" "ale-py==$(python3 -c 'import ale_py; print(ale_py.__version__)')" \
   farama-notifications jsonschema jsonschema-specifications referencing rpds-py lz4

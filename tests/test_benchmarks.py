@@ -251,3 +251,16 @@ def test_the_sac_step_figure_times_the_steps_and_not_the_final_evaluation(monkey
     monkeypatch.setattr(Learner, "evaluate", evaluate)
     figure = suite.sac_step([0], steps=300)
     assert figure["runs"][0]["ms_per_step"] == 0.0
+
+
+def test_the_suite_reads_the_configs_of_its_own_checkout_not_the_working_directory_s(tmp_path, monkeypatch):
+    """From another checkout (a worktree) the code that runs is the installed one's: its configs
+    must be too, or a benchmark mixes one commit's code with another's settings."""
+    import benchmarks.suite as suite
+
+    (tmp_path / "configs" / "ppo").mkdir(parents=True)
+    (tmp_path / "configs" / "ppo" / "cartpole.yaml").write_text("algorithm: {lr: 1.0}\n")
+    monkeypatch.chdir(tmp_path)
+    assert suite._config_path("ppo/cartpole.yaml") == suite.CONFIGS / "ppo" / "cartpole.yaml"
+    with pytest.raises(FileNotFoundError, match="not found in"):
+        suite._config_path("ppo/no_such.yaml")

@@ -216,7 +216,7 @@ def test_benchmark_runs_what_is_named_and_all_only_when_asked(capsys, monkeypatc
     import benchmarks.suite as suite
 
     ran: list[list[str]] = []
-    monkeypatch.setattr(suite, "run_benchmarks", lambda names, seeds: ran.append(names) or {})
+    monkeypatch.setattr(suite, "run_benchmarks", lambda names, seeds, on_result=None: ran.append(names) or {})
     assert main(["benchmark"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pytorchrl benchmark --list" in err[0] and "or all" in err[0] and not ran
@@ -231,7 +231,7 @@ def test_benchmark_arguments_are_checked_before_anything_runs(tmp_path, capsys, 
     import benchmarks.suite as suite
 
     ran: list[list[str]] = []
-    monkeypatch.setattr(suite, "run_benchmarks", lambda names, seeds: ran.append(names) or {"compression": {"x": 1}})
+    monkeypatch.setattr(suite, "run_benchmarks", lambda names, seeds, on_result=None: ran.append(names) or (on_result and on_result({"compression": {"x": 1}})) or {"compression": {"x": 1}})
     (tmp_path / "afile").write_text("")
     cases = [
         (["all", "ppo_cartpol"], "benchmark all runs every benchmark: give it alone, or names without it (got all ppo_cartpol)"),
