@@ -28,7 +28,7 @@ def trained_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("run") / "ppo"
     proc = subprocess.run(
         ["pytorchrl", "train", str(CONFIGS / "ppo" / "cartpole.yaml"), *TINY, "--run-dir", str(run_dir)],
-        capture_output=True, text=True, timeout=300, cwd=REPO,
+        capture_output=True, text=True, timeout=100, cwd=REPO,  # within the first test's 120 s
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return run_dir, proc
@@ -262,7 +262,7 @@ def test_bad_input_in_a_real_subprocess_has_no_traceback(tmp_path):
 
 @pytest.mark.slow
 def test_custom_scheme_script_trains(tmp_path):
-    proc = subprocess.run(["python", str(REPO / "scripts" / "custom_scheme.py"), "1024"], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(["python", str(REPO / "scripts" / "custom_scheme.py"), "1024"], capture_output=True, text=True, timeout=100)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = eval(proc.stdout.strip().splitlines()[-1], {})  # the script prints the summary dict
     assert summary["env_steps"] >= 1024 and summary["final_eval_return_mean"] > 0

@@ -182,7 +182,7 @@ def test_two_synchronous_runs_are_identical(ray_session, tmp_path, scheme, base)
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)  # the sum of its runs' own limits (240 + 120 + 240 s)
 def test_sigkill_then_resume_equals_the_uninterrupted_run(tmp_path):
     args = [
         str(CONFIGS / "ppo" / "cartpole.yaml"), "--quiet", "run.target_steps=16384", "run.log_every=512",

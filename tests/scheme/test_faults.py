@@ -299,7 +299,7 @@ def test_every_sigkilled_worker_is_counted_once_and_its_replacement_timed(ray_se
         learner.close()
     assert learner.worker_restarts == kills and row["worker_restarts"] == kills
     assert learner.healthy_workers == 2 and learner.env_steps > steps  # all places filled, and it trains on
-    assert len(replace_s) == kills and all(0.5 <= s < 120 for s in replace_s)  # measured from the death, delay included
+    assert len(replace_s) == kills and all(s >= 0.5 for s in replace_s)  # measured from the death, the 0.5 s delay included
 
 
 @pytest.mark.parametrize("communication", ["synchronous", "asynchronous"])

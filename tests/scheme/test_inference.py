@@ -299,7 +299,7 @@ def test_a_lone_request_is_answered_after_max_wait_ms(make_server):
     start = time.monotonic()
     reply = server.submit(0, obs, sent).result(timeout=30)  # never a hang: a timeout raises
     elapsed = time.monotonic() - start
-    assert 0.05 <= elapsed < 20
+    assert elapsed >= 0.05  # it waited for company (a lower bound: a slow machine only waits longer)
     assert_same(reply, setup.local_act(obs, noise, False))
     metrics = server.pop_metrics()
     assert metrics["batches"] == 1 and metrics["mean_wait_ms"] >= 49.9 and 0 < metrics["busy_fraction"] < 1
@@ -383,12 +383,10 @@ def test_a_full_batch_runs_at_once_and_a_workers_next_step_waits_for_the_next_ba
     setup = Setup("ppo/cartpole.yaml")
     obs, sent, _ = setup.request(8, seed=3)
     full = make_server(setup, max_batch_size=16, max_wait_ms=60_000)
-    start = time.monotonic()
     pending = [full.submit(w, obs, sent) for w in (0, 1)]
     for request in pending:
         request.result(timeout=30)
-    assert time.monotonic() - start < 30  # long before max_wait_ms
-    assert full.pop_metrics()["batches"] == 1
+    assert full.pop_metrics()["batches"] == 1  # full at once: within result()'s 30 s, where max_wait_ms is a minute
     same_worker = make_server(setup, max_batch_size=16, max_wait_ms=5)
     for request in [same_worker.submit(0, obs, sent) for _ in range(2)]:
         request.result(timeout=30)
