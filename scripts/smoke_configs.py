@@ -4,9 +4,9 @@
 
 FILTER keeps the configs whose path (under configs/) contains it, e.g. ``sac/`` or ``atari``.
 Each config is one line: ``ok`` (its steps and seconds), ``refused`` (a one-line ConfigError or
-InputError, the answer a user would get: a GPU config on a CPU machine, a cluster example
-without its cluster, more workers than this machine's cores) or ``FAIL`` (anything else: a
-crash). The exit status is 1 when any config failed. Remote-worker configs start a private Ray;
+InputError as the run is built, the answer a user would get: a GPU config on a CPU machine, a
+cluster example without its cluster, more workers than this machine's cores) or ``FAIL`` (a
+config that does not load, which no machine would run, or anything else: a crash). The exit status is 1 when any config failed. Remote-worker configs start a private Ray;
 Atari configs need ale-py and MuJoCo ones mujoco. Minutes for all of them on 2 cores.
 """
 
@@ -34,8 +34,12 @@ def smoke(path: Path, steps: int) -> tuple[str, str]:
     from pytorchrl.utils.errors import InputError
 
     start, learner = time.perf_counter(), None
+    try:  # a shipped config that does not load (a stale or renamed key) is broken on any machine
+        config = load_config(path, ["run.eval_every=0", "run.eval_parallel=false"])
+    except InputError as exc:
+        return "FAIL", f"the config does not load: {exc}"
     try:
-        learner = Learner.from_config(load_config(path, ["run.eval_every=0", "run.eval_parallel=false"]), progress=False)
+        learner = Learner.from_config(config, progress=False)
         for _ in range(steps):
             learner.step()
         return "ok", f"{learner.env_steps:,} env steps, {time.perf_counter() - start:.1f} s"

@@ -167,7 +167,8 @@ def test_config_is_frozen():
         config.run.seed = 3  # type: ignore[misc]
 
 
-def test_smoke_configs_steps_each_config_and_tells_a_refusal_from_a_crash(capsys, monkeypatch):
+@pytest.mark.slow
+def test_smoke_configs_steps_each_config_and_tells_a_refusal_from_a_crash(capsys, monkeypatch, tmp_path):
     """``scripts/smoke_configs.py``: a config that trains is ``ok``, a one-line refusal (a GPU
     config on a CPU machine) is not a failure, a crash is, and sets the exit status."""
     import torch
@@ -187,3 +188,10 @@ def test_smoke_configs_steps_each_config_and_tells_a_refusal_from_a_crash(capsys
     monkeypatch.setattr(Learner, "step", crash)
     assert smoke.main(["ppo/cartpole.yaml"]) == 1
     assert capsys.readouterr().out.splitlines() == ["FAIL     ppo/cartpole.yaml: RuntimeError: boom", "1 configs: 1 failed"]
+    # a shipped config that does not load (a renamed key) is broken on every machine: no "refused"
+    stale = tmp_path / "configs" / "ppo"
+    stale.mkdir(parents=True)
+    (stale / "cartpole.yaml").write_text((CONFIGS / "ppo" / "cartpole.yaml").read_text().replace("  lr:", "  learning_rate:"))
+    monkeypatch.setattr(smoke, "CONFIGS", tmp_path / "configs")
+    assert smoke.main(["ppo/cartpole.yaml"]) == 1
+    assert capsys.readouterr().out.startswith("FAIL     ppo/cartpole.yaml: the config does not load: unknown config key 'algorithm.learning_rate'")
