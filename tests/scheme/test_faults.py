@@ -353,3 +353,26 @@ def test_a_gradient_worker_passes_its_collection_statistics_on():
     finally:
         trained.close()
         fresh.close()
+
+
+def test_a_checkpoint_does_not_wait_forever_on_a_worker_whose_rollout_hangs(ray_session):
+    """Asynchronous collection keeps a rollout under way, and a worker's state is read after it:
+    one that hangs (its 4th rollout stalls at step 100 for two minutes) held the checkpoint as
+    long. Past scheme.worker_timeout_s the worker counts as dead: replaced, its rollout lost, and
+    the checkpoint goes on without its state."""
+    learner = crashing_learner(
+        {"stall_after_steps": 100, "stall_s": 120.0}, {"num_col_workers": 1, "worker_timeout_s": 3.0, "col_communication": "asynchronous"},
+        target_steps=10**6,
+    )
+    try:
+        workers = learner.scheme.collection_workers
+        for _ in range(3):  # three rollouts trained on
+            learner.step()
+        (worker,) = workers._idle  # one worker restarts at the next collection; as one of several would be, now:
+        workers._submit(worker)  # its fourth rollout under way, stalling at step 100
+        workers._idle = []
+        state = workers.state_dict()
+        assert state["remote"] == [] and workers.lost_batches == 1
+        assert learner.step() is not None  # and training goes on with the replacement
+    finally:
+        learner.close()

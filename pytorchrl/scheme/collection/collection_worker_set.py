@@ -467,9 +467,13 @@ class CollectionWorkerSet:
 
     def _ask(self, worker: Any, method: str, *, control: bool = False) -> tuple[bool, Any]:
         """``(True, worker.method())`` (``control``: beside a collection in progress, else
-        after it), or ``(False, reason)`` when the worker is dead: it is then replaced, and the
-        rollout it had under way (asynchronous collection) counted as lost."""
-        ok, value = self.workers.try_get(self.workers.call(worker, method, control=control))
+        after it), or ``(False, reason)`` when the worker is dead, or gives no answer within
+        ``scheme.worker_timeout_s`` (a rollout under way that hangs: a checkpoint waited on it
+        forever): it is then replaced, and the rollout it had under way (asynchronous
+        collection) counted as lost."""
+        ref = self.workers.call(worker, method, control=control)
+        ready, _ = self.workers.wait([ref], timeout=_left(self._deadline()))
+        ok, value = self.workers.try_get(ref) if ready else (False, f"no answer to {method} within scheme.worker_timeout_s")
         if not ok:
             self._forget(worker)
             self.workers.fail(worker, value)
