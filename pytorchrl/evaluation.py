@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 import os
 import warnings
 from collections.abc import Callable
@@ -55,7 +56,7 @@ def evaluate_checkpoint(
     :param demos_dir: if given, write the episodes there as demonstrations (``demo_NNN.npz``,
         numbered after the files already there; :mod:`pytorchrl.agent.storages.on_policy.demos`).
     """
-    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+    if isinstance(episodes, bool) or not isinstance(episodes, numbers.Integral) or episodes < 1:  # numpy's integers too
         raise InputError(f"evaluate_checkpoint(episodes={episodes!r}): the number of episodes must be an integer of at least 1")
     path = check_output_dir(path, "evaluate", must_exist=True, writable=False)  # a file, a missing or too long path: one line
     made = []  # output directories made here: removed again (if still empty) when the evaluation fails

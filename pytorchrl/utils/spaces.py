@@ -98,9 +98,9 @@ def pack_dict(space: gym.spaces.Dict, obs: dict[str, np.ndarray], num_envs: int)
 
 
 def same_layout(a: gym.Space, b: gym.Space) -> bool:
-    """Whether two spaces have one layout: the same kind, shape, number and first value of the
-    values (``Discrete``), numbers of actions (``MultiDiscrete``) and keys (``Dict``); Box bounds may differ. What a network made for ``a`` can
-    take from an env of ``b``."""
+    """Whether two spaces have one layout: the same kind, shape, number of values and first value
+    (``Discrete``), numbers of actions (``MultiDiscrete``) and keys (``Dict``); Box bounds may
+    differ. What a network made for ``a`` can take from an env of ``b``."""
     if type(a) is not type(b) or getattr(a, "shape", None) != getattr(b, "shape", None):
         return False
     if isinstance(a, gym.spaces.Discrete):

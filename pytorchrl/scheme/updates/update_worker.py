@@ -198,6 +198,7 @@ class UpdateWorker:
         """A gradient worker died with a step under way: its gradient is lost, it is replaced."""
         self.lost_batches += 1
         self._starts_round.pop(worker, None)
+        self._healthy.pop(worker, None)
         self._workers.fail(worker, reason)
 
     def _take_report(self, worker: Any, info: dict[str, Any]) -> None:
