@@ -6,7 +6,8 @@ Both sides take 1,000 random steps, make 500 updates, then time 1,500 env steps 
 gradient step each (no evaluation): pytorchrl through ``pytorchrl benchmark sac_halfcheetah_step``
 (``configs/sac/halfcheetah.yaml``), once per ``--precision`` (its ``actor.mlp_precision``:
 ``sac_halfcheetah_step_bf16`` for bfloat16), SB3 with its SAC defaults, the rl-zoo MuJoCo
-settings, on as many threads as the config's ``run.torch_threads``. The pytorchrl side also prints the floor under its step: the update's matrix
+settings, on as many threads as the config's ``run.torch_threads``. The pytorchrl side also
+prints the floor under its step: the update's matrix
 products replayed alone. ``--sb3-python``: an interpreter with stable-baselines3 (default: this one).
 """
 

@@ -6,7 +6,8 @@ FILTER keeps the configs whose path (under configs/) contains it, e.g. ``sac/`` 
 Each config is one line: ``ok`` (its steps and seconds), ``refused`` (a one-line ConfigError or
 InputError as the run is built, the answer a user would get: a GPU config on a CPU machine, a
 cluster example without its cluster, more workers than this machine's cores) or ``FAIL`` (a
-config that does not load, which no machine would run, or anything else: a crash). The exit status is 1 when any config failed. Remote-worker configs start a private Ray;
+config that does not load, which no machine would run, or anything else: a crash). The exit
+status is 1 when any config failed. Remote-worker configs start a private Ray;
 Atari configs need ale-py and MuJoCo ones mujoco. Minutes for all of them on 2 cores.
 """
 
