@@ -61,7 +61,8 @@ class Run:
         is drawn at the env steps of the weights it evaluated (``eval_env_steps``, where the run
         wrote it: the row that logs it may come later)."""
         xs, ys = np.asarray(self.columns[x]), np.asarray(self.columns[metric])
-        if x == "env_steps" and metric.startswith("eval_") and "eval_env_steps" in self.columns:
+        evaluated = metric.startswith("eval_") and metric != "eval_time_s"  # the time is the row's interval's, as in TensorBoard
+        if x == "env_steps" and evaluated and "eval_env_steps" in self.columns:
             made_at = np.asarray(self.columns["eval_env_steps"])
             xs = np.where(np.isnan(made_at), xs, made_at)
         keep = ~np.isnan(ys) & ~np.isnan(xs)

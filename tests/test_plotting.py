@@ -147,3 +147,20 @@ def test_a_run_recorded_before_a_key_existed_groups_with_runs_that_write_its_def
     config["run"]["eval_parallel"] = False  # the default, written by the newer code
     (new / "config.yaml").write_text(yaml.safe_dump(config))
     assert [line.get_label() for line in plot_runs([old, new]).axes[0].lines] == ["ppo CartPole-v1 (2 seeds)"]
+
+
+def test_an_evaluation_is_drawn_at_the_steps_it_evaluated_and_its_time_at_the_row_that_logged_it(tmp_path):
+    """An evaluation made at 2,560 steps and logged in the row of 3,072: its return belongs at
+    2,560, but eval_time_s is the time the row's interval spent (as in TensorBoard), at 3,072."""
+    path = tmp_path / "run"
+    path.mkdir()
+    with (path / "progress.csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["env_steps", "wall_time_s", "eval_return_mean", "eval_env_steps", "eval_time_s"])
+        writer.writerow([2048, 1.0, "", "", 0.0])
+        writer.writerow([3072, 2.0, 50.0, 2560, 0.4])
+    (path / "config.yaml").write_text(yaml.safe_dump({"env": {"env_id": "CartPole-v1"}, "algorithm": {"name": "ppo"}, "run": {"seed": 0}}))
+    returns = plot_runs([path], metrics=("eval_return_mean",))
+    assert np.array_equal(returns.axes[0].lines[0].get_xydata(), [[2560, 50.0]])
+    times = plot_runs([path], metrics=("eval_time_s",))
+    assert np.array_equal(times.axes[0].lines[0].get_xydata(), [[2048, 0.0], [3072, 0.4]])

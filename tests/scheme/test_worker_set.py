@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 
+import pytest
 import torch
 
 from pytorchrl.scheme.base import compression
@@ -176,3 +177,23 @@ def test_a_remote_gradient_worker_computes_where_its_reserved_resources_are_not_
         gradient_worker_set._make_gradient_worker(index, local=index == 0, worker_kwargs=kwargs, num_remote=1, collectors=1)
     assert made[0]["device"] == "cuda:1" and made[1]["device"] == "cuda"
     assert "remote_device" not in made[0] and "remote_device" not in made[1]
+
+
+def test_rounds_collected_one_after_another_for_one_step_add_their_collection_times():
+    """A replay buffer filling up (start_steps) folds several rounds into one step: their
+    collections ran one after another, so the step's collect_time_s is their sum (merging
+    replicas' infos takes the longest, as those run at once); it was the longest of them."""
+    from types import SimpleNamespace
+
+    from pytorchrl.scheme.gradients.gradient_worker import GradientWorker
+
+    rounds = iter([({"env_steps": 8, "collect_time_s": 0.5, "episode_returns": []}, 0), ({"env_steps": 8, "collect_time_s": 0.25, "episode_returns": []}, 2)])
+
+    def new_round():
+        info, remaining = next(rounds)
+        worker._remaining = remaining
+        return info
+
+    worker = SimpleNamespace(_remaining=0, _new_round=new_round, report_statistics=False)
+    merged = GradientWorker._new_rounds(worker)  # type: ignore[arg-type]
+    assert merged["env_steps"] == 16 and merged["collect_time_s"] == pytest.approx(0.75)

@@ -135,6 +135,8 @@ class GradientWorker:
         else:
             merged = merge_step_infos(infos)
             merged["healthy_workers"] = infos[-1].get("healthy_workers")  # a state, not a count
+            # rounds one after another: their collections' times add up (merging replicas takes the longest)
+            merged["collect_time_s"] = sum(i.get("collect_time_s") or 0.0 for i in infos)
         if self.report_statistics:
             new = self.col_workers.take_new_statistics()
             if new:
