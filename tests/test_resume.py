@@ -587,7 +587,8 @@ def test_a_run_with_remote_workers_merging_their_normalisation_resumed_mid_way_e
         whole.close()
     resumed_dir = copy_up_to(tmp_path / "whole", tmp_path / "resumed", "step_1024")
     final_whole = assert_resumes_to_the_whole_run(resumed_dir, tmp_path / "whole", "step_1536")
-    assert float(merged(final_whole["scheme"])["ret_rms"]["count"]) > 1536  # every worker's returns, not one's
+    # every worker's returns (one worker's would be about half), less the reset steps (one an episode of 200)
+    assert 0.95 * 1536 < float(merged(final_whole["scheme"])["ret_rms"]["count"]) <= 1536.0001
 
 
 SAC_TINY = {
