@@ -107,7 +107,7 @@ class RewardScaler:
         sample of the return, as a same-step reset has none to add (Stable-Baselines3's
         ``VecNormalize``)."""
         self.returns = self.returns * self.gamma + reward
-        samples = self.returns if valid is None else self.returns[valid]
+        samples = self.returns if valid is None or valid.all() else self.returns[valid]  # a copy only on reset steps
         if samples.size:
             self.rms.update(samples)
         self.returns[done] = 0.0
