@@ -319,6 +319,7 @@ class Learner:
         # steps); a run stopped by its return target keeps the evaluation that reached it
         reason = self._stop_reason()
         final = log_due and reason is not None and reason != "stop_at_return" and self._eval_steps != self.env_steps
+        evaluated = False
         if self.env_steps >= self._next["eval"] or final:
             if parallel and not final:
                 self._settle_evaluation(block=True, commit=True)
@@ -327,7 +328,12 @@ class Learner:
             else:
                 self.evaluate()
             self._advance("eval", self.run.eval_every)
-        if log_due or (self._interval.eval_row and self.solved_at is not None):  # the return target reached: in a row at once
+            evaluated = True
+        # a row holds one evaluation: one due again by the next row (run.eval_every below
+        # run.log_every) would take this one's place, so this one gets a row of its own now (held,
+        # with run.eval_parallel, until its result is in); the return target reached: in a row at once
+        own_row = evaluated and self._next["eval"] <= self._next["log"]
+        if log_due or own_row or (self._interval.eval_row and self.solved_at is not None):
             self.log()
             self._advance("log", self.run.log_every)
         if not parallel:

@@ -234,6 +234,9 @@ def test_progress_never_repeats_a_row(tmp_path, eval_every, log_every):
     steps = [int(r["env_steps"]) for r in rows]
     assert steps == sorted(set(steps)) and steps[-1] == 256
     assert float(rows[-1]["eval_return_mean"]) == pytest.approx(learner.last_eval, rel=1e-5)  # the final evaluation, in the last row
+    # every evaluation in a row, each once: with eval_every below log_every, not only an interval's last
+    made = sorted({*range(eval_every, 257, eval_every), 256}) if eval_every else [256]
+    assert [int(r["eval_env_steps"]) for r in rows if r.get("eval_env_steps")] == made
 
 
 def test_a_time_limited_run_ends_with_one_row(tmp_path):

@@ -162,7 +162,8 @@ def test_progress_line_after_an_overshooting_last_rollout_shows_no_negative_eta(
 @pytest.mark.timeout(60)
 def test_an_evaluation_logged_in_a_later_row_says_and_is_drawn_at_the_steps_it_evaluated(tmp_path):
     """Rounds of 64 steps, rows every 128, evaluations every 96: the one due at 192 is made at
-    192 and logged in the row at 256, which names 192; plots and TensorBoard place it there."""
+    192 and logged in the row at 256, which names 192; plots and TensorBoard place it there. The
+    one made at 320 is followed by 384's before the next row: it gets a row of its own."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from pytorchrl.plotting import load_run
@@ -172,12 +173,12 @@ def test_an_evaluation_logged_in_a_later_row_says_and_is_drawn_at_the_steps_it_e
     learner.close()
     with open(tmp_path / "progress.csv", newline="") as f:
         rows = [(int(r["env_steps"]), r["eval_env_steps"]) for r in csv.DictReader(f)]
-    assert rows == [(128, "128"), (256, "192"), (384, "384")]  # 320's evaluation is replaced by 384's in one row
+    assert rows == [(128, "128"), (256, "192"), (320, "320"), (384, "384")]
     xs, _ = load_run(tmp_path).series("env_steps", "eval_return_mean")
-    assert list(xs) == [128, 192, 384]
+    assert list(xs) == [128, 192, 320, 384]
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
-    assert [e.step for e in events.Scalars("eval/return_mean")] == [128, 192, 384]
+    assert [e.step for e in events.Scalars("eval/return_mean")] == [128, 192, 320, 384]
     assert [e.step for e in events.Scalars("train/return_mean")][:2] == [128, 256]
 
 

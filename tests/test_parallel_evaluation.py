@@ -87,6 +87,21 @@ def test_parallel_evaluation_writes_the_rows_the_drivers_own_evaluation_writes(r
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
+def test_evaluations_more_often_than_rows_each_get_a_row_in_parallel_as_inline(ray_session, tmp_path):
+    """With ``run.eval_every`` below ``run.log_every`` each evaluation gets a row at its steps
+    (a row holds one: the next would have taken its place); beside training that row is held
+    until its result is in, and the file is the inline run's."""
+    often = {**TINY, "run": {**TINY["run"], "eval_every": 128, "log_every": 384, "target_steps": 768}}
+    _train(often, tmp_path / "inline")
+    _train(often, tmp_path / "parallel", eval_parallel=True)
+    evaluated = _eval_rows(tmp_path / "parallel" / "progress.csv")
+    assert [int(steps) for steps, _ in evaluated] == list(range(128, 769, 128))
+    assert evaluated == _eval_rows(tmp_path / "inline" / "progress.csv")
+    assert learning_rows(tmp_path / "parallel" / "progress.csv") == learning_rows(tmp_path / "inline" / "progress.csv")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
 def test_the_progress_line_shows_a_parallel_evaluations_result_once_it_is_in(ray_session, tmp_path):
     """A parallel evaluation's result goes into a row held back (written to progress.csv once it
     is in) that the progress line had shown already: the line shows it from its next row on, as
