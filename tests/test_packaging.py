@@ -109,6 +109,7 @@ def test_use_checkout_reaches_workers_and_subprocesses(monkeypatch, tmp_path):
     assert os.environ["PYTHONPATH"] == os.pathsep.join([str(tmp_path), "/elsewhere"])
 
 
+@pytest.mark.slow  # a fresh interpreter: seconds
 @pytest.mark.timeout(60)
 def test_a_central_collection_worker_imports_no_torch():
     """What a thin collection worker's process imports (its class, its envs, its recorder, its

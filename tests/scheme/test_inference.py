@@ -680,6 +680,7 @@ def test_frame_stacks_encode_as_their_newest_frames_and_decode_exactly():
     assert encode_frames(np.zeros((5, 4), np.float32), 7, np.zeros((5, 4), np.float32)) is None  # vectors are not stacks
 
 
+@pytest.mark.slow  # two workers' Pong rollouts: seconds
 def test_a_thin_worker_sends_pongs_frame_stacks_as_deltas_and_collects_what_a_local_worker_collects(make_server):
     """Each step sends the envs' newest frames; the server rebuilds the stacks from the step before
     (the rollouts are a local worker's, bit for bit), and a server that lost them (restarted) is
