@@ -545,13 +545,17 @@ def _is_section(path: list[str], algorithm: str = "ppo") -> bool:
     """Whether the dotted ``path`` names a config section (a dataclass), not a value, in a config
     of ``algorithm`` (its own sections: PPO's ``rnd`` and ``demos``; an unknown name: the keys
     every algorithm has)."""
-    from pytorchrl.agent.algorithms import ALGORITHMS
+    from pytorchrl.agent.algorithms import algorithm_class
 
     cls: Any = Config
     for part in path:
         typ: Any
         if cls is Config and part == "algorithm":
-            typ = ALGORITHMS[algorithm].config_class if algorithm in ALGORITHMS else AlgorithmConfig
+            try:
+                found = algorithm_class(algorithm)
+            except ConfigError:  # from_dict says so, in its turn
+                found = None
+            typ = found.config_class if found is not None else AlgorithmConfig
         else:
             typ = type_hints(cls).get(part)
         if not (isinstance(typ, type) and dataclasses.is_dataclass(typ)):
@@ -608,11 +612,11 @@ def from_dict(raw: dict) -> Config:
     algo = raw.get("algorithm") or {}
     if not isinstance(algo, dict):
         raise ConfigError(f"config key 'algorithm' = {algo!r} is a section, not a value: set its keys (e.g. algorithm.name={algo if isinstance(algo, str) else 'ppo'})")
-    from pytorchrl.agent.algorithms import ALGORITHMS
+    from pytorchrl.agent.algorithms import ALGORITHMS, algorithm_class
 
     name = algo.get("name", "ppo")
-    if not isinstance(name, str) or name not in ALGORITHMS:
-        raise ConfigError(bad_choice("algorithm.name", name, tuple(ALGORITHMS)))
+    if algorithm_class(name) is None:  # a 'module:Class' outside the package is imported and registered here
+        raise ConfigError(f"{bad_choice('algorithm.name', name, tuple(ALGORITHMS))}, or 'module:Class' naming an Algorithm subclass")
     sections = {"algorithm": ALGORITHMS[name].config_class}
     own = {f.name for f in dataclasses.fields(sections["algorithm"])}
     for key in algo:

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from pytorchrl.agent.algorithms import ALGORITHMS
+from pytorchrl.agent.algorithms import BUILT_IN
 from pytorchrl.config import from_dict
 from pytorchrl.learner import Learner
 
@@ -35,7 +35,7 @@ SCHEME_KEYS = {"collect_time_s", "gradient_time_s", "apply_time_s", "policy_lag_
 
 
 def test_every_algorithm_is_covered():
-    assert set(CONFIGS) == set(ALGORITHMS)
+    assert set(CONFIGS) == set(BUILT_IN)
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))

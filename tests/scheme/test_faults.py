@@ -187,6 +187,95 @@ def test_collection_workers_join_and_leave_while_training_runs(ray_session, comm
     assert scheme.collection_workers.thin == (inference == "central")
 
 
+def _per_replica(learner: Learner) -> list[int]:
+    """Each remote gradient worker's remote collection workers (active and starting)."""
+    replicas = learner.scheme.grad_workers.workers
+    return [replicas.get(replicas.call(w, "num_collection_workers")) for w in replicas.remote_workers]
+
+
+def test_a_checkpoint_keeps_the_workers_added_while_training_and_resumes_exactly_with_them(ray_session, tmp_path):
+    """Two workers added mid-run and one taken out: the checkpoint holds which workers ran
+    (indices 1 and 2, the next one added 4), a run resumed from it under the same config starts
+    them again and pairs each with its state, and trains on as the run that wrote it did (it
+    once resumed with the config's one worker, the added one's state dropped without a word)."""
+    def make() -> Learner:
+        return crashing_learner({}, {"num_col_workers": 1}, target_steps=10**9)
+
+    whole = make()
+    ws = whole.scheme.collection_workers.workers
+    deadline = time.monotonic() + 120
+    try:
+        whole.step()
+        whole.scheme.add_collection_workers(2)
+        whole.scheme.remove_collection_workers(1)  # the newest, index 3
+        while (len(ws.remote_workers) < 2 or not whole.round_end) and time.monotonic() < deadline:
+            whole.step()
+        path = whole.checkpoint(tmp_path / "checkpoint")
+        layout = ws.layout()
+        for _ in range(3):
+            whole.step()
+        expected = whole.scheme.algorithm.get_weights()
+    finally:
+        whole.close()
+    assert layout == {"indices": [1, 2], "next_index": 4, "configured": 1}
+    resumed = make()
+    try:
+        resumed.load_checkpoint(path)
+        again = resumed.scheme.collection_workers.workers
+        assert again.layout() == layout and [again.index_of(w) for w in again.remote_workers] == [1, 2]
+        for _ in range(3):
+            resumed.step()
+        weights = resumed.scheme.algorithm.get_weights()
+    finally:
+        resumed.close()
+    assert all(torch.equal(weights[k], expected[k]) for k in expected)
+
+
+def test_a_resumed_run_keeps_the_collection_workers_added_to_every_gradient_worker(ray_session, tmp_path):
+    """Remote gradient workers: the collection worker added to each replica is in the
+    checkpoint, each replica of the resumed run starts it again, and a replica that joins
+    later is resized alike (``collectors_added`` is kept)."""
+    def make() -> Learner:
+        return crashing_learner({}, {"num_grad_workers": 2, "num_col_workers": 1, "grad_worker_resources": {"num_cpus": 0.1}}, target_steps=10**9)
+
+    first = make()
+    try:
+        first.step()
+        first.scheme.add_collection_workers(1)
+        path = first.checkpoint(tmp_path / "checkpoint")
+    finally:
+        first.close()
+    resumed = make()
+    try:
+        resumed.load_checkpoint(path)
+        assert _per_replica(resumed) == [2, 2] and resumed.scheme.grad_workers.collectors_added == 1
+        resumed.step()
+    finally:
+        resumed.close()
+
+
+def test_taking_out_more_workers_than_a_replica_holds_is_refused_and_kills_no_replica(ray_session):
+    """A replica holding fewer collection workers than the others (one lost under
+    ``scheme.ignore_worker_failures`` leaves it so; here one is taken out of it directly):
+    a removal that would leave it none is refused with one line, checked against the fewest a
+    replica holds. It was checked against the nominal count, and the replica's refusal, raised
+    inside it, was taken for its death: the replica was killed without a word or a restart."""
+    learner = crashing_learner(
+        {}, {"num_grad_workers": 2, "num_col_workers": 2, "grad_worker_resources": {"num_cpus": 0.1}}, target_steps=10**9,
+    )
+    replicas = learner.scheme.grad_workers.workers
+    try:
+        learner.step()
+        replicas.get(replicas.call(replicas.remote_workers[0], "remove_collection_workers", 1))
+        with pytest.raises(ValueError, match=r"^cannot remove 1 of 1 remote collection workers: at least one must stay"):
+            learner.scheme.remove_collection_workers(1)
+        assert _per_replica(learner) == [1, 2] and len(replicas.remote_workers) == 2
+        learner.step()
+    finally:
+        learner.close()
+    assert learner.worker_restarts == 0
+
+
 def test_collection_workers_the_cluster_cannot_place_are_refused_in_one_line(ray_session):
     """Added workers that could never be placed (the start-time check, over the workers running
     and the new ones) are one line, not workers that never join; a count that is not a whole

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import functools
+import threading
+import time
 
 import pytest
 import torch
 
 from pytorchrl.scheme.base import compression
 from pytorchrl.scheme.base.infos import merge_step_infos
-from pytorchrl.scheme.base.worker_set import CollectorNumbering, actor_options, check_fits, total_resources
+from pytorchrl.scheme.base.worker_set import CollectorNumbering, WorkerSet, actor_options, check_fits, total_resources
 
 
 def test_packing_round_trips_nested_tensors_of_every_dtype_with_and_without_lz4():
@@ -197,3 +199,82 @@ def test_rounds_collected_one_after_another_for_one_step_add_their_collection_ti
     worker = SimpleNamespace(_remaining=0, _new_round=new_round, report_statistics=False)
     merged = GradientWorker._new_rounds(worker)  # type: ignore[arg-type]
     assert merged["env_steps"] == 16 and merged["collect_time_s"] == pytest.approx(0.75)
+
+
+class _Replica:
+    """A remote gradient worker stand-in that counts its collection workers."""
+
+    def __init__(self, collectors: int) -> None:
+        self.collectors = collectors
+
+    def add_collection_workers(self, num: int) -> None:
+        self.collectors += num
+
+    def remove_collection_workers(self, num: int) -> None:
+        self.collectors -= num
+
+    def adopt_statistics(self, statistics: dict) -> None:
+        pass
+
+
+class _Answer:
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+
+class _ImmediateWorkerSet(WorkerSet):
+    """The real WorkerSet bookkeeping (poll, ask_all, fail, membership) with calls that run at
+    once on local stand-ins instead of Ray actors."""
+
+    def __init__(self, collectors: int, num: int) -> None:
+        super().__init__(lambda index, local, generation=0: None)
+        self.collectors = collectors
+        for index in range(1, num + 1):
+            self._start(index)
+        for ref in list(self._starting):
+            self.remote_workers.append(self._starting.pop(ref)[0])
+
+    def _start(self, index: int, generation: int = 0, delay_s: float = 0.0) -> _Replica:
+        handle = _Replica(self.collectors)
+        self._index[handle] = (index, generation)
+        self._starting[_Answer(True)] = (handle, 0.0)
+        return handle
+
+    def call(self, worker, method, *args, control=False, **kwargs):
+        return _Answer(getattr(worker, method)(*args, **kwargs))
+
+    @staticmethod
+    def wait(refs, *, num_returns=1, timeout=None):
+        return list(refs), []
+
+    @staticmethod
+    def get(refs):
+        return refs.value
+
+
+def test_a_resize_from_another_thread_reaches_a_joining_replica_once():
+    """A replacement replica (built with the config's one collection worker) joins while the
+    user's thread adds one to every replica: the resize lands before it joins or after it was
+    told of the earlier ones, never both (it once came in between, and the replacement got the
+    added worker twice)."""
+    from pytorchrl.scheme.gradients.gradient_worker_set import GradientWorkerSet
+
+    replicas = _ImmediateWorkerSet(collectors=1, num=2)
+    grad = object.__new__(GradientWorkerSet)
+    grad.workers, grad._collectors, grad.collectors_added = replicas, 1, 0
+    grad.merged_statistics = lambda: {"obs_rms": {}}  # a merge to hand on: nothing asked of the replicas
+    told = grad._on_join
+    resizing = threading.Thread(target=grad.resize_collection_workers, args=(1,))
+
+    def on_join(joined: list) -> None:  # the user's thread gets the GIL between the join and its on_join
+        resizing.start()
+        time.sleep(0.2)
+        told(joined)
+
+    replicas.on_join = on_join
+    dead = replicas.remote_workers.pop(0)  # replica 1 died: its replacement, index 1, is starting
+    replicas._index.pop(dead)
+    replicas._start(1, generation=1)
+    replicas.poll()
+    resizing.join(timeout=10)
+    assert [r.collectors for r in replicas.remote_workers] == [2, 2] and grad.collectors_added == 1

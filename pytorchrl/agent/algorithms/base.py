@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import warnings
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -251,12 +252,27 @@ class Algorithm:
         Sets ``info["skipped"] = 1.0`` when the algorithm decided not to step (e.g. target KL).
         """
         loss, info = self.compute_loss(batch)
+        if not self.__dict__.get("_metrics_checked"):
+            self._metrics_checked = True
+            self._warn_undeclared(info)
         self.flat_grad.zero_()
         if loss is None:
             info["skipped"] = 1.0
             return info
         loss.backward()
         return info
+
+    def _warn_undeclared(self, info: dict[str, Any]) -> None:
+        """Once: the figures a first loss reports that ``metrics`` does not declare, which the log
+        leaves out (an algorithm written outside the package; the built-in ones are tested)."""
+        undeclared = sorted(k for k, v in info.items() if isinstance(v, float) and k not in self.metrics)
+        if undeclared:
+            name = type(self).__name__
+            warnings.warn(
+                f"{name}.compute_loss reports {', '.join(undeclared)}, which {name}.metrics does not declare: "
+                f"they are not logged; add them to {name}.metrics",
+                stacklevel=3,
+            )
 
     def get_gradients(self) -> torch.Tensor:
         """A copy of the current gradient: one flat tensor, parameters in ``actor.parameters()`` order."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -141,7 +142,11 @@ class WorkerSet(Generic[W]):
         self.remote_workers: list[Any] = []
         self._index: dict[Any, tuple[int, int]] = {}  # remote handle -> (index, generation)
         self._starting: dict[Any, tuple[Any, float]] = {}  # ready() ref -> (handle, when started)
+        self._configured = num_remote  # the count the set was built with (add/remove change it since)
         self._next_index = num_remote + 1  # of the next worker added
+        #: held while the set's members change (a worker joins, another thread resizes the set),
+        #: so that a resize reaches a worker that joins either before it or after, never both
+        self.membership = threading.RLock()
         #: told the workers that joined a running set (replacements, added ones) before anyone
         #: else sees them: a place to give them what the others have built up
         self.on_join: Callable[[list[Any]], None] | None = None
@@ -155,6 +160,44 @@ class WorkerSet(Generic[W]):
             except BaseException:  # one could not start: the others end with the error, not with the driver
                 self.close()
                 raise
+
+    def index_of(self, worker: Any) -> int | None:
+        """A remote worker's index (None: it has died or been taken out)."""
+        entry = self._index.get(worker)
+        return None if entry is None else entry[0]
+
+    def layout(self) -> dict[str, Any]:
+        """Which workers the set holds, for a checkpoint: the indices of its live remote workers
+        (active and starting: one being replaced still counts), the index the next one added
+        gets, and the count it was built with (:meth:`restore_layout`)."""
+        return {"indices": sorted(index for index, _ in self._index.values()), "next_index": self._next_index, "configured": self._configured}
+
+    def restore_layout(self, layout: dict[str, Any]) -> bool:
+        """Hold the remote workers of a checkpoint's :meth:`layout`: workers added or taken out
+        while it trained are started or ended again, by index, and waited for (a resumed run
+        then goes on with the workers it had, seeded as they were). A set built with another
+        count than the checkpoint's (the config changed on resume) keeps its own.
+
+        :return: whether the set now holds the layout's workers.
+        """
+        with self.membership:
+            self._next_index = max(self._next_index, int(layout["next_index"]))
+            if int(layout["configured"]) != self._configured or not self.remote:
+                return False
+            wanted = {int(i) for i in layout["indices"]}
+            for handle, (index, _) in list(self._index.items()):
+                if index not in wanted:
+                    if handle in self.remote_workers:
+                        self.remote_workers.remove(handle)
+                    self._starting = {ref: v for ref, v in self._starting.items() if v[0] != handle}
+                    self.kill(handle)
+            have = {index for index, _ in self._index.values()}
+            for index in sorted(wanted - have):
+                self._start(index)
+            if self._starting:
+                self._await_ready()
+            self.remote_workers.sort(key=lambda w: self._index[w][0])
+            return True
 
     def _start(self, index: int, generation: int = 0, delay_s: float = 0.0) -> Any:
         handle = self._actor_cls.remote(self.worker_factory, index, self.compress, generation, delay_s, remote_threads(self.resources))
@@ -218,18 +261,21 @@ class WorkerSet(Generic[W]):
         if ready:  # then every other one up by now too
             ready, _ = self.wait(list(self._starting), num_returns=len(self._starting), timeout=0)
         joined = []
-        for ref in ready:
-            handle, started = self._starting.pop(ref)
-            ok, reason = self.try_get(ref)
-            if ok:
-                self.remote_workers.append(handle)
-                joined.append(handle)
-                if self._index.get(handle, (0, 0))[1] > 0:  # a replacement: started when its predecessor was declared dead
-                    self._replace_times.append(time.monotonic() - started)
-            else:
-                self.fail(handle, f"could not start: {reason}")
-        if joined and self.on_join is not None:
-            self.on_join(joined)
+        with self.membership:  # a resize from another thread comes before these join or after on_join told them of it
+            for ref in ready:
+                if ref not in self._starting:  # taken out meanwhile
+                    continue
+                handle, started = self._starting.pop(ref)
+                ok, reason = self.try_get(ref)
+                if ok:
+                    self.remote_workers.append(handle)
+                    joined.append(handle)
+                    if self._index.get(handle, (0, 0))[1] > 0:  # a replacement: started when its predecessor was declared dead
+                        self._replace_times.append(time.monotonic() - started)
+                else:
+                    self.fail(handle, f"could not start: {reason}")
+            if joined and self.on_join is not None:
+                self.on_join(joined)
         return joined
 
     def report(self) -> dict[str, Any]:
@@ -354,12 +400,16 @@ class WorkerSet(Generic[W]):
         order; ``control``: beside a long call in progress). One found dead is handed to
         :meth:`fail` (replaced) and left out; a call of its still under way fails for whoever
         waits on it next, who counts what it loses."""
-        refs = [(w, self.call(w, method, *args, control=control)) for w in list(self.remote_workers)]
+        return [value for _, value in self.ask_each(method, *args, control=control)]
+
+    def ask_each(self, method: str, *args: Any, control: bool = False) -> list[tuple[int | None, Any]]:
+        """:meth:`ask_all`, each answer with the index of the worker that gave it."""
+        refs = [(w, self.index_of(w), self.call(w, method, *args, control=control)) for w in list(self.remote_workers)]
         out = []
-        for worker, ref in refs:
+        for worker, index, ref in refs:
             ok, value = self.try_get(ref)
             if ok:
-                out.append(value)
+                out.append((index, value))
             else:
                 self.fail(worker, value)
         return out
@@ -413,6 +463,16 @@ class WorkerSet(Generic[W]):
             for w in [*self.remote_workers, *(h for h, _ in self._starting.values())]:
                 ray.kill(w)
             self.remote_workers, self._starting = [], {}
+
+
+def paired(workers: WorkerSet[Any], states: list[Any], indices: list[int] | None) -> list[tuple[Any, Any]]:
+    """Each active remote worker with its saved state: the state of its index (``indices``: whose
+    each state is; a worker replaced or added since is no longer in index order), or by position
+    in a checkpoint that kept no indices. A worker without a state starts afresh."""
+    if indices is None:
+        return list(zip(workers.remote_workers, states, strict=False))
+    by_index = dict(zip(indices, states, strict=True))
+    return [(w, by_index[i]) for w in workers.remote_workers if (i := workers.index_of(w)) in by_index]
 
 
 def no_remote_workers(name: str, verb: str) -> ValueError:

@@ -15,7 +15,7 @@ from pytorchrl.envs.normalization import MergedStatistics
 from pytorchrl.scheme.base.evaluator import EvaluationRequest, Evaluator
 from pytorchrl.scheme.base.inference_servers import InferenceServers
 from pytorchrl.scheme.base.infos import count_spent, spent_state, under_way_reports
-from pytorchrl.scheme.base.worker_set import CollectorNumbering, FaultTolerance, WorkerSet, answers, first_answer, pass_on
+from pytorchrl.scheme.base.worker_set import CollectorNumbering, FaultTolerance, WorkerSet, answers, first_answer, paired, pass_on
 from pytorchrl.scheme.collection.collection_worker import CollectionWorker
 from pytorchrl.scheme.collection.thin_worker import Deferred, generation_kwargs, make_collection_worker, thin_recorder_factory
 from pytorchrl.utils.arrays import to_arrays, to_tensors
@@ -491,13 +491,16 @@ class CollectionWorkerSet:
     # ------------------------------------------------------------------------- state
 
     def state_dict(self) -> dict[str, Any]:
-        """The local worker's state and each active remote worker's (in the set's order; a
-        worker that dies meanwhile is left out: its replacement starts afresh)."""
+        """The local worker's state, each active remote worker's with its index (a worker that
+        dies meanwhile is left out: its replacement starts afresh), and the set's layout (which
+        workers it holds, those added or taken out while training included)."""
         with self._lock:
             state: dict[str, Any] = {"local": self.local_worker.state_dict()}
             if self.remote:
-                asked = [self._ask(w, "state_dict") for w in list(self.workers.remote_workers)]
-                state["remote"] = [value for ok, value in asked if ok]
+                asked = [(self.workers.index_of(w), self._ask(w, "state_dict")) for w in list(self.workers.remote_workers)]
+                state["remote"] = [value for _, (ok, value) in asked if ok]
+                state["remote_indices"] = [index for index, (ok, _) in asked if ok]  # whose each state is
+                state["layout"] = self.workers.layout()  # the workers added or taken out while training, too
                 # asynchronous: the rollouts under way ended before those states were read
                 under_way = [info for _, info in answers(self.workers, list(self._pending))]
                 reports = under_way_reports(under_way)
@@ -512,7 +515,10 @@ class CollectionWorkerSet:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         with self._lock:
             self.local_worker.load_state_dict(state["local"])
-            for worker, worker_state in zip(self.workers.remote_workers, state.get("remote", []), strict=False):
+            if "layout" in state:
+                self._pending.clear()  # rollouts under way are not the loaded run's (a worker may end now)
+                self.workers.restore_layout(state["layout"])
+            for worker, worker_state in paired(self.workers, state.get("remote", []), state.get("remote_indices")):
                 self.workers.get(self.workers.call(worker, "load_state_dict", to_arrays(worker_state) if self.thin else worker_state))
             # a checkpoint from before the merge: the first remote worker's own go on as the merged
             # ones; one whose local worker collected (resumed with remote workers): the local one's.

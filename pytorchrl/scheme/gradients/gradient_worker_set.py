@@ -71,8 +71,9 @@ class GradientWorkerSet:
         self._collectors = collectors_per_worker
         #: collection workers added to (> 0) or taken from (< 0) every replica since the start: a
         #: replacement replica, built with the config's count, is resized alike when it joins
-        self._collectors_added = 0
-        self._resize_lock = threading.Lock()
+        #: (kept in checkpoints); changed under ``self.workers.membership``, which a joining
+        #: replica holds from its arrival to :meth:`_on_join`, so that a resize reaches it once
+        self.collectors_added = 0
 
     @property
     def local_worker(self) -> GradientWorker:
@@ -97,10 +98,10 @@ class GradientWorkerSet:
             self.statistics_version += 1
 
     def _on_join(self, joined: list[Any]) -> None:
-        with self._resize_lock:  # a resize from another thread reaches every replica, this one too
-            if self._collectors_added:
-                method = "add_collection_workers" if self._collectors_added > 0 else "remove_collection_workers"
-                give(self.workers, joined, method, abs(self._collectors_added))
+        with self.workers.membership:  # a resize from another thread reaches every replica, this one too
+            if self.collectors_added:
+                method = "add_collection_workers" if self.collectors_added > 0 else "remove_collection_workers"
+                give(self.workers, joined, method, abs(self.collectors_added))
         merged = self.merged_statistics()
         if not merged:
             pass_on(self.workers, joined, get="running_statistics", put="adopt_statistics")
@@ -114,18 +115,19 @@ class GradientWorkerSet:
 
         :raises ValueError: when it would leave a replica without a remote collection worker.
         """
-        with self._resize_lock:
-            if num < 0:
-                check_removal("collection worker", self._collectors + self._collectors_added, -num)
+        with self.workers.membership:
+            if num < 0:  # against the replica with the fewest (scheme.ignore_worker_failures: some may have lost workers)
+                have = [*self.workers.ask_all("num_collection_workers"), self._collectors + self.collectors_added]
+                check_removal("collection worker", min(have), -num)
             method = "add_collection_workers" if num > 0 else "remove_collection_workers"
             self.workers.ask_all(method, abs(num))
-            self._collectors_added += num
+            self.collectors_added += num
 
     @property
     def num_collection_workers(self) -> int:
         """Remote collection workers over every replica, those of replicas starting included."""
         answers = self.workers.ask_all("num_collection_workers")
-        return sum(answers) + len(self.workers.starting) * (self._collectors + self._collectors_added)
+        return sum(answers) + len(self.workers.starting) * (self._collectors + self.collectors_added)
 
     def normalization_state(self) -> dict[str, Any] | None:
         """The observation statistics merged over every replica (their collection workers

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from pytorchrl.scheme.base.infos import count_spent, merge_step_infos, spent_state, under_way_reports
-from pytorchrl.scheme.base.worker_set import answers, first_answer
+from pytorchrl.scheme.base.worker_set import answers, first_answer, paired
 from pytorchrl.scheme.gradients.gradient_worker_set import GradientWorkerSet
 
 
@@ -253,7 +253,11 @@ class UpdateWorker:
         if self.remote:
             # a replica found dead is replaced and left out (its replacement starts afresh, as a
             # collection worker's does); its step under way is lost at the next step
-            state["remote_gradient_workers"] = self._workers.ask_all("collection_state_dict")
+            answered = self._workers.ask_each("collection_state_dict")
+            state["remote_gradient_workers"] = [value for _, value in answered]
+            state["remote_gradient_indices"] = [index for index, _ in answered]  # whose each state is
+            # the collection workers added to every replica while training: a replacement after a resume is resized alike
+            state["collectors_added"] = self.grad_workers.collectors_added
             # asynchronous: the steps under way ended before those states were read
             under_way = [info for _, info in answers(self._workers, list(self._pending))]
             merged = self.grad_workers.merged_statistics(*under_way_reports(under_way))
@@ -265,8 +269,11 @@ class UpdateWorker:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.grad_workers.local_worker.load_state_dict(state["local_gradient_worker"])
-        for worker, worker_state in zip(self._workers.remote_workers, state.get("remote_gradient_workers", []), strict=False):
+        saved = state.get("remote_gradient_workers", [])
+        for worker, worker_state in paired(self._workers, saved, state.get("remote_gradient_indices")):
             self._workers.get(self._workers.call(worker, "load_state_dict", worker_state))
+        if self.remote and "collectors_added" in state:
+            self.grad_workers.collectors_added = int(state["collectors_added"])
         if self.remote and "merged_statistics" in state:
             self.grad_workers.set_merged_statistics(state["merged_statistics"])
         elif self.remote:  # a checkpoint from before the merge: the first replica's statistics go on as the merge,
