@@ -13,9 +13,9 @@ from pytorchrl.version import __version__ as __version__
 if TYPE_CHECKING:
     from pytorchrl.agent.actors import OnPolicyActor
     from pytorchrl.agent.actors.networks import EncoderSpec
-    from pytorchrl.agent.algorithms import A2C, APPO, IMPALA, PPO, Algorithm
+    from pytorchrl.agent.algorithms import A2C, APPO, IMPALA, PPO, Algorithm, register_algorithm
     from pytorchrl.agent.storages import GAEBuffer, VTraceBuffer
-    from pytorchrl.config import Config, ConfigError, RunConfig, SchemeConfig, load_config
+    from pytorchrl.config import Config, ConfigError, RayConfig, RunConfig, SchemeConfig, load_config
     from pytorchrl.envs import VecEnv
     from pytorchrl.evaluation import load_learner
     from pytorchrl.learner import Learner
@@ -34,9 +34,9 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "OnPolicyActor": "pytorchrl.agent.actors",
     "EncoderSpec": "pytorchrl.agent.actors.networks",
-    **dict.fromkeys(("A2C", "APPO", "IMPALA", "PPO", "Algorithm"), "pytorchrl.agent.algorithms"),
+    **dict.fromkeys(("A2C", "APPO", "IMPALA", "PPO", "Algorithm", "register_algorithm"), "pytorchrl.agent.algorithms"),
     **dict.fromkeys(("GAEBuffer", "VTraceBuffer"), "pytorchrl.agent.storages"),
-    **dict.fromkeys(("Config", "ConfigError", "RunConfig", "SchemeConfig", "load_config"), "pytorchrl.config"),
+    **dict.fromkeys(("Config", "ConfigError", "RayConfig", "RunConfig", "SchemeConfig", "load_config"), "pytorchrl.config"),
     "VecEnv": "pytorchrl.envs",
     "load_learner": "pytorchrl.evaluation",
     "Learner": "pytorchrl.learner",
@@ -67,6 +67,7 @@ __all__ = [
     "InputError",
     "Learner",
     "OnPolicyActor",
+    "RayConfig",
     "RunConfig",
     "Scheme",
     "SchemeConfig",
@@ -76,5 +77,6 @@ __all__ = [
     "build_scheme",
     "load_config",
     "load_learner",
+    "register_algorithm",
     "tune",
 ]

@@ -93,7 +93,8 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--quiet", action="store_true", help="no progress line")
     train.add_argument(
         "--address", metavar="ADDR",
-        help="join this Ray cluster (host:port or 'auto') instead of starting a local Ray; default: RAY_ADDRESS if set",
+        help="join this Ray cluster (host:port, 'auto' or ray://host:port) instead of starting a local Ray; 'local': a local Ray "
+        "whatever RAY_ADDRESS says; default: RAY_ADDRESS if set (a config without remote workers starts no Ray)",
     )
     train.set_defaults(func=_train)
 
@@ -130,7 +131,7 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--space", required=True, metavar="SPACE.yaml", help="dotted config keys mapped to distributions (loguniform, uniform, randint, choice, grid)")
     tune.add_argument("--samples", type=int, default=8, metavar="N", help="trials")
     tune.add_argument("--scheduler", default="asha", help="fifo, asha or pbt")
-    tune.add_argument("--metric", default="eval_return_mean", help="progress.csv column maximised")
+    tune.add_argument("--metric", default="eval_return_mean", help="the return maximised: eval_return_mean or train_return_mean")
     tune.add_argument("--dir", metavar="DIR", help="output directory (default runs/tune-<config name>-<timestamp>)")
     tune.add_argument("--address", metavar="ADDR", help="Ray cluster to run the trials on (default: RAY_ADDRESS, else a local Ray)")
     tune.add_argument("--perturbation-interval", type=int, metavar="STEPS", help="pbt: env steps between exploits (default two evaluations)")

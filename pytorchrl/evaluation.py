@@ -6,12 +6,14 @@ import contextlib
 import math
 import numbers
 import os
+import re
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from pytorchrl.agent.storages.on_policy.demos import EpisodeRecorder
 from pytorchrl.config import Config, load_run_config
@@ -145,15 +147,36 @@ def _load(path: Path, overrides: list[str] | tuple[str, ...], what: str) -> tupl
     if not config_path.exists():  # one of another kind: load_run_config names its kind
         raise CheckpointError(f"{str(config_path)!r} is missing: cannot rebuild the policy of {str(checkpoint)!r}")
     config = load_run_config(run_dir, [*overrides, *EVALUATION_LAYOUT])
-    with warnings.catch_warnings():  # keys the one-process layout does not use (scheme.ray.*, ...): they did apply to the run
-        warnings.simplefilter("ignore", IgnoredConfigKeysWarning)
+    with warnings.catch_warnings(record=True) as caught:  # keys the one-process layout does not use (scheme.ray.*, ...): they did apply to the run
+        warnings.simplefilter("always", IgnoredConfigKeysWarning)
         learner = Learner.from_config(config, progress=False)
+    for caught_warning in caught:
+        if not issubclass(caught_warning.category, IgnoredConfigKeysWarning):
+            warnings.warn_explicit(caught_warning.message, caught_warning.category, caught_warning.filename, caught_warning.lineno)
+    _warn_unused_overrides(overrides, [str(w.message) for w in caught if issubclass(w.category, IgnoredConfigKeysWarning)], what)
     try:
         learner.load_state(evaluation_state(state), where=checkpoint, meta=meta)
     except BaseException:
         learner.close()
         raise
     return learner, checkpoint, meta, config
+
+
+#: the ``run.*`` keys an evaluation reads (the rest are training's: budget, intervals, checkpoints)
+EVALUATION_RUN_KEYS = ("eval_deterministic", "device", "torch_threads", "seed")
+
+
+def _warn_unused_overrides(overrides: list[str] | tuple[str, ...], ignored: list[str], what: str) -> None:
+    """One warning naming the keys given to an evaluation that it does not read: training's own
+    ``run.*`` keys (``run.eval_episodes``: ``--episodes`` sets that), and the keys the config's
+    rules find do not apply (``ignored``: their warnings' texts; the layout's own keys, which
+    applied to the training run, are not named)."""
+    keys = [o.partition("=")[0].strip() for o in overrides]
+    unused = [k for k in keys if k.startswith("run.") and k[4:] not in EVALUATION_RUN_KEYS]
+    unused += [k for k in keys if k not in unused and any(re.search(rf"(?<![\w.]){re.escape(k)}(?![\w.])", text) for text in ignored)]
+    if unused:
+        hint = " (--episodes sets how many episodes)" if "run.eval_episodes" in unused else ""
+        warnings.warn(f"{what}: {', '.join(unused)} {'does' if len(unused) == 1 else 'do'} not apply to an evaluation and {'is' if len(unused) == 1 else 'are'} ignored{hint}", IgnoredConfigKeysWarning, stacklevel=3)
 
 
 #: a video stops after this many frames (an Atari game can last 27,000 agent steps)
@@ -231,6 +254,8 @@ def _render_env(learner: Learner) -> tuple[Any, Any, Any]:
         raise InputError(f"--video: env {envs.env_id!r} cannot render ({exc}); try pip install pygame pillow (in a checkout: pip install -e '.[video]')") from None
     except Exception as exc:  # OpenGL failing in the first render: mujoco.FatalError, PyOpenGL errors, a missing libOSMesa
         reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, TypeError) and "render_mode" in reason:  # an env that draws no frames: no OpenGL to mend
+            raise InputError(f"--video: env {envs.env_id!r} does not render: it takes no render_mode ({reason})") from None
         raise InputError(f"--video: env {envs.env_id!r} cannot render ({reason}); {opengl_hint()}") from None
 
 
@@ -244,11 +269,12 @@ def _record_gif(learner: Learner, render: tuple[Any, Any, Any], video_dir: Path,
     env, obs, first = render
     frames = [first]
     done, rhs = False, None  # rhs: a recurrent actor's state, carried through the episode
-    while not done and len(frames) <= MAX_VIDEO_FRAMES:
-        action, rhs = worker.policy.evaluation_step(envs.single_obs(obs), rhs, None, deterministic)
-        obs, _, terminated, truncated, _ = env.step(envs.env_actions(action[0].numpy()))
-        frames.append(env.render())
-        done = terminated or truncated
+    with torch.no_grad():  # as every evaluation acts: a continuous policy's action is an output of its graph
+        while not done and len(frames) <= MAX_VIDEO_FRAMES:
+            action, rhs = worker.policy.evaluation_step(envs.single_obs(obs), rhs, None, deterministic)
+            obs, _, terminated, truncated, _ = env.step(envs.env_actions(action[0].cpu().numpy()))
+            frames.append(env.render())
+            done = terminated or truncated
     env.close()
     video_dir.mkdir(parents=True, exist_ok=True)
     out = video_dir / "episode.gif"

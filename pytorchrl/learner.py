@@ -19,7 +19,7 @@ from typing import Any
 from pytorchrl.config import Config, RunConfig, check_section, checked, config_to_dict, load_run_config
 from pytorchrl.logging.interval import LogInterval
 from pytorchrl.logging.writers import ProgressLine, Writer
-from pytorchrl.run_dir import RunDirLock, check_new_run_dir, claim_run_dir, close_writers, open_writers
+from pytorchrl.run_dir import RunDirLock, check_new_run_dir, claim_run_dir, close_writers, open_writers, refuse_if_in_use
 from pytorchrl.scheme.scheme import Scheme, build_scheme
 from pytorchrl.utils.arrays import to_tensors
 from pytorchrl.utils.checkpoint import (
@@ -192,6 +192,7 @@ class Learner:
         run_dir = check_run_dir(run_dir, "--resume", resume=True)
         config = load_run_config(run_dir, overrides, resume=True)  # first: a bad config or override is told before the checkpoints are read
         if not list_checkpoints(run_dir / "checkpoints"):
+            refuse_if_in_use(run_dir)  # still training: not stopped
             raise CheckpointError(
                 f"--resume {str(run_dir)!r}: the run stopped before its first checkpoint, so there is nothing to resume; "
                 "train it again in a new --run-dir (or remove this one)"

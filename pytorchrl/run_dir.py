@@ -34,6 +34,7 @@ def check_new_run_dir(run_dir: str | Path, what: str) -> Path:
             "deletes: give the run an absolute --run-dir outside it (scripts/submit_job.sh does, under RUN_ROOT)"
         )
     if (path / "config.yaml").exists():
+        refuse_if_in_use(path)
         if not list_checkpoints(path / "checkpoints"):
             raise InputError(
                 f"{what} {str(path)!r} already holds a run (its config.yaml) that stopped before its first checkpoint, "
@@ -118,6 +119,13 @@ class RunDirLock:
             self.path.unlink()
         os.close(self._fd)  # closing the descriptor releases the flock
         self._fd = None
+
+
+def refuse_if_in_use(run_dir: Path) -> None:
+    """Raise :class:`RunDirLock`'s one line when another process trains in ``run_dir`` (a run
+    still before its first checkpoint is in use, not stopped); nothing is left behind."""
+    if (run_dir / LOCK_FILE).exists():
+        RunDirLock(run_dir).release()
 
 
 def claim_run_dir(run_dir: Path, wait_s: float = 0.0) -> RunDirLock:

@@ -8,6 +8,7 @@ import itertools
 import json
 import shlex
 import subprocess
+import warnings
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ import yaml
 
 from pytorchrl.cli import main
 from pytorchrl.config import Config
+from pytorchrl.config_applicability import IgnoredConfigKeysWarning
 from pytorchrl.logging.writers import REQUIRED_COLUMNS
 from pytorchrl.utils import checkpoint as ckpt
 from tests.conftest import CONFIGS, REPO
@@ -124,6 +126,26 @@ def test_evaluate_overrides_the_runs_config(trained_run, capsys):
 
 
 @pytest.mark.slow
+def test_evaluate_names_the_overrides_it_does_not_read(trained_run, capsys):
+    """An override an evaluation does not read is one warning naming it (they were ignored
+    without a word): a training key (``run.eval_episodes``: ``--episodes`` sets that) and one
+    the config's rules find does not apply; the keys the one-process layout sets are not named."""
+    run_dir, _ = trained_run
+    assert main(["evaluate", str(run_dir), "--episodes", "1", "run.eval_episodes=2", "env.atari.repeat_action_probability=0.1", "run.eval_deterministic=false"]) == 0
+    assert len(json.loads(capsys.readouterr().out.strip().splitlines()[-1])["returns"]) == 1
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["evaluate", str(run_dir), "--episodes", "1", "run.eval_episodes=2", "env.atari.repeat_action_probability=0.1"]) == 0
+        said = [str(w.message) for w in caught if issubclass(w.category, IgnoredConfigKeysWarning)]
+        assert said == [
+            "evaluate: run.eval_episodes, env.atari.repeat_action_probability do not apply to an evaluation and are ignored (--episodes sets how many episodes)"
+        ]
+        caught.clear()
+        assert main(["evaluate", str(run_dir), "--episodes", "1", "env.max_episode_steps=9"]) == 0
+        assert not [w for w in caught if issubclass(w.category, IgnoredConfigKeysWarning)]  # the layout's own keys (scheme.*) are not named
+
+
+@pytest.mark.slow
 def test_evaluate_records_a_gif(trained_run, capsys, tmp_path, monkeypatch):
     pytest.importorskip("pygame")
     from PIL import Image
@@ -134,6 +156,26 @@ def test_evaluate_records_a_gif(trained_run, capsys, tmp_path, monkeypatch):
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     with Image.open(result["video"]) as gif:
         assert gif.n_frames > 5 and gif.size == (600, 400)
+
+
+@pytest.mark.slow
+def test_evaluate_records_a_gif_of_a_continuous_policy_and_says_when_an_env_draws_nothing(capsys, tmp_path, monkeypatch):
+    """A Box policy's action is an output of its graph: the GIF's episode acts without one (it
+    raised "Can't call numpy() on Tensor that requires grad"). An env whose constructor takes no
+    render_mode is one line without the OpenGL advice."""
+    pytest.importorskip("pygame")
+    from PIL import Image
+
+    monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")
+    small = ["run.target_steps=256", "run.eval_every=0", "run.eval_episodes=1", "env.num_envs=2", "storage.num_steps=64", "algorithm.minibatch_size=64"]
+    for config, name in (("ppo/pendulum.yaml", "pendulum"), ("ppo/rnd_chain.yaml", "chain")):
+        assert main(["train", str(CONFIGS / config), *small, "--run-dir", str(tmp_path / name), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(tmp_path / "pendulum"), "--episodes", "1", "--video", str(tmp_path / "video")]) == 0
+    with Image.open(json.loads(capsys.readouterr().out.strip().splitlines()[-1])["video"]) as gif:
+        assert gif.n_frames == 201  # the first frame and 200 steps
+    err = _bad(capsys, ["evaluate", str(tmp_path / "chain"), "--episodes", "1", "--video", str(tmp_path / "video2")])
+    assert "--video: env 'pytorchrl/Chain-v0' does not render: it takes no render_mode" in err and "MUJOCO_GL" not in err
 
 
 @pytest.mark.slow

@@ -327,6 +327,21 @@ def test_a_learning_rate_that_drives_the_loss_to_inf_stops_the_run(tmp_path, cap
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["nonfinite_updates"] == 3
 
 
+def test_a_run_in_use_before_its_first_checkpoint_is_said_to_be_in_use_not_stopped(tmp_path, capsys):
+    """A run still training before its first checkpoint (most of a CartPole run, hours of an
+    Atari one): --resume and train --run-dir name the process that holds it, as they do once a
+    checkpoint is written; they said it had stopped and to remove the directory."""
+    config = load_config(CARTPOLE, ["env.num_envs=2", "env.num_test_envs=1"])
+    run = tmp_path / "run"
+    with Learner.from_config(config, run_dir=run, progress=False):
+        for argv in (["train", "--resume", str(run)], ["train", str(CARTPOLE), "--run-dir", str(run)]):
+            assert main(argv) == 2
+            err = capsys.readouterr().err.strip()
+            assert f"is in use by another process (pid {os.getpid()})" in err and "stopped" not in err and len(err.splitlines()) == 1
+    assert main(["train", "--resume", str(run)]) == 2  # closed: it stopped before its first checkpoint
+    assert "stopped before its first checkpoint" in capsys.readouterr().err
+
+
 def test_a_run_directory_in_use_is_refused_to_a_second_learner_until_the_first_closes(tmp_path):
     """Resuming a run another process still trains would write its checkpoints and cut its
     progress.csv back: refused in one line naming the holder, until the first lets go."""
