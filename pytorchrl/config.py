@@ -378,7 +378,7 @@ class RunConfig:
     target_steps: int = param(100_000, "Stop after this many environment steps.", min=1)
     log_every: int = param(2_000, "Write a progress.csv / TensorBoard row every this many env steps.", min=1)
     eval_every: int = param(
-        4_000, "Evaluate every this many env steps (0: only at the end); more often than log_every, each evaluation gets a row of its own.", min=0
+        4_000, "Evaluate every this many env steps (0: only at the end); an evaluation another would follow before the next row gets a row of its own.", min=0
     )
     eval_episodes: int = param(10, "Episodes per evaluation.", min=1, max=1_000_000)
     eval_deterministic: bool = param(

@@ -6,7 +6,6 @@ import contextlib
 import math
 import numbers
 import os
-import re
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -16,8 +15,8 @@ import numpy as np
 import torch
 
 from pytorchrl.agent.storages.on_policy.demos import EpisodeRecorder
-from pytorchrl.config import Config, load_run_config
-from pytorchrl.config_applicability import IgnoredConfigKeysWarning
+from pytorchrl.config import Config, apply_overrides, load_run_config
+from pytorchrl.config_applicability import IgnoredConfigKeysWarning, inapplicable_keys
 from pytorchrl.envs.rendering import opengl_hint
 from pytorchrl.learner import Learner
 from pytorchrl.utils.checkpoint import META_FILE, RUN_STATE_KEYS, load_checkpoint, load_newest_checkpoint
@@ -147,14 +146,11 @@ def _load(path: Path, overrides: list[str] | tuple[str, ...], what: str) -> tupl
     if not config_path.exists():  # one of another kind: load_run_config names its kind
         raise CheckpointError(f"{str(config_path)!r} is missing: cannot rebuild the policy of {str(checkpoint)!r}")
     config = load_run_config(run_dir, [*overrides, *EVALUATION_LAYOUT])
-    with warnings.catch_warnings(record=True) as caught:  # keys the one-process layout does not use (scheme.ray.*, ...): they did apply to the run
-        warnings.simplefilter("always", IgnoredConfigKeysWarning)
+    with warnings.catch_warnings():  # keys the one-process layout does not use (scheme.ray.*, ...): they did apply to the run
+        warnings.simplefilter("ignore", IgnoredConfigKeysWarning)
         learner = Learner.from_config(config, progress=False)
-    for caught_warning in caught:
-        if not issubclass(caught_warning.category, IgnoredConfigKeysWarning):
-            warnings.warn_explicit(caught_warning.message, caught_warning.category, caught_warning.filename, caught_warning.lineno)
-    _warn_unused_overrides(overrides, [str(w.message) for w in caught if issubclass(w.category, IgnoredConfigKeysWarning)], what)
     try:
+        _warn_unused_overrides(overrides, config, learner, what)  # the user's own, named
         learner.load_state(evaluation_state(state), where=checkpoint, meta=meta)
     except BaseException:
         learner.close()
@@ -166,17 +162,28 @@ def _load(path: Path, overrides: list[str] | tuple[str, ...], what: str) -> tupl
 EVALUATION_RUN_KEYS = ("eval_deterministic", "device", "torch_threads", "seed")
 
 
-def _warn_unused_overrides(overrides: list[str] | tuple[str, ...], ignored: list[str], what: str) -> None:
-    """One warning naming the keys given to an evaluation that it does not read: training's own
-    ``run.*`` keys (``run.eval_episodes``: ``--episodes`` sets that), and the keys the config's
-    rules find do not apply (``ignored``: their warnings' texts; the layout's own keys, which
-    applied to the training run, are not named)."""
-    keys = [o.partition("=")[0].strip() for o in overrides]
-    unused = [k for k in keys if k.startswith("run.") and k[4:] not in EVALUATION_RUN_KEYS]
-    unused += [k for k in keys if k not in unused and any(re.search(rf"(?<![\w.]){re.escape(k)}(?![\w.])", text) for text in ignored)]
+def _warn_unused_overrides(overrides: list[str] | tuple[str, ...], config: Config, learner: Learner, what: str) -> None:
+    """One warning naming the keys given to an evaluation that it does not read: those the
+    config's rules find do not apply to the run (:func:`inapplicable_keys`), and for ``evaluate``
+    training's own ``run.*`` keys (``run.eval_episodes``: ``--episodes`` sets that). The keys the
+    one-process layout sets, which applied to the training run, are not named."""
+    given = _dotted_keys(apply_overrides({}, list(overrides)))
+    envs = learner.scheme.collection_workers.local_worker.acting_envs()
+    ignored = {key for keys, _ in inapplicable_keys(config, envs.observation_space) for key in keys}
+    unused = [k for k in given if k in ignored or (what == "evaluate" and k.startswith("run.") and k[4:] not in EVALUATION_RUN_KEYS)]
     if unused:
         hint = " (--episodes sets how many episodes)" if "run.eval_episodes" in unused else ""
-        warnings.warn(f"{what}: {', '.join(unused)} {'does' if len(unused) == 1 else 'do'} not apply to an evaluation and {'is' if len(unused) == 1 else 'are'} ignored{hint}", IgnoredConfigKeysWarning, stacklevel=3)
+        verb = "does not apply to an evaluation and is" if len(unused) == 1 else "do not apply to an evaluation and are"
+        warnings.warn(f"{what}: {', '.join(unused)} {verb} ignored{hint}", IgnoredConfigKeysWarning, stacklevel=3)
+
+
+def _dotted_keys(raw: dict, prefix: str = "") -> list[str]:
+    """The dotted keys a nested dict of overrides sets, in order (a section given whole counts as its keys)."""
+    out: list[str] = []
+    for key, value in raw.items():
+        dotted = f"{prefix}{key}"
+        out += _dotted_keys(value, f"{dotted}.") if isinstance(value, dict) and value else [dotted]
+    return out
 
 
 #: a video stops after this many frames (an Atari game can last 27,000 agent steps)

@@ -125,6 +125,8 @@ class Learner:
         self._reached_at: tuple[int, float] | None = None
         self._start: float | None = None
         self._next = {name: every or math.inf for name, every in self._every().items()}
+        #: the env steps where the last round ended (None: unknown, a checkpoint that did not keep it)
+        self._round_mark: int | None = 0
         self._progress = ProgressLine(run.target_steps, enabled=progress)
         try:
             self.writers: list[Writer] = open_writers(run, self.run_dir) if writers is None else writers
@@ -330,10 +332,11 @@ class Learner:
                 self.evaluate()
             self._advance("eval", self.run.eval_every)
             evaluated = True
-        # a row holds one evaluation: one due again by the next row (run.eval_every below
-        # run.log_every) would take this one's place, so this one gets a row of its own now (held,
-        # with run.eval_parallel, until its result is in); the return target reached: in a row at once
-        own_row = evaluated and self._next["eval"] <= self._next["log"]
+        # a row holds one evaluation: when the next one comes in a round no later than the next
+        # row's (run.eval_every below run.log_every, or rounds that cross both at once), it would
+        # take this one's place, so this one gets a row of its own now (held, with
+        # run.eval_parallel, until its result is in); the return target reached: in a row at once
+        own_row = evaluated and not log_due and self._evaluation_before_row()
         if log_due or own_row or (self._interval.eval_row and self.solved_at is not None):
             self.log()
             self._advance("log", self.run.log_every)
@@ -341,6 +344,18 @@ class Learner:
             self._checkpoint_if_due()
         if self._progress.due():
             self._progress.update(self.metrics())
+        self._round_mark = self.env_steps
+
+    def _evaluation_before_row(self) -> bool:
+        """Whether the next evaluation is made in a round no later than the next row's, judged by
+        rounds of this round's length (one of another length can still cross both at once)."""
+        ahead_eval, ahead_log = self._next["eval"] - self.env_steps, self._next["log"] - self.env_steps
+        if math.isinf(ahead_eval):
+            return False
+        size = self.env_steps - self._round_mark if self._round_mark is not None else 0
+        if size <= 0 or math.isinf(ahead_log):  # a checkpoint from before the round's length was kept: by the steps
+            return ahead_eval <= ahead_log
+        return math.ceil(ahead_eval / size) <= math.ceil(ahead_log / size)
 
     @property
     def _parallel(self) -> bool:
@@ -628,6 +643,7 @@ class Learner:
             "next": {k: (None if math.isinf(v) else v) for k, v in self._next.items()}, "every": self._every(),
             "solved_at": list(self.solved_at) if self.solved_at else None,
             "last_eval": self.last_eval, "last_eval_success": self.last_eval_success, "eval_steps": self._eval_steps,
+            "round_mark": self._round_mark,  # where the round before ended: the checkpoint's round finishes with its length
             **self._interval.state_dict(),  # the log interval in progress, so that a resumed run writes the rows this one would
             "code": list(self.code),
         }
@@ -668,6 +684,7 @@ class Learner:
             self.code = [*before, code_version()] if before[-1:] != [code_version()] else before
             self._interval.load_state_dict(c, self.env_steps, self.wall_time_offset)
             self._eval_steps = int(c.get("eval_steps", -1))
+            self._round_mark = None if c.get("round_mark") is None else int(c["round_mark"])
             self.policy_lags.clear()
             self._lag_base = (self.dropped_batches, self.updates)
             set_rng_state(state["rng"])

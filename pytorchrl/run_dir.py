@@ -91,10 +91,7 @@ class RunDirLock:
                 if time.monotonic() < deadline:
                     time.sleep(0.2)
                     continue
-                raise InputError(
-                    f"run directory {str(run_dir)!r} is in use by another process (pid {holder}): wait for it to end or stop it first "
-                    f"(its {LOCK_FILE} is held while a run trains there)"
-                ) from None
+                raise _in_use(run_dir, holder) from None
             except OSError:  # a filesystem without locks (some network mounts): no lock
                 os.close(fd)
                 with contextlib.suppress(OSError):
@@ -121,11 +118,31 @@ class RunDirLock:
         self._fd = None
 
 
+def _in_use(run_dir: Path, holder: str) -> InputError:
+    return InputError(
+        f"run directory {str(run_dir)!r} is in use by another process (pid {holder}): wait for it to end or stop it first "
+        f"(its {LOCK_FILE} is held while a run trains there)"
+    )
+
+
 def refuse_if_in_use(run_dir: Path) -> None:
     """Raise :class:`RunDirLock`'s one line when another process trains in ``run_dir`` (a run
-    still before its first checkpoint is in use, not stopped); nothing is left behind."""
-    if (run_dir / LOCK_FILE).exists():
-        RunDirLock(run_dir).release()
+    still before its first checkpoint is in use, not stopped). It only looks: the lock file is
+    opened for reading and tried with a shared lock a moment, never created, written or removed."""
+    try:
+        import fcntl
+
+        fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDONLY)
+    except (ImportError, OSError):  # no flock here, or no lock file: nobody holds it
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise _in_use(run_dir, os.read(fd, 32).decode(errors="replace").strip() or "?") from None
+    except OSError:  # a filesystem without locks
+        pass
+    finally:
+        os.close(fd)  # and with it the shared lock
 
 
 def claim_run_dir(run_dir: Path, wait_s: float = 0.0) -> RunDirLock:

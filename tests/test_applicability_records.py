@@ -224,19 +224,45 @@ def _rows(path: Path) -> list[dict[str, str]]:
 @pytest.mark.parametrize("eval_every", [0, 64, 128, 1000])
 @pytest.mark.parametrize("log_every", [64, 128, 192, 1000])
 def test_progress_never_repeats_a_row(tmp_path, eval_every, log_every):
-    run = {"target_steps": 256, "eval_every": eval_every, "log_every": log_every, "eval_episodes": 1, "checkpoint_every": 0}
-    learner = Learner.from_config(from_dict({**TINY, "run": run}), run_dir=tmp_path, progress=False)
+    rows, last_eval = _train_rows(tmp_path, {"target_steps": 256, "eval_every": eval_every, "log_every": log_every})
+    steps = [int(r["env_steps"]) for r in rows]
+    assert steps == sorted(set(steps)) and steps[-1] == 256
+    assert float(rows[-1]["eval_return_mean"]) == pytest.approx(last_eval, rel=1e-5)  # the final evaluation, in the last row
+    # every evaluation in a row, each once: with eval_every below log_every, not only an interval's last
+    made = sorted({*range(eval_every, 257, eval_every), 256}) if eval_every else [256]
+    assert [int(r["eval_env_steps"]) for r in rows if r.get("eval_env_steps")] == made
+
+
+def _train_rows(run_dir: Path, run: dict) -> tuple[list[dict[str, str]], float | None]:
+    """progress.csv's rows of a TINY run with ``run`` (one evaluation episode, no checkpoints), and its last evaluation."""
+    learner = Learner.from_config(from_dict({**TINY, "run": {"eval_episodes": 1, "checkpoint_every": 0, **run}}), run_dir=run_dir, progress=False)
     try:
         learner.train()
     finally:
         learner.close()
-    rows = _rows(tmp_path / "progress.csv")
+    return _rows(run_dir / "progress.csv"), learner.last_eval
+
+
+def _crossed(every: int, rounds: list[int]) -> list[int]:
+    """The round ends at which an interval of ``every`` steps comes due."""
+    due, out = every, []
+    for steps in rounds:
+        if steps >= due:
+            out.append(steps)
+            while due <= steps:
+                due += every
+    return out
+
+
+@pytest.mark.parametrize(("eval_every", "log_every"), [(96, 160), (150, 100), (64, 192), (100, 150)])
+def test_every_evaluation_reaches_a_row_when_intervals_and_rounds_do_not_line_up(tmp_path, eval_every, log_every):
+    """Rounds of 64 steps: an evaluation made at 128 (due at 96) whose successor comes due at
+    192, in the round where a row (due at 160) is written, gets a row of its own at 128; it was
+    replaced before any row took it. Every evaluation is in a row, at the steps it evaluated."""
+    rows, _ = _train_rows(tmp_path, {"target_steps": 384, "eval_every": eval_every, "log_every": log_every})
     steps = [int(r["env_steps"]) for r in rows]
-    assert steps == sorted(set(steps)) and steps[-1] == 256
-    assert float(rows[-1]["eval_return_mean"]) == pytest.approx(learner.last_eval, rel=1e-5)  # the final evaluation, in the last row
-    # every evaluation in a row, each once: with eval_every below log_every, not only an interval's last
-    made = sorted({*range(eval_every, 257, eval_every), 256}) if eval_every else [256]
-    assert [int(r["eval_env_steps"]) for r in rows if r.get("eval_env_steps")] == made
+    made = sorted({*_crossed(eval_every, list(range(64, 385, 64))), 384})
+    assert steps == sorted(set(steps)) and [int(r["eval_env_steps"]) for r in rows if r.get("eval_env_steps")] == made
 
 
 def test_a_time_limited_run_ends_with_one_row(tmp_path):

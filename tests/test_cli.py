@@ -131,18 +131,21 @@ def test_evaluate_names_the_overrides_it_does_not_read(trained_run, capsys):
     without a word): a training key (``run.eval_episodes``: ``--episodes`` sets that) and one
     the config's rules find does not apply; the keys the one-process layout sets are not named."""
     run_dir, _ = trained_run
-    assert main(["evaluate", str(run_dir), "--episodes", "1", "run.eval_episodes=2", "env.atari.repeat_action_probability=0.1", "run.eval_deterministic=false"]) == 0
-    assert len(json.loads(capsys.readouterr().out.strip().splitlines()[-1])["returns"]) == 1
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert main(["evaluate", str(run_dir), "--episodes", "1", "run.eval_episodes=2", "env.atari.repeat_action_probability=0.1"]) == 0
-        said = [str(w.message) for w in caught if issubclass(w.category, IgnoredConfigKeysWarning)]
-        assert said == [
-            "evaluate: run.eval_episodes, env.atari.repeat_action_probability do not apply to an evaluation and are ignored (--episodes sets how many episodes)"
-        ]
-        caught.clear()
-        assert main(["evaluate", str(run_dir), "--episodes", "1", "env.max_episode_steps=9"]) == 0
-        assert not [w for w in caught if issubclass(w.category, IgnoredConfigKeysWarning)]  # the layout's own keys (scheme.*) are not named
+
+    def ignored(overrides: list[str]) -> list[str]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert main(["evaluate", str(run_dir), "--episodes", "1", *overrides]) == 0
+        assert len(json.loads(capsys.readouterr().out.strip().splitlines()[-1])["returns"]) == 1  # --episodes, not run.eval_episodes
+        return [str(w.message) for w in caught if issubclass(w.category, IgnoredConfigKeysWarning)]
+
+    assert ignored(["run.eval_episodes=2", "env.atari.repeat_action_probability=0.1"]) == [
+        "evaluate: run.eval_episodes, env.atari.repeat_action_probability do not apply to an evaluation and are ignored (--episodes sets how many episodes)"
+    ]
+    assert ignored(["env.atari={repeat_action_probability: 0.1}"]) == [  # a section given whole
+        "evaluate: env.atari.repeat_action_probability does not apply to an evaluation and is ignored"
+    ]
+    assert ignored(["run={eval_deterministic: false}", "env.max_episode_steps=9"]) == []  # read; the layout's own keys (scheme.*) are not named
 
 
 @pytest.mark.slow

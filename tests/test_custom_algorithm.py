@@ -73,6 +73,12 @@ def test_register_algorithm_from_python_and_its_refusals():
     assert config.algorithm.baseline_coef == 2.0
     with pytest.raises(ConfigError, match="'ppo' is a built-in algorithm's name; choose another"):
         register_algorithm("ppo", Reinforce)
+
+    class Again(Reinforce):
+        pass
+
+    with pytest.warns(UserWarning, match=r"^register_algorithm: 'reinforce' named Reinforce; it names .*Again now$"):
+        register_algorithm("reinforce", Again)
     with pytest.raises(ConfigError, match=r"config key 'algorithm\.baseline_coef' does not apply to algorithm\.name = 'ppo'; it is a key of reinforce"):
         from_dict({"algorithm": {"name": "ppo", "baseline_coef": 2.0}})
 

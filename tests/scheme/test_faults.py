@@ -4,6 +4,7 @@ run goes on (or, when it cannot, stops with one clear line)."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import threading
 import time
@@ -231,6 +232,41 @@ def test_a_checkpoint_keeps_the_workers_added_while_training_and_resumes_exactly
     assert all(torch.equal(weights[k], expected[k]) for k in expected)
 
 
+@contextlib.contextmanager
+def _resumed(make, path):
+    """A learner made by ``make`` that loaded the checkpoint ``path``; it takes a step after the block (it trains on)."""
+    learner = make()
+    try:
+        learner.load_checkpoint(path)
+        yield learner
+        learner.step()
+    finally:
+        learner.close()
+
+
+def test_a_worker_lost_while_failures_are_ignored_is_back_after_a_resume(ray_session, tmp_path):
+    """``scheme.ignore_worker_failures`` goes on with fewer workers; a resume starts the run's
+    processes anew, so its lost worker is back (the checkpoint's layout holds the set's members,
+    not its survivors: a resume once ended the fresh worker of that index)."""
+    def make() -> Learner:
+        return crashing_learner({}, {"ignore_worker_failures": True, "col_communication": "asynchronous"}, target_steps=10**9)
+
+    first = make()
+    workers = first.scheme.collection_workers.workers
+    deadline = time.monotonic() + 120
+    try:
+        first.step()
+        ray_session.kill(workers.remote_workers[0])
+        while (first.healthy_workers != 1 or not first.round_end) and time.monotonic() < deadline:
+            first.step()
+        path = first.checkpoint(tmp_path / "checkpoint")
+    finally:
+        first.close()
+    with _resumed(make, path) as resumed:
+        again = resumed.scheme.collection_workers.workers
+        assert sorted(again.index_of(w) for w in again.remote_workers) == [1, 2] and again.layout()["indices"] == [1, 2]
+
+
 def test_a_resumed_run_keeps_the_collection_workers_added_to_every_gradient_worker(ray_session, tmp_path):
     """Remote gradient workers: the collection worker added to each replica is in the
     checkpoint, each replica of the resumed run starts it again, and a replica that joins
@@ -245,13 +281,8 @@ def test_a_resumed_run_keeps_the_collection_workers_added_to_every_gradient_work
         path = first.checkpoint(tmp_path / "checkpoint")
     finally:
         first.close()
-    resumed = make()
-    try:
-        resumed.load_checkpoint(path)
+    with _resumed(make, path) as resumed:
         assert _per_replica(resumed) == [2, 2] and resumed.scheme.grad_workers.collectors_added == 1
-        resumed.step()
-    finally:
-        resumed.close()
 
 
 def test_taking_out_more_workers_than_a_replica_holds_is_refused_and_kills_no_replica(ray_session):

@@ -8,6 +8,8 @@ The config loader and ``build_scheme`` resolve ``algorithm.name`` through it.
 
 import dataclasses
 import importlib
+import inspect
+import warnings
 
 from pytorchrl.agent.algorithms.a2c import A2C, A2CConfig
 from pytorchrl.agent.algorithms.base import Algorithm
@@ -47,7 +49,7 @@ def register_algorithm(name: str, cls: type[Algorithm]) -> None:
     if not (isinstance(config_class, type) and issubclass(config_class, AlgorithmConfig)):
         raise ConfigError(f"algorithm.name = {name!r}: {cls.__name__}.config_class must be a subclass of pytorchrl.config.AlgorithmConfig")
     fields = {f.name for f in dataclasses.fields(config_class)}
-    own = vars(config_class).get("__annotations__", {})
+    own = inspect.get_annotations(config_class)  # the class's own, not its bases'
     undeclared = [k for k, hint in own.items() if k not in fields and not str(hint).startswith(("ClassVar", "typing.ClassVar"))]
     if undeclared:  # its keys would be "unknown config key" with no word of why
         raise ConfigError(
@@ -56,6 +58,8 @@ def register_algorithm(name: str, cls: type[Algorithm]) -> None:
         )
     if name in BUILT_IN and ALGORITHMS.get(name) is not cls:
         raise ConfigError(f"register_algorithm: {name!r} is a built-in algorithm's name; choose another")
+    if ALGORITHMS.get(name, cls) is not cls:  # a class redefined in a notebook, or two packages' names colliding
+        warnings.warn(f"register_algorithm: {name!r} named {ALGORITHMS[name].__qualname__}; it names {cls.__qualname__} now", stacklevel=2)
     ALGORITHMS[name] = cls
 
 

@@ -143,6 +143,9 @@ class WorkerSet(Generic[W]):
         self._index: dict[Any, tuple[int, int]] = {}  # remote handle -> (index, generation)
         self._starting: dict[Any, tuple[Any, float]] = {}  # ready() ref -> (handle, when started)
         self._configured = num_remote  # the count the set was built with (add/remove change it since)
+        #: the indices the set is meant to hold: the built ones, plus those added, less those taken
+        #: out (a worker lost with scheme.ignore_worker_failures stays a member: a resume restarts it)
+        self._members = set(range(1, num_remote + 1))
         self._next_index = num_remote + 1  # of the next worker added
         #: held while the set's members change (a worker joins, another thread resizes the set),
         #: so that a resize reaches a worker that joins either before it or after, never both
@@ -167,10 +170,11 @@ class WorkerSet(Generic[W]):
         return None if entry is None else entry[0]
 
     def layout(self) -> dict[str, Any]:
-        """Which workers the set holds, for a checkpoint: the indices of its live remote workers
-        (active and starting: one being replaced still counts), the index the next one added
-        gets, and the count it was built with (:meth:`restore_layout`)."""
-        return {"indices": sorted(index for index, _ in self._index.values()), "next_index": self._next_index, "configured": self._configured}
+        """Which workers the set holds, for a checkpoint: the indices of its members (built or
+        added, not taken out; one being replaced, or lost with ``ignore_failures``, still
+        counts), the index the next one added gets, and the count it was built with
+        (:meth:`restore_layout`)."""
+        return {"indices": sorted(self._members), "next_index": self._next_index, "configured": self._configured}
 
     def restore_layout(self, layout: dict[str, Any]) -> bool:
         """Hold the remote workers of a checkpoint's :meth:`layout`: workers added or taken out
@@ -194,8 +198,8 @@ class WorkerSet(Generic[W]):
             have = {index for index, _ in self._index.values()}
             for index in sorted(wanted - have):
                 self._start(index)
-            if self._starting:
-                self._await_ready()
+            self._members = wanted
+            self._await_ready(late="warn")  # as a new set does; a cluster without room for them yet: they join later, afresh
             self.remote_workers.sort(key=lambda w: self._index[w][0])
             return True
 
@@ -308,11 +312,15 @@ class WorkerSet(Generic[W]):
             joined += self.poll(timeout=max(0.0, limit - time.monotonic()))
         return joined
 
-    def _await_ready(self) -> None:
+    def _await_ready(self, late: str = "raise") -> None:
         """Wait until every starting worker is built (a new set starts complete), so that
-        ``timeout_s`` never counts a worker's start-up; a worker that cannot start is an error."""
+        ``timeout_s`` never counts a worker's start-up; a worker that cannot start is an error.
+        Those not up within the start-up time are an error too, or (``late="warn"``, a
+        checkpoint's workers started again) warned of: they join at a later :meth:`poll`."""
         limit = max(STARTUP_TIMEOUT_S, self.fault.timeout_s or 0.0)
         refs = list(self._starting)
+        if not refs:
+            return
         ready, _ = self.wait(refs, num_returns=len(refs), timeout=limit)
         for ref in refs:
             if ref not in ready:
@@ -322,8 +330,14 @@ class WorkerSet(Generic[W]):
             if not ok:
                 raise WorkerFailure(f"a remote {self.name} could not start: {reason}")
             self.remote_workers.append(handle)
-        if self._starting:
+        if self._starting and late == "raise":
             raise WorkerFailure(f"remote {self.name}s did not start within {limit:g} s; is the Ray cluster overloaded?")
+        if self._starting:
+            warnings.warn(
+                f"{len(self._starting)} remote {self.name}s of the checkpoint did not start within {limit:g} s; "
+                "they join when the Ray cluster has room for them, starting afresh",
+                stacklevel=3,
+            )
 
     @property
     def starting(self) -> list[Any]:
@@ -339,6 +353,7 @@ class WorkerSet(Generic[W]):
             raise no_remote_workers(self.name, "adding")
         for _ in range(num):
             self._start(self._next_index)
+            self._members.add(self._next_index)
             self._next_index += 1
 
     def remove(self, num: int) -> list[Any]:
@@ -354,12 +369,13 @@ class WorkerSet(Generic[W]):
         check_removal(self.name, have, num)
         for ref in list(self._starting)[::-1][:num]:
             handle, _ = self._starting.pop(ref)
+            self._members.discard(self._index.get(handle, (0, 0))[0])
             self.kill(handle)
             num -= 1
         removed = self.remote_workers[len(self.remote_workers) - num:] if num else []
         for handle in removed:
             self.remote_workers.remove(handle)
-            self._index.pop(handle, None)
+            self._members.discard(self._index.pop(handle, (0, 0))[0])
         return removed
 
     def pids(self) -> list[int]:

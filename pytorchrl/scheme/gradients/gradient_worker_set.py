@@ -97,11 +97,22 @@ class GradientWorkerSet:
             self._statistics.set(statistics)
             self.statistics_version += 1
 
-    def _on_join(self, joined: list[Any]) -> None:
-        with self.workers.membership:  # a resize from another thread reaches every replica, this one too
-            if self.collectors_added:
+    @property
+    def collectors_configured(self) -> int:
+        """The remote collection workers each replica is built with (``scheme.num_col_workers``)."""
+        return self._collectors
+
+    def resize_fresh(self, replicas: list[Any]) -> None:
+        """Give ``replicas``, built with the configured count, the collection workers added to
+        (or taken from) every replica since (a replacement that joins; one a checkpoint has no
+        state for)."""
+        with self.workers.membership:
+            if self.collectors_added and replicas:
                 method = "add_collection_workers" if self.collectors_added > 0 else "remove_collection_workers"
-                give(self.workers, joined, method, abs(self.collectors_added))
+                give(self.workers, replicas, method, abs(self.collectors_added))
+
+    def _on_join(self, joined: list[Any]) -> None:
+        self.resize_fresh(joined)  # a resize from another thread reaches every replica, this one too
         merged = self.merged_statistics()
         if not merged:
             pass_on(self.workers, joined, get="running_statistics", put="adopt_statistics")

@@ -253,11 +253,13 @@ class UpdateWorker:
         if self.remote:
             # a replica found dead is replaced and left out (its replacement starts afresh, as a
             # collection worker's does); its step under way is lost at the next step
-            answered = self._workers.ask_each("collection_state_dict")
+            with self._workers.membership:  # the replicas' layouts and the count added to each agree (no resize between)
+                answered = self._workers.ask_each("collection_state_dict")
+                # the collection workers added to every replica while training, over the count each
+                # was built with: a replica without a state in it, or a later replacement, is resized alike
+                state["collectors_added"] = [self.grad_workers.collectors_configured, self.grad_workers.collectors_added]
             state["remote_gradient_workers"] = [value for _, value in answered]
             state["remote_gradient_indices"] = [index for index, _ in answered]  # whose each state is
-            # the collection workers added to every replica while training: a replacement after a resume is resized alike
-            state["collectors_added"] = self.grad_workers.collectors_added
             # asynchronous: the steps under way ended before those states were read
             under_way = [info for _, info in answers(self._workers, list(self._pending))]
             merged = self.grad_workers.merged_statistics(*under_way_reports(under_way))
@@ -270,10 +272,15 @@ class UpdateWorker:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.grad_workers.local_worker.load_state_dict(state["local_gradient_worker"])
         saved = state.get("remote_gradient_workers", [])
-        for worker, worker_state in paired(self._workers, saved, state.get("remote_gradient_indices")):
+        pairs = paired(self._workers, saved, state.get("remote_gradient_indices"))
+        for worker, worker_state in pairs:
             self._workers.get(self._workers.call(worker, "load_state_dict", worker_state))
         if self.remote and "collectors_added" in state:
-            self.grad_workers.collectors_added = int(state["collectors_added"])
+            configured, added = state["collectors_added"]
+            # a config that asks for another count than the checkpoint's was built with: its own count, as the replicas' sets keep it
+            self.grad_workers.collectors_added = int(added) if int(configured) == self.grad_workers.collectors_configured else 0
+            with_state = {id(w) for w, _ in pairs}
+            self.grad_workers.resize_fresh([w for w in self._workers.remote_workers if id(w) not in with_state])
         if self.remote and "merged_statistics" in state:
             self.grad_workers.set_merged_statistics(state["merged_statistics"])
         elif self.remote:  # a checkpoint from before the merge: the first replica's statistics go on as the merge,
