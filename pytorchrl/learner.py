@@ -353,7 +353,7 @@ class Learner:
         if math.isinf(ahead_eval):
             return False
         size = self.env_steps - self._round_mark if self._round_mark is not None else 0
-        if size <= 0 or math.isinf(ahead_log):  # a checkpoint from before the round's length was kept: by the steps
+        if size <= 0:  # a checkpoint from before the round's length was kept: by the steps
             return ahead_eval <= ahead_log
         return math.ceil(ahead_eval / size) <= math.ceil(ahead_log / size)
 

@@ -24,6 +24,7 @@ from pytorchrl.envs.atari import register_atari
 from pytorchrl.envs.masking import MASK_KEY, InfoActionMask
 from pytorchrl.envs.rendering import is_opengl_failure, opengl_hint, show_mujoco_warnings_once
 from pytorchrl.utils.errors import InputError
+from pytorchrl.utils.named import import_named
 from pytorchrl.utils.spaces import check_observation_space
 
 SUPPORTED_ACTION_SPACES = (gym.spaces.Discrete, gym.spaces.Box, gym.spaces.MultiDiscrete)
@@ -35,16 +36,10 @@ def resolve_env_fn(env_id: str) -> Callable[..., gym.Env] | None:
     """Return the function named by ``'module:function'``, or None for a registered id."""
     if ":" not in env_id or env_id in gym.registry:
         return None
-    module_name, _, attr = env_id.partition(":")
-    if not module_name or module_name.startswith("."):
-        raise InputError(f"env.env_id = {env_id!r}: 'module:function' needs an absolute module name before the ':', e.g. 'my_package.envs:make_env'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise InputError(f"env.env_id = {env_id!r}: cannot import module {module_name!r} ({exc})") from None
+    module, attr = import_named(env_id, "env.env_id", "module:function", "my_package.envs:make_env")
     fn = getattr(module, attr, None)
     if not callable(fn):
-        raise InputError(f"env.env_id = {env_id!r}: module {module_name!r} has no function {attr!r}")
+        raise InputError(f"env.env_id = {env_id!r}: module {module.__name__!r} has no function {attr!r}")
     return fn
 
 

@@ -7,7 +7,6 @@ The config loader and ``build_scheme`` resolve ``algorithm.name`` through it.
 """
 
 import dataclasses
-import importlib
 import inspect
 import warnings
 
@@ -21,6 +20,7 @@ from pytorchrl.agent.algorithms.mpo import MPO, MPOConfig
 from pytorchrl.agent.algorithms.ppo import PPO, PPOConfig
 from pytorchrl.agent.algorithms.sac import DDPG, SAC, TD3, DDPGConfig, SACConfig, TD3Config
 from pytorchrl.agent.algorithms.wiring import Wiring, wire
+from pytorchrl.utils.named import import_named
 
 #: ``algorithm.name`` -> class: the built-in algorithms, and those registered since
 #: (:func:`register_algorithm`, or ``'module:Class'`` names: :func:`algorithm_class`)
@@ -45,7 +45,7 @@ def register_algorithm(name: str, cls: type[Algorithm]) -> None:
         raise ConfigError(f"register_algorithm: the name must be a non-empty str, got {name!r}")
     if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
         raise ConfigError(f"algorithm.name = {name!r}: {cls!r} is not a subclass of pytorchrl.agent.algorithms.Algorithm")
-    config_class = cls.__dict__.get("config_class", getattr(cls, "config_class", None))
+    config_class = getattr(cls, "config_class", None)
     if not (isinstance(config_class, type) and issubclass(config_class, AlgorithmConfig)):
         raise ConfigError(f"algorithm.name = {name!r}: {cls.__name__}.config_class must be a subclass of pytorchrl.config.AlgorithmConfig")
     fields = {f.name for f in dataclasses.fields(config_class)}
@@ -76,17 +76,11 @@ def algorithm_class(name: object) -> type[Algorithm] | None:
         return None
     if name in ALGORITHMS:
         return ALGORITHMS[name]
-    module_name, colon, attr = name.partition(":")
-    if not colon:
+    if ":" not in name:
         return None
-    if not module_name or module_name.startswith(".") or not attr:
-        raise ConfigError(f"algorithm.name = {name!r}: 'module:Class' needs an absolute module name and a class, e.g. 'my_package.algorithms:Reinforce'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"algorithm.name = {name!r}: cannot import module {module_name!r} ({exc}); is it on PYTHONPATH?") from None
+    module, attr = import_named(name, "algorithm.name", "module:Class", "my_package.algorithms:Reinforce", ConfigError)
     if not hasattr(module, attr):
-        raise ConfigError(f"algorithm.name = {name!r}: module {module_name!r} has no {attr!r}")
+        raise ConfigError(f"algorithm.name = {name!r}: module {module.__name__!r} has no {attr!r}")
     register_algorithm(name, getattr(module, attr))
     return ALGORITHMS[name]
 

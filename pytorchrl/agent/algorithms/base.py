@@ -48,6 +48,8 @@ class Algorithm:
     metrics: tuple[str, ...] = ()
     #: keywords of its constructor that are not hyper-parameters (DQN's and SAC's ``burn_in``)
     constructor_keys: ClassVar[tuple[str, ...]] = ()
+    #: whether the first loss's figures were checked against ``metrics`` (:meth:`_warn_undeclared`)
+    _metrics_checked = False
     #: leading steps of a replayed window that only warm a recurrent state up, with no loss on
     #: them (DQN's and SAC's, from ``storage.burn_in``): a minibatch's gradient weighs in the
     #: replicas' average by its valid steps after them
@@ -252,7 +254,7 @@ class Algorithm:
         Sets ``info["skipped"] = 1.0`` when the algorithm decided not to step (e.g. target KL).
         """
         loss, info = self.compute_loss(batch)
-        if not self.__dict__.get("_metrics_checked"):
+        if not self._metrics_checked:
             self._metrics_checked = True
             self._warn_undeclared(info)
         self.flat_grad.zero_()
